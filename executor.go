@@ -1,0 +1,409 @@
+package laboro
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Executor runs jobs under flow control: a bounded buffer of waiting jobs, a
+// fixed pool of worker goroutines, and a concurrency level, changeable at any
+// time, that caps how many of them run jobs at once.
+//
+// All methods are safe for concurrent use. After Shutdown or Close has
+// begun, Submit and SetConcurrency return ErrClosed, Stop finds nothing and
+// Queued is empty; Handles stay valid.
+type Executor struct {
+	runner    Runner
+	validator Validator
+	log       *zap.Logger
+	events    *eventQueue // nil without an observer
+	poolSize  int
+	capacity  int
+	runDir    string // our own output directory, removed at the end; "" if the caller's
+
+	// ctx is every job's parent; Close cancels it with cause ErrKilled.
+	ctx  context.Context
+	kill context.CancelCauseFunc
+
+	mu          sync.Mutex
+	work        sync.Cond // workers wait here for a job they may start
+	state       execState
+	queue       Queue
+	waiters     waitList
+	live        map[string]*Handle // jobs waiting, queued or running, by id
+	lastID      uint64
+	concurrency int
+	running     int
+	workers     int           // worker goroutines still alive
+	done        chan struct{} // closed when workers and observer have returned
+	cleanup     sync.Once
+}
+
+type execState uint8
+
+const (
+	stateOpen     execState = iota
+	stateDraining           // Shutdown: no new jobs, running ones finish
+	stateClosed             // Close: running jobs are killed
+)
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{ready: make(chan struct{}, 1)} }}
+
+// New returns a started Executor. Its worker goroutines run until Shutdown
+// or Close, one of which must be called to release them.
+func New(opts ...Option) (*Executor, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	e := &Executor{
+		runner:      cfg.runner,
+		log:         cfg.logger,
+		poolSize:    cfg.poolSize,
+		capacity:    cfg.bufferSize,
+		queue:       cfg.queue,
+		concurrency: cfg.concurrency,
+		live:        make(map[string]*Handle),
+		done:        make(chan struct{}),
+	}
+	if e.log == nil {
+		e.log = zap.NewNop()
+	}
+	if e.queue == nil {
+		e.queue = new(FIFO)
+	}
+	if e.runner == nil {
+		dir := cfg.outputDir
+		if dir == "" {
+			var err error
+			if dir, err = os.MkdirTemp("", "laboro-run-"); err != nil {
+				return nil, fmt.Errorf("laboro: create run directory: %w", err)
+			}
+			e.runDir = dir
+		}
+		e.runner = mixedRunner{proc: &ProcessRunner{Dir: dir, Logger: e.log}, fn: FuncRunner{Logger: e.log}}
+	}
+	e.validator, _ = e.runner.(Validator)
+	e.work.L = &e.mu
+	e.ctx, e.kill = context.WithCancelCause(context.Background())
+	if cfg.observer != nil {
+		e.events = newEventQueue(cfg.observer)
+		go e.events.run()
+	}
+	e.workers = e.poolSize
+	for range e.poolSize {
+		go e.worker()
+	}
+	e.log.Debug("executor started", zap.Int("pool", e.poolSize), zap.Int("buffer", e.capacity),
+		zap.Int("concurrency", e.concurrency))
+	return e, nil
+}
+
+// Submit puts job in the buffer and returns a Handle to its result as soon
+// as it is there. A job without an ID gets the next of "job_1", "job_2", …
+//
+// While the buffer is full, Submit blocks; blocked submitters enter the
+// buffer in the order they arrived. If ctx ends first, the job is not queued
+// and the error matches ErrNotQueued and ctx.Err(). If Shutdown or Close
+// begins first, the error matches ErrTerminated and ErrClosed. Other errors:
+// ErrClosed, ErrDuplicateID, ErrInvalidJob.
+func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
+	if e.validator != nil {
+		if err := e.validator.Validate(job); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		}
+	}
+	h := &Handle{job: job}
+	e.mu.Lock()
+	if e.state != stateOpen {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if job.ID != "" {
+		if _, dup := e.live[job.ID]; dup {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("%w: %q", ErrDuplicateID, job.ID)
+		}
+	}
+	if e.waiters.len() == 0 && e.queue.Len() < e.capacity {
+		e.enqueue(h)
+		e.mu.Unlock()
+		return h, nil
+	}
+
+	// The buffer is full: wait in line for a place.
+	if job.ID != "" {
+		e.live[job.ID] = h // reserve the id
+	}
+	w := waiterPool.Get().(*waiter)
+	w.h, w.outcome = h, waitPending
+	e.waiters.push(w)
+	e.mu.Unlock()
+
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+	}
+
+	e.mu.Lock()
+	outcome := w.outcome
+	if outcome == waitPending {
+		e.waiters.remove(w)
+		if job.ID != "" {
+			delete(e.live, job.ID)
+		}
+	}
+	e.mu.Unlock()
+	if outcome != waitPending && ctx.Err() != nil {
+		<-w.ready // the signal raced with ctx; take it so the waiter is clean
+	}
+	w.h = nil
+	waiterPool.Put(w)
+
+	switch outcome {
+	case waitQueued:
+		return h, nil
+	case waitTerminated:
+		return nil, fmt.Errorf("%w: %w", ErrTerminated, ErrClosed)
+	default:
+		return nil, fmt.Errorf("%w: buffer full: %w", ErrNotQueued, ctx.Err())
+	}
+}
+
+// enqueue gives h its id and puts it in the buffer. e.mu is held.
+func (e *Executor) enqueue(h *Handle) {
+	if h.job.ID == "" {
+		h.job.ID = e.nextID()
+	}
+	e.live[h.job.ID] = h
+	h.state = stateQueued
+	e.queue.Push(h)
+	e.emit(Event{Kind: EventQueued, Job: h.job})
+	if e.running < e.parallelism() {
+		e.work.Signal()
+	}
+}
+
+// nextID returns the next free "job_N". e.mu is held.
+func (e *Executor) nextID() string {
+	var buf [24]byte
+	for {
+		e.lastID++
+		id := string(strconv.AppendUint(append(buf[:0], "job_"...), e.lastID, 10))
+		if _, taken := e.live[id]; !taken {
+			return id
+		}
+	}
+}
+
+// admit moves blocked submitters into the buffer while it has room, oldest
+// first. e.mu is held.
+func (e *Executor) admit() {
+	for e.waiters.len() > 0 && e.queue.Len() < e.capacity {
+		w := e.waiters.pop()
+		e.enqueue(w.h)
+		w.outcome = waitQueued
+		w.ready <- struct{}{}
+	}
+}
+
+// SetConcurrency sets the concurrency level: at most min(n, pool size) jobs
+// run at once from now on. Raising it starts waiting jobs at once; lowering
+// it stops no running job, but no job starts until fewer than n run. 0
+// pauses: no new job starts (submitting, stopping and polling go on) until
+// the level is raised again. A negative n is refused with ErrInvalidConfig;
+// after Shutdown or Close began, ErrClosed.
+func (e *Executor) SetConcurrency(n int) error {
+	if n < 0 {
+		return configErrorf("concurrency must be >= 0, got %d", n)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state != stateOpen {
+		return ErrClosed
+	}
+	e.concurrency = n
+	e.emit(Event{Kind: EventConcurrency, Concurrency: n, Parallelism: e.parallelism()})
+	e.work.Broadcast()
+	return nil
+}
+
+// Concurrency returns the concurrency level.
+func (e *Executor) Concurrency() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.concurrency
+}
+
+// Parallelism returns the effective parallelism: min(concurrency level,
+// pool size), the most jobs that may run at once right now.
+func (e *Executor) Parallelism() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.parallelism()
+}
+
+func (e *Executor) parallelism() int { return min(e.concurrency, e.poolSize) }
+
+// Stats is a snapshot of an Executor's counters.
+type Stats struct {
+	Concurrency int // the concurrency level
+	PoolSize    int // worker goroutines
+	Parallelism int // min(Concurrency, PoolSize)
+	Running     int // jobs running
+	Queued      int // jobs in the buffer
+	Blocked     int // Submit calls waiting for room in the buffer
+	BufferSize  int // the buffer's capacity
+}
+
+// Stats returns the Executor's counters, read together.
+func (e *Executor) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Stats{
+		Concurrency: e.concurrency,
+		PoolSize:    e.poolSize,
+		Parallelism: e.parallelism(),
+		Running:     e.running,
+		Queued:      e.queue.Len(),
+		Blocked:     e.waiters.len(),
+		BufferSize:  e.capacity,
+	}
+}
+
+// Stop removes a queued job from the buffer; its Handle's result has
+// StatusStopped. It returns ErrNotFound for an id that is not queued:
+// unknown, running or finished. A Submit blocked on a full buffer takes the
+// place that frees.
+func (e *Executor) Stop(id string) error {
+	e.mu.Lock()
+	h := e.live[id]
+	if h == nil || h.state != stateQueued || e.queue.Remove(id) == nil {
+		e.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	res := Result{ID: id, Status: StatusStopped, ExitCode: -1, Err: ErrStopped}
+	e.retire(h, res)
+	e.admit()
+	e.mu.Unlock()
+	h.complete(res)
+	return nil
+}
+
+// retire takes a job that will not run (again) off the books and reports
+// its result to the observer. e.mu is held.
+func (e *Executor) retire(h *Handle, res Result) {
+	delete(e.live, h.job.ID)
+	h.state = stateDone
+	e.emit(Event{Kind: EventFinished, Job: h.job, Result: res})
+}
+
+// Queued returns the jobs waiting in the buffer, with their ids, in the
+// order they will start.
+func (e *Executor) Queued() []Job {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	snap := e.queue.Snapshot()
+	jobs := make([]Job, len(snap))
+	for i, h := range snap {
+		jobs[i] = h.job
+	}
+	return jobs
+}
+
+// Shutdown drains the Executor gracefully: it takes no new jobs; every
+// queued job, and every Submit blocked on a full buffer, ends as terminated
+// before execution; running jobs finish and their results are delivered.
+// It returns when all of that is done, or ctx.Err() if ctx ends first, in
+// which case the jobs go on running and Close can kill them. It is safe to
+// call more than once, and after Close.
+func (e *Executor) Shutdown(ctx context.Context) error {
+	e.begin(stateDraining)
+	select {
+	case <-e.done:
+		e.cleanup.Do(e.removeRunDir)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops the Executor hard: like Shutdown, it terminates the queued
+// jobs and blocked submitters, and it kills every running job's process
+// group; those jobs end with StatusKilled. It returns once every worker has
+// returned (a Go function job that ignores its context delays it). It is
+// safe to call more than once, and during Shutdown. It returns nil.
+func (e *Executor) Close() error {
+	e.begin(stateClosed)
+	<-e.done
+	e.cleanup.Do(e.removeRunDir)
+	return nil
+}
+
+// begin moves the Executor to state s and terminates everything that waits.
+func (e *Executor) begin(s execState) {
+	e.mu.Lock()
+	if s <= e.state {
+		e.mu.Unlock()
+		return
+	}
+	first := e.state == stateOpen
+	e.state = s
+	var terminated []*Handle
+	var results []Result
+	if first {
+		for _, w := range e.waiters.items {
+			if w.h.job.ID != "" {
+				delete(e.live, w.h.job.ID)
+			}
+			w.outcome = waitTerminated
+			w.ready <- struct{}{}
+		}
+		e.waiters = waitList{}
+		for h := e.queue.Pop(); h != nil; h = e.queue.Pop() {
+			res := Result{ID: h.job.ID, Status: StatusTerminated, ExitCode: -1, Err: ErrTerminated}
+			e.retire(h, res)
+			terminated = append(terminated, h)
+			results = append(results, res)
+		}
+		e.log.Debug("executor draining", zap.Int("terminated", len(terminated)), zap.Int("running", e.running))
+	}
+	if s == stateClosed {
+		e.kill(ErrKilled)
+	}
+	e.work.Broadcast()
+	e.mu.Unlock()
+	for i, h := range terminated {
+		h.complete(results[i])
+	}
+}
+
+func (e *Executor) removeRunDir() {
+	if e.runDir == "" {
+		return
+	}
+	// Outputs not yet closed keep the directory; os.Remove leaves it then.
+	if err := os.Remove(e.runDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		e.log.Debug("run directory kept", zap.String("dir", e.runDir), zap.Error(err))
+	}
+}
+
+// emit hands ev to the observer, if any. e.mu is held, which keeps events in
+// the order of the state changes they report.
+func (e *Executor) emit(ev Event) {
+	if e.events == nil {
+		return
+	}
+	ev.Time = time.Now()
+	e.events.push(ev)
+}

@@ -1,0 +1,86 @@
+package laboro
+
+import (
+	"context"
+	"sync"
+)
+
+// Handle follows one submitted job to its result. It is safe for concurrent
+// use; it stays valid after the Executor is closed.
+type Handle struct {
+	job   Job
+	state jobState // guarded by the Executor's lock
+
+	mu       sync.Mutex
+	finished bool
+	done     chan struct{} // made on demand: most results are read after the fact
+	res      Result
+}
+
+type jobState uint8
+
+const (
+	stateWaiting jobState = iota // blocked in Submit for room in the buffer
+	stateQueued
+	stateRunning
+	stateDone
+)
+
+// closedChan is handed out by Done for jobs that finished before anyone
+// asked, which spares a channel per job.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// ID returns the job's id, for example "job_7".
+func (h *Handle) ID() string { return h.job.ID }
+
+// Job returns the job as submitted, with its id.
+func (h *Handle) Job() Job { return h.job }
+
+// Done returns a channel that is closed when the job's result is ready.
+func (h *Handle) Done() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		if h.finished {
+			return closedChan
+		}
+		h.done = make(chan struct{})
+	}
+	return h.done
+}
+
+// Result returns the job's result and true once the job has ended, or a
+// zero Result and false before.
+func (h *Handle) Result() (Result, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.res, h.finished
+}
+
+// Wait blocks until the job ends and returns its result, or returns
+// ctx.Err() if ctx ends first (the job goes on). A job that failed is not
+// an error of Wait: read Result.Status and Result.Err.
+func (h *Handle) Wait(ctx context.Context) (Result, error) {
+	select {
+	case <-h.Done():
+		res, _ := h.Result()
+		return res, nil
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+// complete records the result and wakes the waiters. It is called once per
+// job, without the Executor's lock.
+func (h *Handle) complete(res Result) {
+	h.mu.Lock()
+	h.res, h.finished = res, true
+	if h.done != nil {
+		close(h.done)
+	}
+	h.mu.Unlock()
+}

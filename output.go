@@ -1,0 +1,86 @@
+package laboro
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"sync"
+)
+
+// Output is a job's standard output, kept in a file on disk (for the process
+// runner, <pid>.output in the output directory) so that no output, however
+// large, is held in memory. Read it with Open or WriteTo, as often as needed,
+// then Close it to remove the file.
+//
+// An Output is safe for concurrent use. After Close, Open and WriteTo return
+// an error matching fs.ErrClosed.
+type Output struct {
+	path string
+	size int64
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewOutput returns an Output for a file that already exists; its Close
+// removes the file. Runners other than the process runner use it to hand
+// over output they captured to a file.
+func NewOutput(path string, size int64) *Output { return &Output{path: path, size: size} }
+
+// Path returns the file's path, for example "/tmp/laboro-run-123/4242.output".
+func (o *Output) Path() string { return o.path }
+
+// Size returns the output's length in bytes.
+func (o *Output) Size() int64 { return o.size }
+
+// Open opens the output for reading from its start. The caller closes the
+// returned file; the output itself stays until Close.
+func (o *Output) Open() (*os.File, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return nil, &fs.PathError{Op: "open", Path: o.path, Err: fs.ErrClosed}
+	}
+	return os.Open(o.path)
+}
+
+// WriteTo streams the whole output to w without holding it in memory (to a
+// socket or file the kernel copies it directly). It implements io.WriterTo.
+func (o *Output) WriteTo(w io.Writer) (int64, error) {
+	f, err := o.Open()
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return io.Copy(w, f)
+}
+
+// ReadAll returns the output as a byte slice. It is for outputs known to be
+// small; prefer WriteTo or Open for anything else.
+func (o *Output) ReadAll() ([]byte, error) {
+	f, err := o.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// Close removes the file. It is safe to call more than once; later calls
+// return nil.
+func (o *Output) Close() error {
+	if o == nil {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return nil
+	}
+	o.closed = true
+	if err := os.Remove(o.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,331 @@
+//go:build unix
+
+package laboro
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kballard/go-shellquote"
+	"go.uber.org/zap"
+)
+
+// StderrMode says what the process runner does with a job's standard error.
+type StderrMode uint8
+
+const (
+	// StderrTail keeps the last ProcessRunner.StderrTail bytes of standard
+	// error in Result.Stderr, so that a failed job can say why. It is the
+	// default.
+	StderrTail StderrMode = iota
+	// StderrToOutput sends standard error into the output file with
+	// standard output, as a terminal shows them.
+	StderrToOutput
+	// StderrDiscard sends standard error to /dev/null.
+	StderrDiscard
+)
+
+// Defaults of ProcessRunner's zero value.
+const (
+	DefaultStderrTail = 4 << 10
+	DefaultWaitDelay  = 2 * time.Second
+)
+
+// ProcessRunner runs jobs as operating-system processes. The child's
+// standard output goes straight into a file named <pid>.output (pid being
+// the child's process id) in Dir, with no copying in this process, and
+// Result.Output hands that file to the consumer, whose Output.Close removes
+// it. Should a file of that name already exist (process ids wrap quickly
+// under load, and an earlier output may not have been consumed yet), the
+// output is named <pid>_2.output, <pid>_3.output and so on; nothing is
+// overwritten.
+//
+// Each job runs in a process group of its own. When its context ends (a
+// timeout, or the Executor's Close) the whole group is killed with SIGKILL,
+// so the job's own children die with it. On Linux the direct child also gets
+// SIGKILL should this process die; that is a backstop, not the mechanism.
+//
+// The zero value is ready to use: outputs go to os.TempDir, standard error
+// is kept as a tail of 4 KiB. A ProcessRunner is safe for concurrent use;
+// its fields must not change once it is in use.
+type ProcessRunner struct {
+	// Dir is the directory for output and script files; "" means os.TempDir.
+	Dir string
+	// Stderr says what happens to standard error; see StderrMode.
+	Stderr StderrMode
+	// StderrTail is how many bytes of standard error StderrTail mode
+	// keeps; 0 means DefaultStderrTail.
+	StderrTail int
+	// WaitDelay bounds how long Run waits, once the process has exited or
+	// been killed, for descendants that still hold its standard error
+	// open; 0 means DefaultWaitDelay.
+	WaitDelay time.Duration
+	// Logger receives debug lines about each process; nil means none.
+	Logger *zap.Logger
+}
+
+var (
+	_ Runner    = (*ProcessRunner)(nil)
+	_ Validator = (*ProcessRunner)(nil)
+)
+
+// Validate refuses a job the runner cannot start: a Func, an empty job, or
+// a command line with unbalanced quotes.
+func (r *ProcessRunner) Validate(job Job) error {
+	_, err := commandArgs(job)
+	return err
+}
+
+// commandArgs returns the argv of a Command or Args job; nil for a script.
+func commandArgs(job Job) ([]string, error) {
+	switch {
+	case job.Func != nil:
+		return nil, errors.New("ProcessRunner cannot run Job.Func")
+	case job.Script != "":
+		return nil, nil
+	case job.Command != "":
+		words, err := shellquote.Split(job.Command)
+		if err != nil {
+			return nil, fmt.Errorf("command line %q: %w", job.Command, err)
+		}
+		if len(words) == 0 {
+			return nil, fmt.Errorf("command line %q has no words", job.Command)
+		}
+		return words, nil
+	case len(job.Args) > 0 && job.Args[0] != "":
+		return job.Args, nil
+	default:
+		return nil, errors.New("job has nothing to run: set Command, Args or Script")
+	}
+}
+
+// Run starts the job's process, waits for it and returns its result.
+// Failures to start (command not found, permission denied) are results
+// with StatusFailed, never panics or hangs.
+func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
+	res := Result{ID: job.ID, ExitCode: -1}
+	fail := func(err error) Result {
+		res.Status, res.Err = StatusFailed, err
+		if res.Ended.IsZero() {
+			res.Ended = time.Now()
+		}
+		if res.Started.IsZero() {
+			res.Started = res.Ended
+		}
+		return res
+	}
+	dir := r.dir()
+	argv, err := commandArgs(job)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrInvalidJob, err))
+	}
+	if job.Script != "" {
+		var cleanup func()
+		argv, cleanup, err = writeScript(dir, job)
+		if err != nil {
+			return fail(err)
+		}
+		defer cleanup()
+	}
+
+	ctx, cancel := jobContext(ctx, job)
+	if cancel != nil {
+		defer cancel()
+	}
+	out, err := os.CreateTemp(dir, ".laboro-*.output")
+	if err != nil {
+		return fail(fmt.Errorf("laboro: create output file: %w", err))
+	}
+	defer out.Close()
+
+	var tail *tailBuffer
+	defer pinThread()()
+	res.Started = time.Now()
+	cmd, err := r.start(ctx, job, argv, out, &tail)
+	if err != nil {
+		os.Remove(out.Name())
+		return fail(err)
+	}
+	res.PID = cmd.Process.Pid
+	path := r.nameOutput(out.Name(), dir, res.PID)
+
+	err = cmd.Wait()
+	res.Ended = time.Now()
+	res.ExitCode = cmd.ProcessState.ExitCode()
+	if fi, statErr := out.Stat(); statErr == nil {
+		res.Output = NewOutput(path, fi.Size())
+	} else {
+		res.Output = NewOutput(path, 0)
+	}
+	if tail != nil {
+		res.Stderr = tail.Bytes()
+	}
+	switch st, cause := interruption(ctx); {
+	case st != 0:
+		res.Status, res.Err = st, cause
+	case err == nil, errors.Is(err, exec.ErrWaitDelay) && res.ExitCode == 0:
+		res.Status = StatusSucceeded
+	default:
+		res.Status, res.Err = StatusFailed, err
+	}
+	if r.Logger != nil {
+		r.Logger.Debug("process ended", zap.String("job", job.ID), zap.Int("pid", res.PID),
+			zap.Int("exit", res.ExitCode), zap.Stringer("status", res.Status), zap.Error(res.Err))
+	}
+	return res
+}
+
+func (r *ProcessRunner) dir() string {
+	if r.Dir != "" {
+		return r.Dir
+	}
+	return os.TempDir()
+}
+
+// start builds and starts the command, retrying while the kernel reports
+// ETXTBSY: a script file just written here may still be open for writing in
+// a child that another goroutine is forking at the same moment, until that
+// child's exec closes it. The retry window is short and bounded.
+func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *os.File, tail **tailBuffer) (*exec.Cmd, error) {
+	delay := time.Millisecond
+	for attempt := 0; ; attempt++ {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Dir, cmd.Env, cmd.Stdin, cmd.Stdout = job.Dir, job.Env, job.Stdin, out
+		switch r.Stderr {
+		case StderrToOutput:
+			cmd.Stderr = out
+		case StderrDiscard:
+		default:
+			size := r.StderrTail
+			if size <= 0 {
+				size = DefaultStderrTail
+			}
+			*tail = &tailBuffer{max: size}
+			cmd.Stderr = *tail
+		}
+		cmd.SysProcAttr = sysProcAttr()
+		cmd.Cancel = func() error {
+			// The negative pid names the process group the child leads.
+			// The child is not reaped yet, so its id cannot have been reused.
+			err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			if errors.Is(err, syscall.ESRCH) {
+				return os.ErrProcessDone
+			}
+			return err
+		}
+		cmd.WaitDelay = r.WaitDelay
+		if cmd.WaitDelay <= 0 {
+			cmd.WaitDelay = DefaultWaitDelay
+		}
+		err := cmd.Start()
+		if err == nil {
+			return cmd, nil
+		}
+		if !errors.Is(err, syscall.ETXTBSY) || attempt == 10 || ctx.Err() != nil {
+			return nil, fmt.Errorf("laboro: start %q: %w", argv[0], err)
+		}
+		time.Sleep(delay)
+		delay *= 2
+	}
+}
+
+// nameOutput renames the temporary output file to <pid>.output, or to
+// <pid>_N.output when that name is taken. The check and the rename cannot
+// race with another laboro runner: while the child lives, no other process
+// has its pid, so no other runner is naming a file after it.
+func (r *ProcessRunner) nameOutput(tmp, dir string, pid int) string {
+	base := strconv.Itoa(pid)
+	for n := 1; n < 1000; n++ {
+		name := base
+		if n > 1 {
+			name += "_" + strconv.Itoa(n)
+		}
+		path := filepath.Join(dir, name+".output")
+		if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			break
+		}
+		return path
+	}
+	if r.Logger != nil {
+		r.Logger.Warn("output kept under its temporary name", zap.Int("pid", pid), zap.String("path", tmp))
+	}
+	return tmp
+}
+
+// writeScript writes job.Script to a file in dir and returns the argv that
+// runs it, and a function that removes the file.
+func writeScript(dir string, job Job) ([]string, func(), error) {
+	f, err := os.CreateTemp(dir, ".laboro-*.script")
+	if err != nil {
+		return nil, nil, fmt.Errorf("laboro: create script file: %w", err)
+	}
+	cleanup := func() { os.Remove(f.Name()) }
+	_, err = f.WriteString(job.Script)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	var argv []string
+	switch {
+	case err != nil:
+	case len(job.Interpreter) > 0:
+		argv = append(append(append([]string(nil), job.Interpreter...), f.Name()), job.Args...)
+	case strings.HasPrefix(job.Script, "#!"):
+		err = os.Chmod(f.Name(), 0o700)
+		argv = append([]string{f.Name()}, job.Args...)
+	default:
+		argv = append([]string{"/bin/sh", f.Name()}, job.Args...)
+	}
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("laboro: write script file: %w", err)
+	}
+	return argv, cleanup, nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu      sync.Mutex
+	max     int
+	buf     []byte
+	dropped bool
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(p)
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		t.dropped = true
+		return n, nil
+	}
+	if over := len(t.buf) + len(p) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+		t.dropped = true
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+// Bytes returns the kept tail, or nil when nothing was written.
+func (t *tailBuffer) Bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.buf) == 0 {
+		return nil
+	}
+	return append([]byte(nil), t.buf...)
+}

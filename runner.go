@@ -1,0 +1,134 @@
+package laboro
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Runner runs one job and reports how it ended. The Executor calls Run from
+// its worker goroutines, so an implementation must be safe for concurrent
+// use. Run must return when ctx ends (Close cancels it with cause ErrKilled;
+// a Job.Timeout with cause ErrTimeout) and must not panic.
+//
+// The process runner, the func runner and every protocol's manager side
+// (which hands jobs to remote workers) implement Runner.
+type Runner interface {
+	Run(ctx context.Context, job Job) Result
+}
+
+// Validator is implemented by runners that can refuse a job before it is
+// queued. Submit calls Validate and wraps its error with ErrInvalidJob.
+type Validator interface {
+	Validate(job Job) error
+}
+
+// FuncRunner runs jobs whose Job.Func is set, in the calling goroutine. A
+// returned error fails the job; a panic fails it with a *PanicError and its
+// stack is logged. The zero value is ready to use and logs nothing.
+type FuncRunner struct {
+	// Logger receives panics; nil means no logging.
+	Logger *zap.Logger
+}
+
+var (
+	_ Runner    = FuncRunner{}
+	_ Validator = FuncRunner{}
+)
+
+// Validate refuses a job without a Func.
+func (FuncRunner) Validate(job Job) error {
+	if job.Func == nil {
+		return errors.New("FuncRunner needs Job.Func")
+	}
+	return nil
+}
+
+// Run calls job.Func with a context that also ends after job.Timeout.
+func (r FuncRunner) Run(ctx context.Context, job Job) (res Result) {
+	res.ExitCode = -1
+	if job.Func == nil {
+		res.Status, res.Err = StatusFailed, fmt.Errorf("%w: FuncRunner needs Job.Func", ErrInvalidJob)
+		return res
+	}
+	ctx, cancel := jobContext(ctx, job)
+	if cancel != nil {
+		defer cancel()
+	}
+	res.Started = time.Now()
+	err := r.call(ctx, job)
+	res.Ended = time.Now()
+	res.Status, res.Err = StatusSucceeded, err
+	if err != nil {
+		res.Status = StatusFailed
+		if st, cause := interruption(ctx); st != 0 {
+			res.Status, res.Err = st, cause
+		}
+	}
+	return res
+}
+
+func (r FuncRunner) call(ctx context.Context, job Job) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Value: v, Stack: debug.Stack()}
+			if r.Logger != nil {
+				r.Logger.Error("job panicked", zap.String("job", job.ID), zap.Any("panic", v),
+					zap.ByteString("stack", pe.Stack))
+			}
+			err = pe
+		}
+	}()
+	return job.Func(ctx)
+}
+
+// jobContext bounds ctx by job.Timeout. The returned cancel is nil when
+// there is no timeout, which spares an allocation per job.
+func jobContext(ctx context.Context, job Job) (context.Context, context.CancelFunc) {
+	if job.Timeout <= 0 {
+		return ctx, nil
+	}
+	return context.WithTimeoutCause(ctx, job.Timeout, ErrTimeout)
+}
+
+// interruption tells why ctx ended: StatusTimedOut for a job timeout,
+// StatusKilled otherwise (Close, or the caller's cancellation). It returns
+// 0 while ctx is live.
+func interruption(ctx context.Context) (Status, error) {
+	if ctx.Err() == nil {
+		return 0, nil
+	}
+	cause := context.Cause(ctx)
+	if errors.Is(cause, ErrTimeout) {
+		return StatusTimedOut, ErrTimeout
+	}
+	if errors.Is(cause, ErrKilled) {
+		return StatusKilled, ErrKilled
+	}
+	return StatusKilled, fmt.Errorf("%w: %w", ErrKilled, cause)
+}
+
+// mixedRunner is the Executor's default runner: Go functions through
+// FuncRunner, everything else through ProcessRunner.
+type mixedRunner struct {
+	proc *ProcessRunner
+	fn   FuncRunner
+}
+
+func (r mixedRunner) Run(ctx context.Context, job Job) Result {
+	if job.Func != nil {
+		return r.fn.Run(ctx, job)
+	}
+	return r.proc.Run(ctx, job)
+}
+
+func (r mixedRunner) Validate(job Job) error {
+	if job.Func != nil {
+		return nil
+	}
+	return r.proc.Validate(job)
+}
