@@ -154,6 +154,11 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	cmd, err := r.start(ctx, job, argv, out, &tail)
 	if err != nil {
 		os.Remove(out.Name())
+		if st, cause := interruption(ctx); st != 0 {
+			res.Ended = time.Now()
+			res.Status, res.Err = st, cause
+			return res
+		}
 		return fail(err)
 	}
 	res.PID = cmd.Process.Pid

@@ -1,0 +1,62 @@
+package laboro_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/kballard/go-shellquote"
+	"github.com/laboro-go/laboro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestJobString(t *testing.T) {
+	tests := []struct {
+		job  laboro.Job
+		want string
+	}{
+		{laboro.Job{Command: `grep "two words" file`}, `grep "two words" file`},
+		{laboro.Job{Args: []string{"grep", "two words", "file"}}, `grep 'two words' file`},
+		{laboro.Job{Args: []string{"echo", "it's", "", "a=b,c:d/e.f"}}, `echo 'it'\''s' '' a=b,c:d/e.f`},
+		{laboro.Job{Script: "echo hi"}, "script"},
+		{laboro.Job{Func: func(context.Context) error { return nil }}, "func"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, tt.job.String())
+	}
+}
+
+func TestStatusString(t *testing.T) {
+	assert.Equal(t, "succeeded", laboro.StatusSucceeded.String())
+	assert.Equal(t, "timed out", laboro.StatusTimedOut.String())
+	assert.Equal(t, "status(0)", laboro.Status(0).String())
+}
+
+// FuzzArgsString checks that the text Job.String shows for an argv is a
+// command line that splits back into the same argv, so that a job listed by
+// poll can be submitted again as it reads.
+func FuzzArgsString(f *testing.F) {
+	for _, seed := range [][]string{
+		{"ls", "-l"},
+		{"sh", "-c", "echo a   b"},
+		{"printf", "%s|", "it's", "", `back\slash`, `"quoted"`, "$HOME", "tab\there"},
+		{"x", "new\nline", "ünïcödé", "*?[glob]", "a;b&c|d"},
+	} {
+		f.Add(strings.Join(seed, "\x00"))
+	}
+	f.Fuzz(func(t *testing.T, joined string) {
+		if !utf8.ValidString(joined) {
+			t.Skip("command lines are text")
+		}
+		args := strings.Split(joined, "\x00")
+		if args[0] == "" {
+			t.Skip("no program")
+		}
+		line := laboro.Job{Args: args}.String()
+		got, err := shellquote.Split(line)
+		require.NoError(t, err, "%q", line)
+		require.Equal(t, args, got, "%q", line)
+	})
+}
