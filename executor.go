@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,13 +33,20 @@ type Executor struct {
 	ctx  context.Context
 	kill context.CancelCauseFunc
 
-	mu          sync.Mutex
-	work        sync.Cond // workers wait here for a job they may start
-	state       execState
-	queue       Queue
-	waiters     waitList
-	live        map[string]*Handle // jobs waiting, queued or running, by id
-	lastID      uint64
+	mu      sync.Mutex
+	work    sync.Cond // workers wait here for a job they may start
+	state   execState
+	queue   Queue
+	waiters waitList
+	// live indexes by id the jobs, waiting, queued or running, that a new
+	// id could collide with: every job whose id its caller chose and, once
+	// a caller chose an id of the "job_N" form (ownIDs), every job. Until
+	// then, jobs with an assigned id stay out of it, which spares two map
+	// operations per job; Stop finds them in the queue.
+	live        map[string]*Handle
+	ownIDs      bool
+	ids         idSource
+	current     []*Handle // the job each worker runs, nil while idle
 	concurrency int
 	running     int
 	workers     int           // worker goroutines still alive
@@ -74,6 +82,7 @@ func New(opts ...Option) (*Executor, error) {
 		queue:       cfg.queue,
 		concurrency: cfg.concurrency,
 		live:        make(map[string]*Handle),
+		current:     make([]*Handle, cfg.poolSize),
 		done:        make(chan struct{}),
 	}
 	if e.log == nil {
@@ -101,8 +110,8 @@ func New(opts ...Option) (*Executor, error) {
 		go e.events.run()
 	}
 	e.workers = e.poolSize
-	for range e.poolSize {
-		go e.worker()
+	for i := range e.poolSize {
+		go e.worker(i)
 	}
 	e.log.Debug("executor started", zap.Int("pool", e.poolSize), zap.Int("buffer", e.capacity),
 		zap.Int("concurrency", e.concurrency))
@@ -130,6 +139,9 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 		return nil, ErrClosed
 	}
 	if job.ID != "" {
+		if !e.ownIDs && strings.HasPrefix(job.ID, idPrefix) {
+			e.indexAll()
+		}
 		if _, dup := e.live[job.ID]; dup {
 			e.mu.Unlock()
 			return nil, fmt.Errorf("%w: %q", ErrDuplicateID, job.ID)
@@ -143,15 +155,17 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 
 	// The buffer is full: wait in line for a place.
 	if job.ID != "" {
-		e.live[job.ID] = h // reserve the id
+		e.index(h) // reserve the id
 	}
 	w := waiterPool.Get().(*waiter)
 	w.h, w.outcome = h, waitPending
 	e.waiters.push(w)
 	e.mu.Unlock()
 
+	signalled := false
 	select {
 	case <-w.ready:
+		signalled = true
 	case <-ctx.Done():
 	}
 
@@ -159,12 +173,10 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 	outcome := w.outcome
 	if outcome == waitPending {
 		e.waiters.remove(w)
-		if job.ID != "" {
-			delete(e.live, job.ID)
-		}
+		e.unindex(h)
 	}
 	e.mu.Unlock()
-	if outcome != waitPending && ctx.Err() != nil {
+	if outcome != waitPending && !signalled {
 		<-w.ready // the signal raced with ctx; take it so the waiter is clean
 	}
 	w.h = nil
@@ -184,26 +196,103 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 func (e *Executor) enqueue(h *Handle) {
 	if h.job.ID == "" {
 		h.job.ID = e.nextID()
+		if e.ownIDs {
+			e.index(h)
+		}
+	} else {
+		e.index(h)
 	}
-	e.live[h.job.ID] = h
 	h.state = stateQueued
 	e.queue.Push(h)
-	e.emit(Event{Kind: EventQueued, Job: h.job})
+	if e.events != nil {
+		e.emit(Event{Kind: EventQueued, Job: h.job})
+	}
 	if e.running < e.parallelism() {
 		e.work.Signal()
 	}
 }
 
+// index puts h in e.live. e.mu is held.
+func (e *Executor) index(h *Handle) {
+	e.live[h.job.ID] = h
+	h.indexed = true
+}
+
+// unindex takes h out of e.live, if it is there. e.mu is held.
+func (e *Executor) unindex(h *Handle) {
+	if h.indexed {
+		delete(e.live, h.job.ID)
+		h.indexed = false
+	}
+}
+
+// indexAll puts every queued and running job in e.live, and every job from
+// now on: a caller chose an id that an assigned one may equal. e.mu is held.
+func (e *Executor) indexAll() {
+	e.ownIDs = true
+	for _, h := range e.queue.Snapshot() {
+		e.index(h)
+	}
+	for _, h := range e.current {
+		if h != nil {
+			e.index(h)
+		}
+	}
+}
+
 // nextID returns the next free "job_N". e.mu is held.
 func (e *Executor) nextID() string {
-	var buf [24]byte
 	for {
-		e.lastID++
-		id := string(strconv.AppendUint(append(buf[:0], "job_"...), e.lastID, 10))
+		id := e.ids.next()
+		if !e.ownIDs {
+			return id // only a caller's id could be taken, and none looks like ours
+		}
 		if _, taken := e.live[id]; !taken {
 			return id
 		}
 	}
+}
+
+const (
+	idPrefix = "job_"
+	idBatch  = 64
+)
+
+// idSource hands out "job_1", "job_2", … cut from one string holding a
+// batch of them, so that an id costs no allocation of its own. An id kept
+// by a caller keeps its batch (at most about 1.5 KiB) alive. Its zero value
+// starts at "job_1". It is not safe for concurrent use.
+type idSource struct {
+	text string          // the current batch of ids, back to back
+	ends [idBatch]uint16 // where each id of the batch ends in text
+	i    int             // the next id's index in the batch
+	last uint64          // the number of the batch's last id
+}
+
+func (s *idSource) next() string {
+	if s.text == "" || s.i == idBatch {
+		s.fill()
+	}
+	start := 0
+	if s.i > 0 {
+		start = int(s.ends[s.i-1])
+	}
+	id := s.text[start:s.ends[s.i]]
+	s.i++
+	return id
+}
+
+func (s *idSource) fill() {
+	var b strings.Builder
+	b.Grow(idBatch * (len(idPrefix) + 8))
+	var num [20]byte
+	for i := range s.ends {
+		s.last++
+		b.WriteString(idPrefix)
+		b.Write(strconv.AppendUint(num[:0], s.last, 10))
+		s.ends[i] = uint16(b.Len())
+	}
+	s.text, s.i = b.String(), 0
 }
 
 // admit moves blocked submitters into the buffer while it has room, oldest
@@ -287,13 +376,22 @@ func (e *Executor) Stats() Stats {
 // place that frees.
 func (e *Executor) Stop(id string) error {
 	e.mu.Lock()
-	h := e.live[id]
-	if h == nil || h.state != stateQueued || e.queue.Remove(id) == nil {
+	var h *Handle
+	switch x := e.live[id]; {
+	case x != nil:
+		if x.state == stateQueued {
+			h = e.queue.Remove(id)
+		}
+	case !e.ownIDs && strings.HasPrefix(id, idPrefix):
+		// Jobs with assigned ids are not indexed yet: look in the buffer.
+		h = e.queue.Remove(id)
+	}
+	if h == nil {
 		e.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
 	res := Result{ID: id, Status: StatusStopped, ExitCode: -1, Err: ErrStopped}
-	e.retire(h, res)
+	e.retire(h, &res)
 	e.admit()
 	e.mu.Unlock()
 	h.complete(res)
@@ -302,10 +400,12 @@ func (e *Executor) Stop(id string) error {
 
 // retire takes a job that will not run (again) off the books and reports
 // its result to the observer. e.mu is held.
-func (e *Executor) retire(h *Handle, res Result) {
-	delete(e.live, h.job.ID)
+func (e *Executor) retire(h *Handle, res *Result) {
+	e.unindex(h)
 	h.state = stateDone
-	e.emit(Event{Kind: EventFinished, Job: h.job, Result: res})
+	if e.events != nil {
+		e.emit(Event{Kind: EventFinished, Job: h.job, Result: *res})
+	}
 }
 
 // Queued returns the jobs waiting in the buffer, with their ids, in the
@@ -363,16 +463,14 @@ func (e *Executor) begin(s execState) {
 	var results []Result
 	if first {
 		for _, w := range e.waiters.items {
-			if w.h.job.ID != "" {
-				delete(e.live, w.h.job.ID)
-			}
+			e.unindex(w.h)
 			w.outcome = waitTerminated
 			w.ready <- struct{}{}
 		}
 		e.waiters = waitList{}
 		for h := e.queue.Pop(); h != nil; h = e.queue.Pop() {
 			res := Result{ID: h.job.ID, Status: StatusTerminated, ExitCode: -1, Err: ErrTerminated}
-			e.retire(h, res)
+			e.retire(h, &res)
 			terminated = append(terminated, h)
 			results = append(results, res)
 		}
@@ -399,7 +497,9 @@ func (e *Executor) removeRunDir() {
 }
 
 // emit hands ev to the observer, if any. e.mu is held, which keeps events in
-// the order of the state changes they report.
+// the order of the state changes they report. Where jobs pass, callers test
+// e.events first: building an Event copies a Job and a Result, and emit is
+// not inlined.
 func (e *Executor) emit(ev Event) {
 	if e.events == nil {
 		return

@@ -3,16 +3,20 @@ package laboro
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Handle follows one submitted job to its result. It is safe for concurrent
 // use; it stays valid after the Executor is closed.
 type Handle struct {
-	job   Job
-	state jobState // guarded by the Executor's lock
+	job     Job
+	state   jobState // guarded by the Executor's lock
+	indexed bool     // in the Executor's live map; guarded by its lock
 
+	// finished is set, under mu, once res is final; a reader that sees it
+	// set may read res without the lock, as res never changes again.
+	finished atomic.Bool
 	mu       sync.Mutex
-	finished bool
 	done     chan struct{} // made on demand: most results are read after the fact
 	res      Result
 }
@@ -42,10 +46,13 @@ func (h *Handle) Job() Job { return h.job }
 
 // Done returns a channel that is closed when the job's result is ready.
 func (h *Handle) Done() <-chan struct{} {
+	if h.finished.Load() {
+		return closedChan
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.done == nil {
-		if h.finished {
+		if h.finished.Load() {
 			return closedChan
 		}
 		h.done = make(chan struct{})
@@ -56,19 +63,22 @@ func (h *Handle) Done() <-chan struct{} {
 // Result returns the job's result and true once the job has ended, or a
 // zero Result and false before.
 func (h *Handle) Result() (Result, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.res, h.finished
+	if !h.finished.Load() {
+		return Result{}, false
+	}
+	return h.res, true
 }
 
 // Wait blocks until the job ends and returns its result, or returns
 // ctx.Err() if ctx ends first (the job goes on). A job that failed is not
 // an error of Wait: read Result.Status and Result.Err.
 func (h *Handle) Wait(ctx context.Context) (Result, error) {
+	if h.finished.Load() {
+		return h.res, nil
+	}
 	select {
 	case <-h.Done():
-		res, _ := h.Result()
-		return res, nil
+		return h.res, nil
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
@@ -78,7 +88,8 @@ func (h *Handle) Wait(ctx context.Context) (Result, error) {
 // job, without the Executor's lock.
 func (h *Handle) complete(res Result) {
 	h.mu.Lock()
-	h.res, h.finished = res, true
+	h.res = res
+	h.finished.Store(true)
 	if h.done != nil {
 		close(h.done)
 	}

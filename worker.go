@@ -9,23 +9,30 @@ import (
 // worker is one of the pool's goroutines. It waits until the buffer holds a
 // job and fewer than min(concurrency, pool size) jobs run, runs the job,
 // delivers its result, and repeats until the Executor drains.
-func (e *Executor) worker() {
+func (e *Executor) worker(i int) {
 	e.mu.Lock()
-	for {
-		h := e.take()
-		if h == nil {
-			break
-		}
-		e.mu.Unlock()
+	h := e.take(i)
+	e.mu.Unlock()
+	for h != nil {
 		res := e.run(h)
 		e.mu.Lock()
+		e.current[i] = nil
 		e.running--
-		e.retire(h, res)
-		// Deliver without the lock: whoever waits may call us at once.
+		e.retire(h, &res)
+		// While jobs wait, take the next one in the same critical section:
+		// one lock per job instead of two.
+		next := e.start(i)
 		e.mu.Unlock()
+		// Deliver without the lock: whoever waits may call us at once.
 		h.complete(res)
-		e.mu.Lock()
+		if next == nil {
+			e.mu.Lock()
+			next = e.take(i)
+			e.mu.Unlock()
+		}
+		h = next
 	}
+	e.mu.Lock()
 	e.workers--
 	last := e.workers == 0
 	e.mu.Unlock()
@@ -34,20 +41,12 @@ func (e *Executor) worker() {
 	}
 }
 
-// take returns the next job this worker may start, waiting as long as
+// take returns the next job worker i may start, waiting as long as
 // needed, or nil when the Executor is draining and nothing is left to
 // start. e.mu is held.
-func (e *Executor) take() *Handle {
+func (e *Executor) take(i int) *Handle {
 	for {
-		if e.running < e.parallelism() && e.queue.Len() > 0 {
-			h := e.queue.Pop()
-			h.state = stateRunning
-			e.running++
-			e.admit()
-			e.emit(Event{Kind: EventStarted, Job: h.job})
-			if e.running < e.parallelism() && e.queue.Len() > 0 {
-				e.work.Signal() // room for more: pass the wake-up on
-			}
+		if h := e.start(i); h != nil {
 			return h
 		}
 		if e.state != stateOpen {
@@ -57,6 +56,26 @@ func (e *Executor) take() *Handle {
 		}
 		e.work.Wait()
 	}
+}
+
+// start pops the next job and marks it running on worker i if one may
+// start now, or returns nil. e.mu is held.
+func (e *Executor) start(i int) *Handle {
+	if e.running >= e.parallelism() || e.queue.Len() == 0 {
+		return nil
+	}
+	h := e.queue.Pop()
+	h.state = stateRunning
+	e.current[i] = h
+	e.running++
+	e.admit()
+	if e.events != nil {
+		e.emit(Event{Kind: EventStarted, Job: h.job})
+	}
+	if e.running < e.parallelism() && e.queue.Len() > 0 {
+		e.work.Signal() // room for more: pass the wake-up on
+	}
+	return h
 }
 
 // run runs one job and completes its Result. A panicking Runner fails the
