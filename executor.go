@@ -2,7 +2,6 @@ package laboro
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -27,7 +26,7 @@ type Executor struct {
 	events    *eventQueue // nil without an observer
 	poolSize  int
 	capacity  int
-	runDir    string // our own output directory, removed at the end; "" if the caller's
+	runDir    *runDir // our own output directory; nil with the caller's
 
 	// ctx is every job's parent; Close cancels it with cause ErrKilled.
 	ctx  context.Context
@@ -51,7 +50,6 @@ type Executor struct {
 	running     int
 	workers     int           // worker goroutines still alive
 	done        chan struct{} // closed when workers and observer have returned
-	cleanup     sync.Once
 }
 
 type execState uint8
@@ -92,15 +90,16 @@ func New(opts ...Option) (*Executor, error) {
 		e.queue = new(FIFO)
 	}
 	if e.runner == nil {
-		dir := cfg.outputDir
-		if dir == "" {
-			var err error
-			if dir, err = os.MkdirTemp("", "laboro-run-"); err != nil {
+		proc := &ProcessRunner{Dir: cfg.outputDir, Logger: e.log}
+		if proc.Dir == "" {
+			dir, err := os.MkdirTemp("", "laboro-run-")
+			if err != nil {
 				return nil, fmt.Errorf("laboro: create run directory: %w", err)
 			}
-			e.runDir = dir
+			e.runDir = &runDir{path: dir}
+			proc.Dir, proc.held = dir, e.runDir
 		}
-		e.runner = mixedRunner{proc: &ProcessRunner{Dir: dir, Logger: e.log}, fn: FuncRunner{Logger: e.log}}
+		e.runner = mixedRunner{proc: proc, fn: FuncRunner{Logger: e.log}}
 	}
 	e.validator, _ = e.runner.(Validator)
 	e.work.L = &e.mu
@@ -431,7 +430,6 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 	e.begin(stateDraining)
 	select {
 	case <-e.done:
-		e.cleanup.Do(e.removeRunDir)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -446,7 +444,6 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 func (e *Executor) Close() error {
 	e.begin(stateClosed)
 	<-e.done
-	e.cleanup.Do(e.removeRunDir)
 	return nil
 }
 
@@ -483,16 +480,6 @@ func (e *Executor) begin(s execState) {
 	e.mu.Unlock()
 	for i, h := range terminated {
 		h.complete(results[i])
-	}
-}
-
-func (e *Executor) removeRunDir() {
-	if e.runDir == "" {
-		return
-	}
-	// Outputs not yet closed keep the directory; os.Remove leaves it then.
-	if err := os.Remove(e.runDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		e.log.Debug("run directory kept", zap.String("dir", e.runDir), zap.Error(err))
 	}
 }
 

@@ -38,6 +38,10 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
+// NewHandle returns a Handle for job that no Executor knows, for testing a
+// Queue implementation on its own. Its result never arrives.
+func NewHandle(job Job) *Handle { return &Handle{job: job} }
+
 // ID returns the job's id, for example "job_7".
 func (h *Handle) ID() string { return h.job.ID }
 

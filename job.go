@@ -163,7 +163,9 @@ type Result struct {
 	Err error
 	// PID is the process id, 0 when no process was started.
 	PID int
-	// Started and Ended bound the run; both are zero for a job that never started.
+	// Started and Ended bound the run. Both are zero for a job that never
+	// reached its runner (stopped or terminated); for a process that could
+	// not start they mark the attempt.
 	Started, Ended time.Time
 	// Output is the job's standard output, kept in a file; nil when nothing
 	// ran or the runner captures no output. The consumer must Close it.

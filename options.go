@@ -90,8 +90,8 @@ func WithLogger(l *zap.Logger) Option { return func(c *config) { c.logger = l } 
 
 // WithOutputDir sets the directory, which must exist, where the default
 // runner writes <pid>.output files. Default: a run directory of the
-// Executor's own under os.TempDir, removed at the end of Shutdown or Close
-// once every output in it has been closed.
+// Executor's own under os.TempDir, removed once the Executor has finished
+// (Shutdown or Close) and every Output in it has been closed.
 func WithOutputDir(dir string) Option { return func(c *config) { c.outputDir = dir } }
 
 // WithObserver registers fn to follow the Executor: it receives every

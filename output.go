@@ -16,8 +16,9 @@ import (
 // An Output is safe for concurrent use. After Close, Open and WriteTo return
 // an error matching fs.ErrClosed.
 type Output struct {
-	path string
-	size int64
+	path    string
+	size    int64
+	release func() // called once the file is gone; may be nil
 
 	mu     sync.Mutex
 	closed bool
@@ -79,8 +80,51 @@ func (o *Output) Close() error {
 		return nil
 	}
 	o.closed = true
-	if err := os.Remove(o.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	err := os.Remove(o.path)
+	if o.release != nil {
+		o.release()
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil
+}
+
+// runDir is an Executor's own output directory. It is removed once the
+// Executor has finished and the last output left in it has been closed,
+// whichever comes last.
+type runDir struct {
+	path string
+
+	mu       sync.Mutex
+	open     int  // outputs handed out and not yet closed
+	finished bool // the Executor is done with it
+}
+
+func (d *runDir) hold() {
+	d.mu.Lock()
+	d.open++
+	d.mu.Unlock()
+}
+
+func (d *runDir) release() {
+	d.mu.Lock()
+	d.open--
+	gone := d.finished && d.open == 0
+	d.mu.Unlock()
+	if gone {
+		os.Remove(d.path)
+	}
+}
+
+// finish marks the Executor done and removes the directory if no output is
+// left. It is called once.
+func (d *runDir) finish() {
+	d.mu.Lock()
+	d.finished = true
+	gone := d.open == 0
+	d.mu.Unlock()
+	if gone {
+		os.Remove(d.path)
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -26,7 +25,10 @@ type StderrMode uint8
 const (
 	// StderrTail keeps the last ProcessRunner.StderrTail bytes of standard
 	// error in Result.Stderr, so that a failed job can say why. It is the
-	// default.
+	// default. The stream goes to an unnamed scratch file in Dir, not
+	// through a pipe: memory stays bounded however much the job writes,
+	// no goroutine copies it, and a background child that keeps standard
+	// error open does not hold back the result.
 	StderrTail StderrMode = iota
 	// StderrToOutput sends standard error into the output file with
 	// standard output, as a terminal shows them.
@@ -67,11 +69,15 @@ type ProcessRunner struct {
 	// keeps; 0 means DefaultStderrTail.
 	StderrTail int
 	// WaitDelay bounds how long Run waits, once the process has exited or
-	// been killed, for descendants that still hold its standard error
-	// open; 0 means DefaultWaitDelay.
+	// been killed, for the copying of a Job.Stdin that is not an *os.File
+	// to end; 0 means DefaultWaitDelay.
 	WaitDelay time.Duration
 	// Logger receives debug lines about each process; nil means none.
 	Logger *zap.Logger
+
+	// held, when set, counts the outputs left in an Executor's own run
+	// directory, so that the directory goes with the last of them.
+	held *runDir
 }
 
 var (
@@ -147,11 +153,18 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		return fail(fmt.Errorf("laboro: create output file: %w", err))
 	}
 	defer out.Close()
+	var stderr *os.File
+	if r.Stderr == StderrTail {
+		if stderr, err = scratchFile(dir); err != nil {
+			os.Remove(out.Name())
+			return fail(fmt.Errorf("laboro: create standard error file: %w", err))
+		}
+		defer stderr.Close()
+	}
 
-	var tail *tailBuffer
 	defer pinThread()()
 	res.Started = time.Now()
-	cmd, err := r.start(ctx, job, argv, out, &tail)
+	cmd, err := r.start(ctx, job, argv, out, stderr)
 	if err != nil {
 		os.Remove(out.Name())
 		if st, cause := interruption(ctx); st != 0 {
@@ -167,13 +180,16 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	err = cmd.Wait()
 	res.Ended = time.Now()
 	res.ExitCode = cmd.ProcessState.ExitCode()
+	res.Output = &Output{path: path}
 	if fi, statErr := out.Stat(); statErr == nil {
-		res.Output = NewOutput(path, fi.Size())
-	} else {
-		res.Output = NewOutput(path, 0)
+		res.Output.size = fi.Size()
 	}
-	if tail != nil {
-		res.Stderr = tail.Bytes()
+	if r.held != nil {
+		r.held.hold()
+		res.Output.release = r.held.release
+	}
+	if stderr != nil {
+		res.Stderr = readTail(stderr, r.StderrTail)
 	}
 	switch st, cause := interruption(ctx); {
 	case st != 0:
@@ -201,7 +217,7 @@ func (r *ProcessRunner) dir() string {
 // ETXTBSY: a script file just written here may still be open for writing in
 // a child that another goroutine is forking at the same moment, until that
 // child's exec closes it. The retry window is short and bounded.
-func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *os.File, tail **tailBuffer) (*exec.Cmd, error) {
+func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out, stderr *os.File) (*exec.Cmd, error) {
 	delay := time.Millisecond
 	for attempt := 0; ; attempt++ {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -209,14 +225,8 @@ func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *
 		switch r.Stderr {
 		case StderrToOutput:
 			cmd.Stderr = out
-		case StderrDiscard:
-		default:
-			size := r.StderrTail
-			if size <= 0 {
-				size = DefaultStderrTail
-			}
-			*tail = &tailBuffer{max: size}
-			cmd.Stderr = *tail
+		case StderrTail:
+			cmd.Stderr = stderr
 		}
 		cmd.SysProcAttr = sysProcAttr()
 		cmd.Cancel = func() error {
@@ -300,37 +310,39 @@ func writeScript(dir string, job Job) ([]string, func(), error) {
 	return argv, cleanup, nil
 }
 
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu      sync.Mutex
-	max     int
-	buf     []byte
-	dropped bool
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := len(p)
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
-		t.dropped = true
-		return n, nil
+// readTail returns the last max bytes of f (DefaultStderrTail when max is
+// not positive), or nil when f is empty.
+func readTail(f *os.File, max int) []byte {
+	if max <= 0 {
+		max = DefaultStderrTail
 	}
-	if over := len(t.buf) + len(p) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-		t.dropped = true
-	}
-	t.buf = append(t.buf, p...)
-	return n, nil
-}
-
-// Bytes returns the kept tail, or nil when nothing was written.
-func (t *tailBuffer) Bytes() []byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.buf) == 0 {
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
 		return nil
 	}
-	return append([]byte(nil), t.buf...)
+	off := max64(0, fi.Size()-int64(max))
+	buf := make([]byte, fi.Size()-off)
+	n, _ := f.ReadAt(buf, off)
+	return buf[:n]
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// namedScratchFile creates a file in dir and unlinks it at once, so that it
+// is gone once closed.
+func namedScratchFile(dir string) (*os.File, error) {
+	f, err := os.CreateTemp(dir, ".laboro-*.stderr")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }

@@ -301,3 +301,36 @@ func TestProcessRunnerOnItsOwn(t *testing.T) {
 	assert.Equal(t, laboro.StatusFailed, res.Status)
 	assert.ErrorIs(t, res.Err, laboro.ErrInvalidJob)
 }
+
+// The run directory goes with the last output, even one closed after the
+// Executor has finished.
+func TestRunDirectoryOutlivesShutdownUntilOutputsClose(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	ex, err := laboro.New()
+	require.NoError(t, err)
+	early := wait(t, submit(t, ex, laboro.Job{Command: "echo early"}))
+	late := submit(t, ex, laboro.Job{Command: "sleep 0.1"})
+	eventually(t, func() bool { return ex.Stats().Running == 1 }, "the job starts")
+	require.NoError(t, ex.Shutdown(testCtx(t)))
+	lateRes := wait(t, late)
+	runDir := filepath.Dir(lateRes.Output.Path())
+	assert.Equal(t, "early\n", output(t, early))
+	assert.DirExists(t, runDir, "an output is still open")
+	require.NoError(t, lateRes.Output.Close())
+	assert.NoDirExists(t, runDir)
+}
+
+// A background child that keeps standard error open does not hold back the
+// job's result.
+func TestBackgroundChildDoesNotDelayTheResult(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	ex := newExecutor(t)
+	start := time.Now()
+	res := wait(t, submit(t, ex, laboro.Job{Script: fmt.Sprintf("sleep 30 & echo $! > %s; echo bye >&2", pidFile)}))
+	elapsed := time.Since(start)
+	require.Equal(t, laboro.StatusSucceeded, res.Status)
+	assert.Equal(t, "bye\n", string(res.Stderr))
+	assert.Less(t, elapsed, laboro.DefaultWaitDelay, "the result came without waiting for the child")
+	require.NoError(t, syscall.Kill(readPID(t, pidFile), syscall.SIGKILL))
+}

@@ -2,7 +2,10 @@
 
 package laboro
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // sysProcAttr puts the child in a process group of its own, so that the
 // whole group can be killed.
@@ -12,3 +15,6 @@ func sysProcAttr() *syscall.SysProcAttr {
 
 // pinThread is needed only where Pdeathsig is used.
 func pinThread() func() { return func() {} }
+
+// scratchFile returns an unnamed file in dir, gone once closed.
+func scratchFile(dir string) (*os.File, error) { return namedScratchFile(dir) }

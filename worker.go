@@ -102,6 +102,9 @@ func (e *Executor) run(h *Handle) (res Result) {
 // drain its events and then marks the Executor done.
 func (e *Executor) finish() {
 	e.kill(ErrClosed) // releases the context; no job is left to see it
+	if e.runDir != nil {
+		e.runDir.finish()
+	}
 	if e.events != nil {
 		e.events.close()
 		e.events.wait()

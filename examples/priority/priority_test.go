@@ -19,22 +19,12 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newHandles returns one Handle per Meta value, with ids "a", "b", … in
-// that order. Code outside laboro cannot make a Handle, so they come from an
-// Executor that queues them paused (through its own FIFO) and is then
-// closed: the Handles stay valid and keep their Job.
+// that order.
 func newHandles(t *testing.T, metas ...any) []*laboro.Handle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ex, err := laboro.New(laboro.WithConcurrency(0), laboro.WithPoolSize(1),
-		laboro.WithBufferSize(max(1, len(metas))), laboro.WithRunner(laboro.FuncRunner{}))
-	require.NoError(t, err)
-	defer ex.Close()
 	hs := make([]*laboro.Handle, len(metas))
 	for i, meta := range metas {
-		job := laboro.Job{ID: name(i), Meta: meta, Func: func(context.Context) error { return nil }}
-		hs[i], err = ex.Submit(ctx, job)
-		require.NoError(t, err)
+		hs[i] = laboro.NewHandle(laboro.Job{ID: name(i), Meta: meta})
 	}
 	return hs
 }
