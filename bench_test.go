@@ -91,40 +91,7 @@ func benchOverheadLaboro(b *testing.B, c int) {
 	}
 	defer ex.Close()
 
-	handles := make(chan *laboro.Handle, 1024)
-	var failed atomic.Int64
-	collected := make(chan struct{})
-	b.ResetTimer()
-	go func() {
-		defer close(collected)
-		for h := range handles {
-			res, err := h.Wait(ctx)
-			if err != nil || res.Status != laboro.StatusSucceeded {
-				failed.Add(1)
-			}
-		}
-	}()
-	var submitErr error
-	for range b.N {
-		h, err := ex.Submit(ctx, laboro.Job{Func: benchNop})
-		if err != nil {
-			submitErr = err
-			break
-		}
-		handles <- h
-	}
-	close(handles)
-	<-collected
-	b.StopTimer()
-	if submitErr != nil {
-		b.Fatal(submitErr)
-	}
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d jobs did not succeed", n)
-	}
-	if err := ex.Shutdown(ctx); err != nil {
-		b.Fatal(err)
-	}
+	submitAndCollect(b, ctx, ex, laboro.Job{Func: benchNop})
 }
 
 // benchOverheadFloor: a fixed set of c goroutines reading tickets from a
@@ -261,6 +228,15 @@ func benchProcessLaboro(b *testing.B, c int, runner *laboro.ProcessRunner) {
 	}
 	defer ex.Close()
 
+	submitAndCollect(b, ctx, ex, laboro.Job{Args: []string{benchTrue}})
+}
+
+// submitAndCollect submits job b.N times from this goroutine and hands each
+// Handle, through a channel buffered like the Executor, to one collector
+// goroutine that waits for the results in order, checks them and closes
+// their outputs, as a program that wants every result would. Then it shuts
+// the Executor down.
+func submitAndCollect(b *testing.B, ctx context.Context, ex *laboro.Executor, job laboro.Job) {
 	handles := make(chan *laboro.Handle, 1024)
 	var failed atomic.Int64
 	var firstErr atomic.Pointer[error]
@@ -276,10 +252,8 @@ func benchProcessLaboro(b *testing.B, c int, runner *laboro.ProcessRunner) {
 			if err == nil && res.Status != laboro.StatusSucceeded {
 				err = errors.New(res.Status.String())
 			}
-			if res.Output != nil {
-				if cerr := res.Output.Close(); err == nil {
-					err = cerr
-				}
+			if cerr := res.Output.Close(); err == nil {
+				err = cerr
 			}
 			if err != nil {
 				failed.Add(1)
@@ -289,7 +263,7 @@ func benchProcessLaboro(b *testing.B, c int, runner *laboro.ProcessRunner) {
 	}()
 	var submitErr error
 	for range b.N {
-		h, err := ex.Submit(ctx, laboro.Job{Args: []string{benchTrue}})
+		h, err := ex.Submit(ctx, job)
 		if err != nil {
 			submitErr = err
 			break

@@ -12,6 +12,9 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestNewValidatesConfig(t *testing.T) {
@@ -383,7 +386,8 @@ func TestCloseAndShutdownFromManyGoroutines(t *testing.T) {
 }
 
 func TestFuncJobs(t *testing.T) {
-	ex := newExecutor(t, laboro.WithConcurrency(2))
+	core, logs := observer.New(zapcore.DebugLevel)
+	ex := newExecutor(t, laboro.WithConcurrency(2), laboro.WithLogger(zap.New(core)))
 	boom := errors.New("boom")
 	failing := submit(t, ex, laboro.Job{Func: func(context.Context) error { return boom }})
 	panicking := submit(t, ex, laboro.Job{Func: func(context.Context) error { panic(boom) }})
@@ -402,6 +406,10 @@ func TestFuncJobs(t *testing.T) {
 	require.ErrorAs(t, res.Err, &pe)
 	assert.ErrorIs(t, res.Err, boom)
 	assert.Contains(t, string(pe.Stack), "executor_test.go")
+	logged := logs.FilterMessage("job panicked").All()
+	require.Len(t, logged, 1)
+	assert.Equal(t, panicking.ID(), logged[0].ContextMap()["job"])
+	assert.Contains(t, logged[0].ContextMap()["stack"], "executor_test.go", "the stack is logged")
 
 	res = wait(t, slow)
 	assert.Equal(t, laboro.StatusTimedOut, res.Status)
