@@ -257,7 +257,8 @@ func submitAndCollect(b *testing.B, ctx context.Context, ex *laboro.Executor, jo
 			}
 			if err != nil {
 				failed.Add(1)
-				firstErr.CompareAndSwap(nil, &err)
+				first := err // a copy, so that err itself stays on the stack
+				firstErr.CompareAndSwap(nil, &first)
 			}
 		}
 	}()

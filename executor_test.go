@@ -72,7 +72,7 @@ func TestSubmitRefusesDuplicateAndInvalidJobs(t *testing.T) {
 	ex := newExecutor(t, laboro.WithBufferSize(4))
 	running := submit(t, ex, withID(g.job("a"), "running"))
 	g.expectStarts(t, 1)
-	submit(t, ex, laboro.Job{ID: "queued", Command: "true"})
+	queued := submit(t, ex, laboro.Job{ID: "queued", Command: "true"})
 
 	for _, id := range []string{"running", "queued"} {
 		_, err := ex.Submit(testCtx(t), laboro.Job{ID: id, Command: "true"})
@@ -89,6 +89,7 @@ func TestSubmitRefusesDuplicateAndInvalidJobs(t *testing.T) {
 	}
 	close(g.release)
 	wait(t, running)
+	wait(t, queued)
 	// Once finished, an id may be used again.
 	h := submit(t, ex, laboro.Job{ID: "running", Func: func(context.Context) error { return nil }})
 	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)

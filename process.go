@@ -25,10 +25,9 @@ type StderrMode uint8
 const (
 	// StderrTail keeps the last ProcessRunner.StderrTail bytes of standard
 	// error in Result.Stderr, so that a failed job can say why. It is the
-	// default. The stream goes to an unnamed scratch file in Dir, not
-	// through a pipe: memory stays bounded however much the job writes,
-	// no goroutine copies it, and a background child that keeps standard
-	// error open does not hold back the result.
+	// default. Memory stays bounded however much the job writes, and a
+	// descendant left running in the background that keeps standard error
+	// open holds back the result by 50 ms at most.
 	StderrTail StderrMode = iota
 	// StderrToOutput sends standard error into the output file with
 	// standard output, as a terminal shows them.
@@ -153,20 +152,23 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		return fail(fmt.Errorf("laboro: create output file: %w", err))
 	}
 	defer out.Close()
-	var stderr *os.File
+	var tail *stderrTail
 	if r.Stderr == StderrTail {
-		if stderr, err = scratchFile(dir); err != nil {
+		if tail, err = newStderrTail(r.StderrTail); err != nil {
 			os.Remove(out.Name())
-			return fail(fmt.Errorf("laboro: create standard error file: %w", err))
+			return fail(fmt.Errorf("laboro: create standard error pipe: %w", err))
 		}
-		defer stderr.Close()
 	}
 
-	defer pinThread()()
+	unpin := pinThread()
 	res.Started = time.Now()
-	cmd, err := r.start(ctx, job, argv, out, stderr)
+	cmd, err := r.start(ctx, job, argv, out, tail)
 	if err != nil {
+		unpin()
 		os.Remove(out.Name())
+		if tail != nil {
+			tail.abort()
+		}
 		if st, cause := interruption(ctx); st != 0 {
 			res.Ended = time.Now()
 			res.Status, res.Err = st, cause
@@ -175,9 +177,15 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		return fail(err)
 	}
 	res.PID = cmd.Process.Pid
+	if tail != nil {
+		tail.start()
+	}
 	path := r.nameOutput(out.Name(), dir, res.PID)
 
 	err = cmd.Wait()
+	// Reaped: the forking thread may go. Unpinned, the waits below do not
+	// need that very thread to wake up.
+	unpin()
 	res.Ended = time.Now()
 	res.ExitCode = cmd.ProcessState.ExitCode()
 	res.Output = &Output{path: path}
@@ -188,8 +196,8 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		r.held.hold()
 		res.Output.release = r.held.release
 	}
-	if stderr != nil {
-		res.Stderr = readTail(stderr, r.StderrTail)
+	if tail != nil {
+		res.Stderr = tail.finish()
 	}
 	switch st, cause := interruption(ctx); {
 	case st != 0:
@@ -217,7 +225,7 @@ func (r *ProcessRunner) dir() string {
 // ETXTBSY: a script file just written here may still be open for writing in
 // a child that another goroutine is forking at the same moment, until that
 // child's exec closes it. The retry window is short and bounded.
-func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out, stderr *os.File) (*exec.Cmd, error) {
+func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *os.File, tail *stderrTail) (*exec.Cmd, error) {
 	delay := time.Millisecond
 	for attempt := 0; ; attempt++ {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -226,7 +234,7 @@ func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out, 
 		case StderrToOutput:
 			cmd.Stderr = out
 		case StderrTail:
-			cmd.Stderr = stderr
+			cmd.Stderr = tail.w
 		}
 		cmd.SysProcAttr = sysProcAttr()
 		cmd.Cancel = func() error {
@@ -308,41 +316,4 @@ func writeScript(dir string, job Job) ([]string, func(), error) {
 		return nil, nil, fmt.Errorf("laboro: write script file: %w", err)
 	}
 	return argv, cleanup, nil
-}
-
-// readTail returns the last max bytes of f (DefaultStderrTail when max is
-// not positive), or nil when f is empty.
-func readTail(f *os.File, max int) []byte {
-	if max <= 0 {
-		max = DefaultStderrTail
-	}
-	fi, err := f.Stat()
-	if err != nil || fi.Size() == 0 {
-		return nil
-	}
-	off := max64(0, fi.Size()-int64(max))
-	buf := make([]byte, fi.Size()-off)
-	n, _ := f.ReadAt(buf, off)
-	return buf[:n]
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
-}
-
-// namedScratchFile creates a file in dir and unlinks it at once, so that it
-// is gone once closed.
-func namedScratchFile(dir string) (*os.File, error) {
-	f, err := os.CreateTemp(dir, ".laboro-*.stderr")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }

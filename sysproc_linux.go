@@ -1,11 +1,8 @@
 package laboro
 
 import (
-	"os"
 	"runtime"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // sysProcAttr puts the child in a process group of its own, so that the
@@ -24,15 +21,4 @@ func sysProcAttr() *syscall.SysProcAttr {
 func pinThread() func() {
 	runtime.LockOSThread()
 	return runtime.UnlockOSThread
-}
-
-// scratchFile returns an unnamed file in dir, gone once closed. O_TMPFILE
-// makes it in one call; on file systems without it, a named file is created
-// and unlinked at once.
-func scratchFile(dir string) (*os.File, error) {
-	fd, err := unix.Open(dir, unix.O_RDWR|unix.O_TMPFILE|unix.O_CLOEXEC, 0o600)
-	if err == nil {
-		return os.NewFile(uintptr(fd), dir+"/(scratch)"), nil
-	}
-	return namedScratchFile(dir)
 }

@@ -2,10 +2,7 @@
 
 package laboro
 
-import (
-	"os"
-	"syscall"
-)
+import "syscall"
 
 // sysProcAttr puts the child in a process group of its own, so that the
 // whole group can be killed.
@@ -15,6 +12,3 @@ func sysProcAttr() *syscall.SysProcAttr {
 
 // pinThread is needed only where Pdeathsig is used.
 func pinThread() func() { return func() {} }
-
-// scratchFile returns an unnamed file in dir, gone once closed.
-func scratchFile(dir string) (*os.File, error) { return namedScratchFile(dir) }
