@@ -153,3 +153,75 @@ func ExampleExecutor_Shutdown() {
 	// job_2 terminated before execution
 	// laboro: executor closed
 }
+
+func ExampleExecutor_Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ex, err := laboro.New()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// A job that would run for a minute, and starts a child of its own.
+	h, _ := ex.Submit(ctx, laboro.Job{Script: "sleep 60 & sleep 60; wait"})
+	for ex.Stats().Running == 0 {
+		time.Sleep(time.Millisecond)
+	}
+
+	ex.Close() // kills the job's whole process group
+	res, _ := h.Wait(ctx)
+	defer res.Output.Close()
+	fmt.Println(res.ID, res.Status, res.ExitCode)
+	// Output:
+	// job_1 killed -1
+}
+
+func ExampleWithObserver() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ex, err := laboro.New(laboro.WithObserver(func(ev laboro.Event) {
+		// Called from one goroutine, in order; it may call the Executor.
+		switch ev.Kind {
+		case laboro.EventFinished:
+			fmt.Println(ev.Kind, ev.Job.ID, ev.Result.Status)
+		case laboro.EventConcurrency:
+			fmt.Println(ev.Kind, ev.Concurrency)
+		default:
+			fmt.Println(ev.Kind, ev.Job.ID)
+		}
+	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	h, _ := ex.Submit(ctx, laboro.Job{Func: func(context.Context) error { return nil }})
+	h.Wait(ctx)
+	ex.SetConcurrency(2)
+	ex.Shutdown(ctx) // returns once the observer has seen every event
+	// Output:
+	// queued job_1
+	// started job_1
+	// finished job_1 succeeded
+	// concurrency 2
+}
+
+func ExampleProcessRunner() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+
+	// A runner on its own runs one job in the calling goroutine.
+	r := &laboro.ProcessRunner{Dir: dir}
+	res := r.Run(ctx, laboro.Job{Command: `sh -c 'echo "no such file: notes.txt" >&2; exit 3'`})
+	defer res.Output.Close()
+	fmt.Println(res.Status, res.ExitCode)
+	fmt.Printf("%s", res.Stderr)
+	// Output:
+	// failed 3
+	// no such file: notes.txt
+}
