@@ -196,6 +196,7 @@ func BenchmarkProcess(b *testing.B) {
 		{"laboro-stderr-discard", func(b *testing.B, c int) {
 			benchProcessLaboro(b, c, &laboro.ProcessRunner{Stderr: laboro.StderrDiscard})
 		}},
+		{"runner", benchProcessRunner},
 		{"os-exec", benchProcessExec},
 	}
 	for _, impl := range impls {
@@ -288,6 +289,24 @@ func submitAndCollect(b *testing.B, ctx context.Context, ex *laboro.Executor, jo
 // benchProcessExec runs the command with os/exec from c goroutines, each
 // job's standard output going to a file of its own that is then removed.
 func benchProcessExec(b *testing.B, c int) {
+	benchProcessLoop(b, c, benchExecOnce)
+}
+
+// benchProcessRunner calls a ProcessRunner directly from c goroutines, as
+// benchProcessExec calls os/exec: the runner's cost without the Executor's.
+func benchProcessRunner(b *testing.B, c int) {
+	benchProcessLoop(b, c, func(ctx context.Context, dir string) error {
+		r := laboro.ProcessRunner{Dir: dir}
+		res := r.Run(ctx, laboro.Job{Args: []string{benchTrue}})
+		if err := res.Output.Close(); err != nil {
+			return err
+		}
+		return res.Err
+	})
+}
+
+// benchProcessLoop runs once b.N times from c goroutines.
+func benchProcessLoop(b *testing.B, c int, once func(ctx context.Context, dir string) error) {
 	b.ReportAllocs()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -299,7 +318,7 @@ func benchProcessExec(b *testing.B, c int) {
 	for range c {
 		workers.Go(func() {
 			for next.Add(1) <= int64(b.N) {
-				if err := benchExecOnce(ctx, dir); err != nil {
+				if err := once(ctx, dir); err != nil {
 					errs <- err
 					return
 				}
