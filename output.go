@@ -68,8 +68,8 @@ func (o *Output) ReadAll() ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// Close removes the file. It is safe to call more than once; later calls
-// return nil.
+// Close removes the file. It is safe to call more than once, and on a nil
+// *Output (a result without output); such calls return nil.
 func (o *Output) Close() error {
 	if o == nil {
 		return nil
