@@ -143,7 +143,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		defer cleanup()
 	}
 
-	ctx, cancel := jobContext(ctx, job)
+	ctx, cancel := jobContext(ctx, job.Timeout)
 	if cancel != nil {
 		defer cancel()
 	}

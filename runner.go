@@ -55,12 +55,12 @@ func (r FuncRunner) Run(ctx context.Context, job Job) (res Result) {
 		res.Status, res.Err = StatusFailed, fmt.Errorf("%w: FuncRunner needs Job.Func", ErrInvalidJob)
 		return res
 	}
-	ctx, cancel := jobContext(ctx, job)
+	ctx, cancel := jobContext(ctx, job.Timeout)
 	if cancel != nil {
 		defer cancel()
 	}
 	res.Started = time.Now()
-	err := r.call(ctx, job)
+	err := r.call(ctx, job.Func, job.ID)
 	res.Ended = time.Now()
 	res.Status, res.Err = StatusSucceeded, err
 	if err != nil {
@@ -72,27 +72,27 @@ func (r FuncRunner) Run(ctx context.Context, job Job) (res Result) {
 	return res
 }
 
-func (r FuncRunner) call(ctx context.Context, job Job) (err error) {
+func (r FuncRunner) call(ctx context.Context, fn func(context.Context) error, id string) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &PanicError{Value: v, Stack: debug.Stack()}
 			if r.Logger != nil {
-				r.Logger.Error("job panicked", zap.String("job", job.ID), zap.Any("panic", v),
+				r.Logger.Error("job panicked", zap.String("job", id), zap.Any("panic", v),
 					zap.ByteString("stack", pe.Stack))
 			}
 			err = pe
 		}
 	}()
-	return job.Func(ctx)
+	return fn(ctx)
 }
 
-// jobContext bounds ctx by job.Timeout. The returned cancel is nil when
+// jobContext bounds ctx by a job's timeout. The returned cancel is nil when
 // there is no timeout, which spares an allocation per job.
-func jobContext(ctx context.Context, job Job) (context.Context, context.CancelFunc) {
-	if job.Timeout <= 0 {
+func jobContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
 		return ctx, nil
 	}
-	return context.WithTimeoutCause(ctx, job.Timeout, ErrTimeout)
+	return context.WithTimeoutCause(ctx, timeout, ErrTimeout)
 }
 
 // interruption tells why ctx ended: StatusTimedOut for a job timeout,
