@@ -65,8 +65,12 @@ func (t *stderrTail) keep(p []byte) {
 // finish waits for the end of the stream, at most stderrGrace, and returns
 // the tail, or nil when nothing was written.
 func (t *stderrTail) finish() []byte {
-	t.r.SetReadDeadline(time.Now().Add(stderrGrace))
-	<-t.done
+	select {
+	case <-t.done: // the stream has ended already: no deadline to arm
+	default:
+		t.r.SetReadDeadline(time.Now().Add(stderrGrace))
+		<-t.done
+	}
 	t.r.Close()
 	if len(t.buf) == 0 {
 		return nil
