@@ -156,7 +156,11 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	defer out.Close()
 	var tail *stderrTail
 	if r.Stderr == StderrTail {
-		if tail, err = newStderrTail(r.StderrTail); err != nil {
+		size := r.StderrTail
+		if size <= 0 {
+			size = DefaultStderrTail
+		}
+		if tail, err = newStderrTail(size); err != nil {
 			os.Remove(out.Name())
 			return fail(fmt.Errorf("laboro: create standard error pipe: %w", err))
 		}
@@ -180,10 +184,13 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	}
 	res.PID = cmd.Process.Pid
 	if tail != nil {
-		tail.start()
+		tail.start(res.PID)
 	}
 	path := r.nameOutput(out.Name(), dir, res.PID)
 
+	if tail != nil {
+		tail.collect()
+	}
 	err = cmd.Wait()
 	// Reaped: the forking thread may go. Unpinned, the waits below do not
 	// need that very thread to wake up.
@@ -236,7 +243,7 @@ func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *
 		case StderrToOutput:
 			cmd.Stderr = out
 		case StderrTail:
-			cmd.Stderr = tail.w
+			cmd.Stderr = tail.writer()
 		}
 		cmd.SysProcAttr = sysProcAttr()
 		cmd.Cancel = func() error {

@@ -123,6 +123,13 @@ func TestStderr(t *testing.T) {
 		assert.True(t, bytes.HasSuffix(res.Stderr, []byte("xxx tail of the error\n")), "%q", res.Stderr[len(res.Stderr)-40:])
 		assert.Equal(t, "out\n", output(t, res))
 	})
+	t.Run("more than a pipe holds", func(t *testing.T) {
+		ex := newExecutor(t)
+		res := wait(t, submit(t, ex, laboro.Job{Args: []string{"sh", "-c", "head -c 1000000 /dev/zero >&2; echo end >&2"}}))
+		require.Equal(t, laboro.StatusSucceeded, res.Status)
+		assert.Len(t, res.Stderr, laboro.DefaultStderrTail)
+		assert.True(t, bytes.HasSuffix(res.Stderr, []byte("\x00\x00end\n")))
+	})
 	for _, tt := range []struct {
 		mode laboro.StderrMode
 		out  string
