@@ -25,9 +25,10 @@ type StderrMode uint8
 const (
 	// StderrTail keeps the last ProcessRunner.StderrTail bytes of standard
 	// error in Result.Stderr, so that a failed job can say why. It is the
-	// default. Memory stays bounded however much the job writes, and a
-	// descendant left running in the background that keeps standard error
-	// open holds back the result by 50 ms at most.
+	// default. Standard error is read while the job runs, so memory stays
+	// bounded however much the job writes; a descendant left running in
+	// the background that keeps it open does not hold back the result (on
+	// Linux without pidfds, by 50 ms at most).
 	StderrTail StderrMode = iota
 	// StderrToOutput sends standard error into the output file with
 	// standard output, as a terminal shows them. Like StderrDiscard, it
