@@ -1,0 +1,181 @@
+package jobexec
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestFramesRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	frames := []Frame{
+		{FrameLine, []byte("JOB <job_1, ls -l> SUBMITTED")},
+		{FrameOutput, bytes.Repeat([]byte{0, 1, 2, 0xff}, OutputChunk/4)},
+		{FrameLine, nil},
+		{FrameRefusal, []byte("server is shutting down")},
+		{FrameExit, ExitPayload(-1)},
+	}
+	for _, f := range frames {
+		require.NoError(t, WriteFrame(&buf, f.Type, f.Payload))
+	}
+	for _, want := range frames {
+		got, err := ReadFrame(&buf, 0)
+		require.NoError(t, err)
+		assert.Equal(t, want.Type, got.Type)
+		assert.Equal(t, len(want.Payload), len(got.Payload))
+		assert.True(t, bytes.Equal(want.Payload, got.Payload))
+	}
+	_, err := ReadFrame(&buf, 0)
+	assert.ErrorIs(t, err, io.EOF, "a stream that ends between frames")
+}
+
+func TestReadFrameRefusesBadInput(t *testing.T) {
+	header := func(n uint32, typ byte) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, n), typ)
+	}
+	tests := []struct {
+		name  string
+		input []byte
+		check func(t *testing.T, err error)
+	}{
+		{"4 GiB claimed", header(0xffffffff, 'Q'), func(t *testing.T, err error) { assert.ErrorIs(t, err, ErrFrameTooLarge) }},
+		{"just above the limit", header(1025, 'L'), func(t *testing.T, err error) { assert.ErrorIs(t, err, ErrFrameTooLarge) }},
+		{"unknown type", header(3, 'Z'), func(t *testing.T, err error) {
+			var pe *ProtocolError
+			assert.ErrorAs(t, err, &pe)
+		}},
+		{"half a header", []byte{0, 0}, func(t *testing.T, err error) { assert.ErrorIs(t, err, io.ErrUnexpectedEOF) }},
+		{"half a payload", append(header(10, 'L'), "abc"...), func(t *testing.T, err error) { assert.ErrorIs(t, err, io.ErrUnexpectedEOF) }},
+		{"garbage", []byte("GET / HTTP/1.1\r\n\r\n"), func(t *testing.T, err error) { assert.Error(t, err) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ReadFrame(bytes.NewReader(tt.input), 1024)
+			tt.check(t, err)
+		})
+	}
+}
+
+// A frame claiming 4 GiB costs nothing: the length is refused before any
+// allocation of that size.
+func TestHugeLengthAllocatesNothing(t *testing.T) {
+	input := append(binary.BigEndian.AppendUint32(nil, 0xffffffff), 'Q')
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		_, err := ReadFrame(bytes.NewReader(input), 0)
+		require.ErrorIs(t, err, ErrFrameTooLarge)
+	}
+	runtime.ReadMemStats(&after)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20))
+}
+
+func TestWriteFrameRefusesOversizedPayload(t *testing.T) {
+	err := WriteFrame(io.Discard, FrameOutput, make([]byte, DefaultMaxFrame+1))
+	assert.ErrorIs(t, err, ErrFrameTooLarge)
+}
+
+func TestRequestRoundTrip(t *testing.T) {
+	tests := []Request{
+		{Command: "poll"},
+		{Token: "s3cret", Command: "issueJob", Args: []string{"sh", "-c", `echo "a   b"`}},
+		{Command: "issueJob", Args: []string{"grep", "two words", "", "ünïcödé", "x\x00y"}},
+		{Command: "setConcurrency", Args: []string{"4"}},
+	}
+	for _, q := range tests {
+		p, err := q.AppendBinary(nil)
+		require.NoError(t, err)
+		got, err := ParseRequest(p)
+		require.NoError(t, err)
+		assert.Equal(t, q, got)
+	}
+}
+
+func TestParseRequestRefusesMalformedInput(t *testing.T) {
+	good, err := Request{Command: "poll", Args: []string{"x"}}.AppendBinary(nil)
+	require.NoError(t, err)
+	tests := map[string][]byte{
+		"empty":               {},
+		"wrong version":       append([]byte{2}, good[1:]...),
+		"count beyond data":   binary.AppendUvarint([]byte{Version}, 1<<40),
+		"count below two":     {Version, 1, 0},
+		"length beyond data":  append(binary.AppendUvarint([]byte{Version, 2}, 1<<40), 'x'),
+		"trailing bytes":      append(append([]byte(nil), good...), 'x'),
+		"truncated string":    good[:len(good)-1],
+		"overflowing uvarint": append([]byte{Version}, bytes.Repeat([]byte{0xff}, 11)...),
+	}
+	for name, input := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseRequest(input)
+			var pe *ProtocolError
+			require.ErrorAs(t, err, &pe)
+		})
+	}
+	_, err = Request{Command: "issueJob", Args: make([]string, MaxRequestStrings)}.AppendBinary(nil)
+	assert.Error(t, err)
+}
+
+func TestExitPayload(t *testing.T) {
+	for _, code := range []int{0, 1, 127, -1, 255} {
+		got, err := ParseExit(ExitPayload(code))
+		require.NoError(t, err)
+		assert.Equal(t, code, got)
+	}
+	_, err := ParseExit([]byte{1, 2})
+	assert.Error(t, err)
+}
+
+// FuzzParseRequest: whatever decodes re-encodes to a payload that decodes
+// to the same request.
+func FuzzParseRequest(f *testing.F) {
+	for _, q := range []Request{
+		{Command: "poll"},
+		{Token: "t", Command: "issueJob", Args: []string{"sh", "-c", "echo 'a   b'"}},
+	} {
+		p, _ := q.AppendBinary(nil)
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		q, err := ParseRequest(p)
+		if err != nil {
+			return
+		}
+		again, err := q.AppendBinary(nil)
+		require.NoError(t, err)
+		q2, err := ParseRequest(again)
+		require.NoError(t, err)
+		require.Equal(t, q, q2)
+	})
+}
+
+// FuzzReadFrame: any byte stream gives frames or an error, never a panic or
+// a payload above the limit, and what is read re-encodes to the same bytes.
+func FuzzReadFrame(f *testing.F) {
+	var seed bytes.Buffer
+	WriteFrame(&seed, FrameLine, []byte("CONCURRENCY SET AT 2"))
+	WriteFrame(&seed, FrameExit, ExitPayload(0))
+	f.Add(seed.Bytes())
+	f.Add([]byte(strings.Repeat("\xff", 9)))
+	f.Fuzz(func(t *testing.T, input []byte) {
+		r := bytes.NewReader(input)
+		var out bytes.Buffer
+		for {
+			fr, err := ReadFrame(r, 4096)
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					require.True(t, bytes.Equal(input[:len(input)-r.Len()], out.Bytes()))
+				}
+				return
+			}
+			require.LessOrEqual(t, len(fr.Payload), 4096)
+			require.NoError(t, WriteFrame(&out, fr.Type, fr.Payload))
+		}
+	})
+}
