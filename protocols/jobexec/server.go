@@ -1,0 +1,332 @@
+package jobexec
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"go.uber.org/zap"
+)
+
+// The console texts of the specification, kept to the letter.
+const (
+	msgTerminated       = "SERVER TERMINATED"
+	msgTerminatedBefore = "SERVER TERMINATED BEFORE EXECUTION"
+)
+
+// DefaultRequestTimeout is how long a commander has to send its command.
+const DefaultRequestTimeout = 10 * time.Second
+
+// ErrServerTerminated is returned by Serve after an exit command has been
+// carried out: every job was drained and the exit commander was answered.
+var ErrServerTerminated = errors.New("jobexec: server terminated")
+
+// Server serves commanders over TCP, running their jobs with an Executor.
+// Set its fields before Serve; it must not be copied after use.
+type Server struct {
+	// Executor runs the jobs; required. The exit command shuts it down.
+	Executor *laboro.Executor
+	// Token, if not empty, must be sent by every commander; it is compared
+	// in constant time before anything else is done.
+	Token string
+	// Logger; nil means none.
+	Logger *zap.Logger
+	// MaxFrame bounds a request's size; 0 means DefaultMaxFrame.
+	MaxFrame int
+	// RequestTimeout bounds how long a commander may take to send its
+	// command; 0 means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+
+	mu       sync.Mutex
+	draining bool
+	jobs     sync.WaitGroup // issueJob exchanges still delivering
+	conns    sync.WaitGroup // every connection's goroutine
+	exited   chan struct{}  // closed once an exit command has been answered
+	once     sync.Once
+}
+
+func (s *Server) init() {
+	s.once.Do(func() {
+		s.exited = make(chan struct{})
+		if s.Logger == nil {
+			s.Logger = zap.NewNop()
+		}
+	})
+}
+
+// Serve accepts commanders on ln until ctx ends or an exit command has
+// been carried out, then closes ln and waits for every connection it
+// started: when ctx ends while jobs run, close the Executor to end them. It
+// returns ErrServerTerminated after an exit command, ctx.Err() when ctx
+// ended, or the listener's error. Serve is called once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.init()
+	if s.Executor == nil {
+		return errors.New("jobexec: Server.Executor is nil")
+	}
+	// The watcher closes the listener, which ends Accept, on exit or ctx.
+	serving := make(chan struct{})
+	var watcher sync.WaitGroup
+	watcher.Go(func() {
+		select {
+		case <-s.exited:
+		case <-ctx.Done():
+		case <-serving:
+		}
+		ln.Close()
+	})
+	var err error
+	for {
+		var conn net.Conn
+		if conn, err = ln.Accept(); err != nil {
+			break
+		}
+		s.conns.Go(func() { s.serveConn(ctx, conn) })
+	}
+	close(serving)
+	watcher.Wait()
+	s.conns.Wait()
+	select {
+	case <-s.exited:
+		return ErrServerTerminated
+	default:
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// exchange is one commander's connection, seen by the server.
+type exchange struct {
+	conn net.Conn
+	w    *bufio.Writer
+	log  *zap.Logger
+	err  error // the first write error: the commander is gone
+}
+
+func (x *exchange) send(t FrameType, payload []byte) {
+	if x.err == nil {
+		x.err = WriteFrame(x.w, t, payload)
+	}
+}
+
+func (x *exchange) line(format string, args ...any) {
+	x.send(FrameLine, fmt.Appendf(nil, format, args...))
+}
+
+func (x *exchange) exit(code int) {
+	x.send(FrameExit, ExitPayload(code))
+	if x.err == nil {
+		x.err = x.w.Flush()
+	}
+	if x.err != nil {
+		x.log.Info("commander gone before the end of the exchange", zap.Error(x.err))
+	}
+}
+
+func (x *exchange) refuse(format string, args ...any) {
+	x.send(FrameRefusal, fmt.Appendf(nil, format, args...))
+	x.exit(1)
+}
+
+func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
+	defer conn.Close()
+	x := &exchange{conn: conn, w: bufio.NewWriter(conn), log: s.Logger.With(zap.Stringer("peer", conn.RemoteAddr()))}
+	timeout := s.RequestTimeout
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
+	conn.SetReadDeadline(time.Now().Add(timeout))
+	f, err := ReadFrame(bufio.NewReader(conn), s.MaxFrame)
+	if err == nil && f.Type != FrameRequest {
+		err = protocolErrorf("expected a request frame, got %v", f.Type)
+	}
+	var q Request
+	if err == nil {
+		q, err = ParseRequest(f.Payload)
+	}
+	if err != nil {
+		x.log.Warn("bad request", zap.Error(err))
+		if !errors.Is(err, io.EOF) {
+			x.refuse("bad request: %v", err)
+		}
+		return
+	}
+	conn.SetReadDeadline(time.Time{})
+	if subtle.ConstantTimeCompare([]byte(q.Token), []byte(s.Token)) != 1 {
+		x.log.Warn("request with a wrong token")
+		x.refuse("wrong token")
+		return
+	}
+	s.mu.Lock()
+	draining := s.draining
+	if !draining && q.Command == "issueJob" {
+		s.jobs.Add(1) // under mu, so that exit waits for this exchange
+		defer s.jobs.Done()
+	}
+	if !draining && q.Command == "exit" {
+		s.draining = true
+	}
+	s.mu.Unlock()
+	if draining {
+		x.refuse("server is terminating; command %q not taken", q.Command)
+		return
+	}
+	x.log.Debug("command", zap.String("command", q.Command), zap.Strings("args", q.Args))
+	switch q.Command {
+	case "issueJob":
+		s.issueJob(ctx, x, q.Args)
+	case "setConcurrency":
+		s.setConcurrency(x, q.Args)
+	case "stop":
+		s.stop(x, q.Args)
+	case "poll":
+		s.poll(x, q.Args)
+	case "exit":
+		s.terminate(ctx, x)
+	default:
+		x.refuse("unknown command %q", q.Command)
+	}
+}
+
+func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
+	if len(args) == 0 || args[0] == "" {
+		x.refuse("issueJob needs a job")
+		return
+	}
+	job := laboro.Job{Args: args}
+	h, err := s.Executor.Submit(ctx, job)
+	switch {
+	case errors.Is(err, laboro.ErrTerminated):
+		x.line(msgTerminatedBefore)
+		x.exit(1)
+		return
+	case err != nil:
+		x.refuse("%v", err)
+		return
+	}
+	x.line("JOB <%s, %s> SUBMITTED", h.ID(), job)
+	// The commander reads SUBMITTED while its job waits and runs.
+	if x.err == nil {
+		x.err = x.w.Flush()
+	}
+	res, err := h.Wait(context.WithoutCancel(ctx))
+	if err != nil { // cannot happen without a deadline; kept for safety
+		x.refuse("%v", err)
+		return
+	}
+	defer res.Output.Close()
+	switch res.Status {
+	case laboro.StatusTerminated:
+		x.line(msgTerminatedBefore)
+		x.exit(1)
+		return
+	case laboro.StatusStopped:
+		x.line("JOB <%s> REMOVED", h.ID())
+		x.exit(1)
+		return
+	}
+	x.line("-----%s output start-----", h.ID())
+	if res.Output != nil {
+		s.sendOutput(x, res.Output)
+	}
+	x.line("-----%s output end-----", h.ID())
+	code := res.ExitCode
+	if code < 0 {
+		code = 1
+		if len(res.Stderr) == 0 && res.Err != nil {
+			x.log.Info("job did not exit normally", zap.String("job", h.ID()), zap.Error(res.Err))
+		}
+	}
+	x.exit(code)
+}
+
+// sendOutput streams the output file in chunks; a trailing newline is
+// added when the output lacks one, so that the end marker has its own line.
+func (s *Server) sendOutput(x *exchange, out *laboro.Output) {
+	f, err := out.Open()
+	if err != nil {
+		x.log.Error("cannot read job output", zap.Error(err))
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, OutputChunk)
+	var last byte = '\n'
+	for x.err == nil {
+		n, err := f.Read(buf)
+		if n > 0 {
+			x.send(FrameOutput, buf[:n])
+			last = buf[n-1]
+		}
+		if err != nil {
+			break
+		}
+	}
+	if last != '\n' {
+		x.send(FrameOutput, []byte{'\n'})
+	}
+}
+
+func (s *Server) setConcurrency(x *exchange, args []string) {
+	if len(args) != 1 {
+		x.refuse("setConcurrency needs one number")
+		return
+	}
+	n, err := strconv.Atoi(args[0])
+	if err == nil {
+		err = s.Executor.SetConcurrency(n)
+	}
+	if err != nil {
+		x.refuse("setConcurrency %s: %v", args[0], err)
+		return
+	}
+	x.line("CONCURRENCY SET AT %d", n)
+	x.exit(0)
+}
+
+func (s *Server) stop(x *exchange, args []string) {
+	if len(args) != 1 {
+		x.refuse("stop needs one job id")
+		return
+	}
+	if err := s.Executor.Stop(args[0]); err != nil {
+		x.line("JOB <%s> NOTFOUND", args[0])
+	} else {
+		x.line("JOB <%s> REMOVED", args[0])
+	}
+	x.exit(0)
+}
+
+func (s *Server) poll(x *exchange, args []string) {
+	if len(args) != 0 {
+		x.refuse("poll takes no arguments")
+		return
+	}
+	for _, job := range s.Executor.Queued() {
+		x.line("<%s, %s>", job.ID, job)
+	}
+	x.exit(0)
+}
+
+// terminate carries out exit: queued and blocked jobs end as terminated
+// before execution, running ones finish and reach their commanders, then
+// this commander is answered and Serve returns.
+func (s *Server) terminate(ctx context.Context, x *exchange) {
+	if err := s.Executor.Shutdown(ctx); err != nil {
+		x.refuse("shutdown: %v", err)
+		return
+	}
+	s.jobs.Wait()
+	x.line(msgTerminated)
+	x.exit(0)
+	close(s.exited)
+}
