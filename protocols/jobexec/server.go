@@ -107,10 +107,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // exchange is one commander's connection, seen by the server.
 type exchange struct {
-	conn net.Conn
-	w    *bufio.Writer
-	log  *zap.Logger
-	err  error // the first write error: the commander is gone
+	w   *bufio.Writer
+	log *zap.Logger
+	err error // the first write error: the commander is gone
 }
 
 func (x *exchange) send(t FrameType, payload []byte) {
@@ -140,7 +139,7 @@ func (x *exchange) refuse(format string, args ...any) {
 
 func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
-	x := &exchange{conn: conn, w: bufio.NewWriter(conn), log: s.Logger.With(zap.Stringer("peer", conn.RemoteAddr()))}
+	x := &exchange{w: bufio.NewWriter(conn), log: s.Logger.With(zap.Stringer("peer", conn.RemoteAddr()))}
 	timeout := s.RequestTimeout
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
