@@ -3,8 +3,38 @@
 // specification: a server runs Unix commands sent by commanders through a
 // laboro.Executor, and each commander lives for one command.
 //
-// This package holds, for now, the codec: framing, the request message and
-// the size limits. It starts no goroutines.
+// Server serves commanders, running their jobs with a laboro.Executor's
+// process runner; Client sends one command and prints the answer as
+// jobCommander does. The binaries in cmd/jobExecutorServer and
+// cmd/jobCommander are thin wrappers over them.
+//
+// # What a commander sees
+//
+// The console texts are those of the specification, to the letter:
+// "JOB <job_N, job> SUBMITTED", then the output between
+// "-----job_N output start-----" and "-----job_N output end-----";
+// "CONCURRENCY SET AT N"; "JOB <job_N> REMOVED" or "JOB <job_N> NOTFOUND";
+// one "<job_N, job>" line per queued job; "SERVER TERMINATED". The job text
+// is the command line as typed, each argument shell-quoted when it needs
+// to be, so that it can be pasted back into a shell.
+//
+// After an exit command the server takes no new command (each is refused
+// with a reason); queued jobs, and submitters still blocked on a full
+// buffer, get "SERVER TERMINATED BEFORE EXECUTION"; running jobs finish and
+// their outputs are delivered; then the exit commander is answered and
+// Serve returns ErrServerTerminated.
+//
+// A commander that goes away does not disturb the server. If its job was
+// still blocked on a full buffer, the job is dropped; if it was queued or
+// running, it runs on, its output is discarded and its file removed. Both
+// are logged.
+//
+// # Limits
+//
+// A connection must deliver its request within Server.RequestTimeout; a
+// frame longer than the reader's limit is refused before allocation; a
+// connection that breaks the protocol gets a refusal frame, when it can
+// still be written, and is closed. None of these affect other connections.
 //
 // # The wire, version 1
 //

@@ -107,10 +107,38 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // exchange is one commander's connection, seen by the server.
 type exchange struct {
-	w   *bufio.Writer
-	log *zap.Logger
-	err error // the first write error: the commander is gone
+	conn net.Conn
+	w    *bufio.Writer
+	log  *zap.Logger
+	err  error // the first write error: the commander is gone
 }
+
+// watch returns a context that ends when the commander goes away (it sends
+// nothing after its request, so any read that returns means it closed the
+// connection or broke the protocol), and a function that stops watching.
+func (x *exchange) watch(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var b [1]byte
+		_, err := x.conn.Read(b[:])
+		if err == nil {
+			err = protocolErrorf("commander sent bytes after its request")
+		}
+		cancel(fmt.Errorf("%w: %w", errCommanderGone, err))
+	}()
+	return ctx, func() {
+		x.conn.SetReadDeadline(time.Now())
+		<-done
+		cancel(nil)
+		x.conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// errCommanderGone is the cause of an exchange's context when its
+// commander went away.
+var errCommanderGone = errors.New("commander gone")
 
 func (x *exchange) send(t FrameType, payload []byte) {
 	if x.err == nil {
@@ -139,7 +167,7 @@ func (x *exchange) refuse(format string, args ...any) {
 
 func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
-	x := &exchange{w: bufio.NewWriter(conn), log: s.Logger.With(zap.Stringer("peer", conn.RemoteAddr()))}
+	x := &exchange{conn: conn, w: bufio.NewWriter(conn), log: s.Logger.With(zap.Stringer("peer", conn.RemoteAddr()))}
 	timeout := s.RequestTimeout
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
@@ -202,12 +230,21 @@ func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
 		x.refuse("issueJob needs a job")
 		return
 	}
+	// A commander may leave (Ctrl-C) while its job waits for a place in
+	// the buffer, or while it waits and runs: before it is queued the job
+	// is dropped; after, it runs on and its output is discarded.
+	watched, unwatch := x.watch(ctx)
+	defer unwatch()
 	job := laboro.Job{Args: args}
-	h, err := s.Executor.Submit(ctx, job)
+	h, err := s.Executor.Submit(watched, job)
 	switch {
 	case errors.Is(err, laboro.ErrTerminated):
 		x.line(msgTerminatedBefore)
 		x.exit(1)
+		return
+	case errors.Is(err, laboro.ErrNotQueued) && ctx.Err() == nil:
+		x.log.Info("commander gone before its job was queued; job dropped",
+			zap.Stringer("job", job), zap.Error(context.Cause(watched)))
 		return
 	case err != nil:
 		x.refuse("%v", err)
@@ -218,12 +255,26 @@ func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
 	if x.err == nil {
 		x.err = x.w.Flush()
 	}
+	select {
+	case <-h.Done():
+	case <-watched.Done():
+		if ctx.Err() == nil {
+			x.log.Info("commander gone; its job runs on and its output will be discarded",
+				zap.String("job", h.ID()), zap.Error(context.Cause(watched)))
+			x.err = context.Cause(watched)
+		}
+	}
 	res, err := h.Wait(context.WithoutCancel(ctx))
 	if err != nil { // cannot happen without a deadline; kept for safety
 		x.refuse("%v", err)
 		return
 	}
 	defer res.Output.Close()
+	if x.err != nil {
+		x.log.Info("job ended; output discarded", zap.String("job", h.ID()),
+			zap.Stringer("status", res.Status), zap.Int("exit", res.ExitCode))
+		return
+	}
 	switch res.Status {
 	case laboro.StatusTerminated:
 		x.line(msgTerminatedBefore)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,18 +28,22 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type testServer struct {
 	ex     *laboro.Executor
 	addr   string
+	dir    string // the output directory
+	logs   *observer.ObservedLogs
 	served chan error
 }
 
 func startServer(t *testing.T, token string, opts ...laboro.Option) *testServer {
 	t.Helper()
-	ex, err := laboro.New(append([]laboro.Option{laboro.WithOutputDir(t.TempDir())}, opts...)...)
+	dir := t.TempDir()
+	ex, err := laboro.New(append([]laboro.Option{laboro.WithOutputDir(dir)}, opts...)...)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := &Server{Executor: ex, Token: token, RequestTimeout: 300 * time.Millisecond}
-	ts := &testServer{ex: ex, addr: ln.Addr().String(), served: make(chan error, 1)}
+	core, logs := observer.New(zap.InfoLevel)
+	srv := &Server{Executor: ex, Token: token, RequestTimeout: 300 * time.Millisecond, Logger: zap.New(core)}
+	ts := &testServer{ex: ex, addr: ln.Addr().String(), dir: dir, logs: logs, served: make(chan error, 1)}
 	go func() { ts.served <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
@@ -219,4 +227,109 @@ func TestManyCommanders(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// logged reports whether the server has logged a message containing text.
+func (ts *testServer) logged(text string) bool {
+	return ts.logs.FilterMessageSnippet(text).Len() > 0
+}
+
+// cancelOn is an io.Writer that cancels a context once it has seen text.
+type cancelOn struct {
+	text   string
+	cancel context.CancelFunc
+	buf    bytes.Buffer
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.text) {
+		w.cancel()
+	}
+	return len(p), nil
+}
+
+// A commander that leaves (Ctrl-C) does not disturb the server: a job it
+// left while queued or running still runs, its output is discarded and its
+// file removed; a job it left while blocked on a full buffer is dropped.
+func TestCommanderGone(t *testing.T) {
+	ts := startServer(t, "", laboro.WithBufferSize(1), laboro.WithPoolSize(1))
+	gate := filepath.Join(t.TempDir(), "gate")
+	job := []string{"sh", "-c", "while [ ! -e " + gate + " ]; do sleep 0.01; done; echo discarded"}
+
+	leave := func(want string, args ...string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		w := &cancelOn{text: want, cancel: cancel}
+		_, err := (&Client{Addr: ts.addr}).Do(ctx, "issueJob", args, w)
+		return err
+	}
+	// The first job runs, the second waits in the buffer; both commanders
+	// leave once their jobs are submitted.
+	require.ErrorIs(t, leave("SUBMITTED", job...), context.Canceled)
+	require.Eventually(t, func() bool { return ts.logged("commander gone; its job runs on") }, 10*time.Second, time.Millisecond)
+	require.ErrorIs(t, leave("SUBMITTED", "echo", "queued"), context.Canceled)
+	require.Eventually(t, func() bool { return ts.logs.FilterMessageSnippet("commander gone; its job runs on").Len() == 2 }, 10*time.Second, time.Millisecond)
+
+	// The third blocks on the full buffer; its commander leaves too.
+	ctx, cancel := context.WithCancel(context.Background())
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := (&Client{Addr: ts.addr}).Do(ctx, "issueJob", []string{"echo", "blocked"}, io.Discard)
+		blocked <- err
+	}()
+	require.Eventually(t, func() bool { return ts.ex.Stats().Blocked == 1 }, 10*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-blocked, context.Canceled)
+	require.Eventually(t, func() bool { return ts.logged("job dropped") }, 10*time.Second, time.Millisecond)
+
+	out, _, err := ts.do(t, "", "poll")
+	require.NoError(t, err, "the server goes on serving")
+	assert.Equal(t, "<job_2, echo queued>\n", out, "the blocked job was dropped, the queued one kept")
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	require.Eventually(t, func() bool { return ts.logs.FilterMessageSnippet("output discarded").Len() == 2 }, 10*time.Second, time.Millisecond)
+	for _, e := range ts.logs.FilterMessageSnippet("output discarded").All() {
+		assert.Equal(t, "succeeded", e.ContextMap()["status"])
+	}
+	require.Eventually(t, func() bool {
+		entries, err := os.ReadDir(ts.dir)
+		return err == nil && len(entries) == 0
+	}, 10*time.Second, time.Millisecond, "output files removed")
+	out, _, err = ts.do(t, "", "issueJob", "echo", "next")
+	require.NoError(t, err)
+	assert.Equal(t, "JOB <job_3, echo next> SUBMITTED\n-----job_3 output start-----\nnext\n-----job_3 output end-----\n", out)
+}
+
+// openFiles counts this process's open file descriptors.
+func openFiles(t *testing.T) int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd here")
+	}
+	return len(entries)
+}
+
+// Every kind of exchange, good and bad, gives back its descriptors.
+func TestNoDescriptorLeak(t *testing.T) {
+	ts := startServer(t, "tok", laboro.WithConcurrency(2))
+	_, _, err := ts.do(t, "tok", "poll") // warm up: listener, poller, runtime
+	require.NoError(t, err)
+	before := openFiles(t)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			ts.do(t, "tok", "issueJob", "sh", "-c", fmt.Sprintf("echo %d; echo err >&2; exit %d", i, i%3))
+			ts.do(t, "bad", "poll")
+			ts.do(t, "tok", "stop", "job_1000")
+			ts.do(t, "tok", "issueJob", "no-such-program")
+			if conn, err := net.Dial("tcp", ts.addr); err == nil {
+				conn.Write([]byte{0, 0, 0, 50, 'Q', 1})
+				conn.Close()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Eventually(t, func() bool { return openFiles(t) == before }, 10*time.Second, 10*time.Millisecond,
+		"open descriptors: %d before, %d after", before, openFiles(t))
 }
