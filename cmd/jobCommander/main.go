@@ -5,8 +5,9 @@
 //
 // Its exit status is the job's own for issueJob (1 when the job did not run
 // or did not exit normally), 0 for a command carried out, 1 when the server
-// refused the command or could not be reached, 2 for a usage error. Set
-// LABORO_TOKEN when the server requires one.
+// refused the command or could not be reached, 2 for a usage error, 130
+// when interrupted (the server is not disturbed: a job already submitted
+// runs on). Set LABORO_TOKEN when the server requires one.
 package main
 
 import (
@@ -38,6 +39,10 @@ func main() {
 	defer stop()
 	c := &jobexec.Client{Addr: net.JoinHostPort(args[0], args[1]), Token: os.Getenv("LABORO_TOKEN")}
 	code, err := c.Do(ctx, args[2], args[3:], os.Stdout)
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "jobCommander: interrupted")
+		os.Exit(130)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "jobCommander:", err)
 		os.Exit(1)

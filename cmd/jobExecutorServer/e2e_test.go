@@ -2,13 +2,19 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,108 +23,542 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+var (
+	binDir    string // where the binaries are built, once per test run
+	buildOnce sync.Once
+	buildErr  error
+)
 
-// build compiles both binaries into a temporary directory.
-func build(t *testing.T) (server, commander string) {
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "jobexec-bin"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(binDir)
+		os.Exit(code)
+	}))
+}
+
+// build compiles both binaries once per test run.
+func build(t testing.TB) (server, commander string) {
 	t.Helper()
-	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/laboro-go/laboro/cmd/jobExecutorServer", "github.com/laboro-go/laboro/cmd/jobCommander").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	dir := binDir
+	buildOnce.Do(func() {
+		out, err := exec.Command("go", "build", "-o", dir+"/",
+			"github.com/laboro-go/laboro/cmd/jobExecutorServer",
+			"github.com/laboro-go/laboro/cmd/jobCommander").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("%w: %s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
 	return filepath.Join(dir, "jobExecutorServer"), filepath.Join(dir, "jobCommander")
+}
+
+// server is a running jobExecutorServer process.
+type server struct {
+	cmd       *exec.Cmd
+	commander string
+	host      string // a name, resolved by the commander
+	port      string
+	work      string // its working directory, where outputs go
+
+	mu   sync.Mutex
+	logs strings.Builder
+	eof  chan struct{} // closed when its stderr ends
+}
+
+// startServer runs jobExecutorServer with args (port 0 is chosen by the
+// system) in a fresh working directory, and waits until it serves.
+func startServer(t testing.TB, args ...string) *server {
+	t.Helper()
+	bin, commander := build(t)
+	s := &server{commander: commander, work: t.TempDir(), eof: make(chan struct{})}
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Dir = s.work
+	stderr, err := s.cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, s.cmd.Start())
+	addr := make(chan string, 1)
+	re := regexp.MustCompile(`serving.*"addr": "([^"]+)"`)
+	go func() {
+		defer close(s.eof)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.logs.WriteString(sc.Text() + "\n")
+			s.mu.Unlock()
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		s.cmd.Process.Kill()
+		<-s.eof
+		s.cmd.Wait()
+	})
+	select {
+	case a := <-addr:
+		host, port, _ := net.SplitHostPort(a)
+		s.host, s.port = strings.Replace(host, "127.0.0.1", "localhost", 1), port
+	case <-s.eof:
+		t.Fatalf("the server did not start:\n%s", s.log())
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not start")
+	}
+	return s
+}
+
+func (s *server) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.logs.String()
+}
+
+// logged reports how many log lines contain text.
+func (s *server) logged(text string) int {
+	return strings.Count(s.log(), text)
+}
+
+// wait waits for the server process to end and returns its error.
+func (s *server) wait(t testing.TB) error {
+	t.Helper()
+	select {
+	case <-s.eof:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not end")
+	}
+	return s.cmd.Wait()
+}
+
+// run runs one commander to its end: its stdout, stderr and exit status.
+func (s *server) run(t testing.TB, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	c := s.start(t, args...)
+	return c.wait(t)
+}
+
+// commander is a running jobCommander process, read line by line.
+type commander struct {
+	cmd    *exec.Cmd
+	lines  chan line
+	stderr strings.Builder // read only after the process ended
+}
+
+// line is a line of a commander's output and when it was read.
+type line struct {
+	text string
+	at   time.Time
+}
+
+func (s *server) start(t testing.TB, args ...string) *commander {
+	t.Helper()
+	c := &commander{lines: make(chan line, 1024)}
+	c.cmd = exec.Command(s.commander, append([]string{s.host, s.port}, args...)...)
+	c.cmd.Dir = s.work
+	c.cmd.Stderr = &c.stderr
+	stdout, err := c.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, c.cmd.Start())
+	go func() {
+		defer close(c.lines)
+		r := bufio.NewReader(stdout)
+		for {
+			text, err := r.ReadString('\n')
+			if text != "" {
+				c.lines <- line{text, time.Now()}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		c.cmd.Process.Kill()
+		for range c.lines {
+		}
+		c.cmd.Wait()
+	})
+	return c
+}
+
+// next returns the commander's next line, failing after a generous wait.
+func (c *commander) next(t testing.TB) string {
+	t.Helper()
+	select {
+	case l, ok := <-c.lines:
+		require.True(t, ok, "the commander ended early")
+		return l.text
+	case <-time.After(30 * time.Second):
+		t.Fatal("no line from the commander")
+		return ""
+	}
+}
+
+// quiet asserts that the commander prints nothing for d: it is blocked.
+func (c *commander) quiet(t testing.TB, d time.Duration) {
+	t.Helper()
+	select {
+	case l := <-c.lines:
+		t.Fatalf("the commander should be blocked, but printed %q", l.text)
+	case <-time.After(d):
+	}
+}
+
+// wait reads the commander's remaining output and its exit status.
+func (c *commander) wait(t testing.TB) (stdout, stderr string, code int) {
+	t.Helper()
+	var out strings.Builder
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if ok {
+				out.WriteString(l.text)
+				continue
+			}
+		case <-timeout:
+			t.Fatal("the commander did not end")
+		}
+		break
+	}
+	err := c.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), c.stderr.String(), code
+}
+
+// gate is a shell command that waits until the file go exists in the
+// server's working directory, then prints what.
+func gate(what string) []string {
+	return []string{"sh", "-c", "while [ ! -e go ]; do sleep 0.01; done; echo " + what}
+}
+
+func (s *server) open(t testing.TB) {
+	require.NoError(t, os.WriteFile(filepath.Join(s.work, "go"), nil, 0o644))
+}
+
+// outputsLeft lists the <pid>.output files left in the working directory.
+func (s *server) outputsLeft(t testing.TB) []string {
+	entries, err := os.ReadDir(s.work)
+	require.NoError(t, err)
+	var left []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".output") {
+			left = append(left, e.Name())
+		}
+	}
+	return left
 }
 
 // The example session of the specification, on local files and commands.
 func TestExampleSession(t *testing.T) {
-	server, commander := build(t)
-	work := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(work, "file1"), []byte("a keyword here\nnothing\nkeyword again\n"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(work, "file2"), []byte("contents of file2\n"), 0o644))
+	s := startServer(t, "0", "8", "5")
+	require.NoError(t, os.WriteFile(filepath.Join(s.work, "file1"), []byte("a keyword here\nnothing\nkeyword again\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(s.work, "file2"), []byte("contents of file2\n"), 0o644))
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	srv := exec.CommandContext(ctx, server, "0", "8", "5")
-	srv.Dir = work
-	stderr, err := srv.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, srv.Start())
-	addr := make(chan string, 1)
-	logs := make(chan string, 1)
-	go func() {
-		var all bytes.Buffer
-		sc := bufio.NewScanner(stderr)
-		re := regexp.MustCompile(`"addr": "([^"]+)"`)
-		for sc.Scan() {
-			all.WriteString(sc.Text() + "\n")
-			if m := re.FindStringSubmatch(sc.Text()); m != nil && strings.Contains(sc.Text(), "serving") {
-				addr <- m[1]
-			}
-		}
-		logs <- all.String()
-	}()
-	var hostPort string
-	select {
-	case hostPort = <-addr:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the server did not start")
-	}
-	host, port, _ := strings.Cut(hostPort, ":")
-	host = strings.Replace(host, "127.0.0.1", "localhost", 1) // a name, resolved
-
-	run := func(args ...string) (string, int) {
-		cmd := exec.CommandContext(ctx, commander, append([]string{host, port}, args...)...)
-		cmd.Dir = work
-		out, err := cmd.Output()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		return string(out), code
-	}
-
-	out, code := run("issueJob", "ls", "file1", "file2")
+	out, _, code := s.run(t, "issueJob", "ls", "file1", "file2")
 	assert.Equal(t, "JOB <job_1, ls file1 file2> SUBMITTED\n-----job_1 output start-----\nfile1\nfile2\n-----job_1 output end-----\n", out)
 	assert.Equal(t, 0, code)
-	out, _ = run("setConcurrency", "2")
+	out, _, _ = s.run(t, "setConcurrency", "2")
 	assert.Equal(t, "CONCURRENCY SET AT 2\n", out)
-	out, _ = run("issueJob", "grep", "keyword", "file1")
-	assert.Equal(t, "JOB <job_2, grep keyword file1> SUBMITTED\n-----job_2 output start-----\na keyword here\nkeyword again\n-----job_2 output end-----\n", out)
-	out, _ = run("issueJob", "cat", "file2")
+	out, _, _ = s.run(t, "issueJob", "grep", "keyword here", "file1")
+	assert.Equal(t, "JOB <job_2, grep 'keyword here' file1> SUBMITTED\n-----job_2 output start-----\na keyword here\n-----job_2 output end-----\n", out)
+	out, _, _ = s.run(t, "issueJob", "cat", "file2")
 	assert.Equal(t, "JOB <job_3, cat file2> SUBMITTED\n-----job_3 output start-----\ncontents of file2\n-----job_3 output end-----\n", out)
-	out, code = run("issueJob", "no-such-program")
-	assert.Equal(t, "JOB <job_4, no-such-program> SUBMITTED\n-----job_4 output start-----\n-----job_4 output end-----\n", out)
+	out, _, code = s.run(t, "issueJob", "sh", "-c", "sleep 0.2; printf 'a   b'")
+	assert.Equal(t, "JOB <job_4, sh -c 'sleep 0.2; printf '\\''a   b'\\'''> SUBMITTED\n-----job_4 output start-----\na   b\n-----job_4 output end-----\n", out,
+		"argument boundaries survive; a missing last newline is added before the end marker")
+	assert.Equal(t, 0, code)
+	out, _, code = s.run(t, "issueJob", "no-such-program")
+	assert.Equal(t, "JOB <job_5, no-such-program> SUBMITTED\n-----job_5 output start-----\n-----job_5 output end-----\n", out)
 	assert.Equal(t, 1, code)
-	out, code = run("issueJob", "sh", "-c", "exit 7")
-	assert.Contains(t, out, "-----job_5 output end-----\n")
+	out, _, code = s.run(t, "issueJob", "sh", "-c", "exit 7")
+	assert.Contains(t, out, "-----job_6 output end-----\n")
 	assert.Equal(t, 7, code, "the commander's status is the job's")
-	out, _ = run("poll")
+	out, _, _ = s.run(t, "poll")
 	assert.Equal(t, "", out)
-	out, _ = run("stop", "job_1")
+	out, _, _ = s.run(t, "stop", "job_1")
 	assert.Equal(t, "JOB <job_1> NOTFOUND\n", out)
-	out, _ = run("stop", "job_15")
+	out, _, _ = s.run(t, "stop", "job_15")
 	assert.Equal(t, "JOB <job_15> NOTFOUND\n", out)
-	_, code = run("frobnicate")
-	assert.Equal(t, 2, code, "usage error")
-	out, code = run("exit")
+	out, _, code = s.run(t, "exit")
 	assert.Equal(t, "SERVER TERMINATED\n", out)
 	assert.Equal(t, 0, code)
-	require.NoError(t, srv.Wait(), "the server ends with status 0")
-	<-logs
-	entries, err := os.ReadDir(work)
-	require.NoError(t, err)
-	for _, e := range entries {
-		assert.False(t, strings.HasSuffix(e.Name(), ".output"), "output file %s left behind", e.Name())
+	require.NoError(t, s.wait(t), "the server ends with status 0")
+	assert.Empty(t, s.outputsLeft(t))
+}
+
+// startEnd parses the two timestamps that a timed job prints.
+func startEnd(t *testing.T, out string) (start, end float64) {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^start (\d+\.\d+)\nend (\d+\.\d+)$`).FindStringSubmatch(out)
+	require.NotNil(t, m, "no timestamps in %q", out)
+	start, _ = strconv.ParseFloat(m[1], 64)
+	end, _ = strconv.ParseFloat(m[2], 64)
+	return start, end
+}
+
+// Concurrency is observed from the jobs' own clocks: at 1 the three sleeps
+// run one after another, at 3 they overlap.
+func TestConcurrencyObserved(t *testing.T) {
+	s := startServer(t, "0", "16", "4")
+	sleeps := func() [][2]float64 {
+		var cs []*commander
+		for range 3 {
+			cs = append(cs, s.start(t, "issueJob", "sh", "-c", "echo start $(date +%s.%N); sleep 1; echo end $(date +%s.%N)"))
+		}
+		var spans [][2]float64
+		for _, c := range cs {
+			out, _, code := c.wait(t)
+			require.Equal(t, 0, code, out)
+			start, end := startEnd(t, out)
+			spans = append(spans, [2]float64{start, end})
+		}
+		slices.SortFunc(spans, func(a, b [2]float64) int { return int((a[0] - b[0]) * 1e9) })
+		return spans
 	}
+
+	spans := sleeps()
+	for i := 1; i < len(spans); i++ {
+		assert.GreaterOrEqual(t, spans[i][0], spans[i-1][1], "at concurrency 1, job %d started before the one before it ended: %v", i, spans)
+	}
+
+	out, _, _ := s.run(t, "setConcurrency", "3")
+	require.Equal(t, "CONCURRENCY SET AT 3\n", out)
+	spans = sleeps()
+	lastStart, firstEnd := spans[2][0], spans[0][1]
+	for _, sp := range spans {
+		firstEnd = min(firstEnd, sp[1])
+	}
+	assert.Less(t, lastStart, firstEnd, "at concurrency 3 the three sleeps should overlap: %v", spans)
+}
+
+// With a buffer of 2 and one job at a time, the fourth issueJob blocks
+// until a place frees; stop and poll see exactly the queued jobs.
+func TestFullBufferStopAndPoll(t *testing.T) {
+	s := startServer(t, "0", "2", "1")
+	first := s.start(t, append([]string{"issueJob"}, gate("one")...)...)
+	require.Equal(t, "JOB <job_1, sh -c 'while [ ! -e go ]; do sleep 0.01; done; echo one'> SUBMITTED\n", first.next(t))
+	require.Eventually(t, func() bool { out, _, _ := s.run(t, "poll"); return out == "" }, 10*time.Second, 10*time.Millisecond, "job_1 runs")
+
+	second := s.start(t, "issueJob", "echo", "two")
+	assert.Equal(t, "JOB <job_2, echo two> SUBMITTED\n", second.next(t))
+	third := s.start(t, "issueJob", "echo", "three")
+	assert.Equal(t, "JOB <job_3, echo three> SUBMITTED\n", third.next(t))
+	fourth := s.start(t, "issueJob", "echo", "four")
+	fourth.quiet(t, 500*time.Millisecond)
+
+	out, _, _ := s.run(t, "poll")
+	assert.Equal(t, "<job_2, echo two>\n<job_3, echo three>\n", out, "the blocked job is not in the buffer")
+
+	out, _, _ = s.run(t, "stop", "job_2")
+	assert.Equal(t, "JOB <job_2> REMOVED\n", out)
+	assert.Equal(t, "JOB <job_4, echo four> SUBMITTED\n", fourth.next(t), "the freed place goes to the blocked job")
+	out, _, code := second.wait(t)
+	assert.Equal(t, "JOB <job_2> REMOVED\n", out, "the stopped job's commander is told")
+	assert.Equal(t, 1, code)
+
+	out, _, _ = s.run(t, "poll")
+	assert.Equal(t, "<job_3, echo three>\n<job_4, echo four>\n", out)
+	for _, id := range []string{"job_1", "job_2", "job_99", "nonsense"} {
+		out, _, code = s.run(t, "stop", id)
+		assert.Equal(t, "JOB <"+id+"> NOTFOUND\n", out, "running, already removed and unknown ids")
+		assert.Equal(t, 0, code)
+	}
+
+	s.open(t)
+	for i, c := range []*commander{first, third, fourth} {
+		out, _, code := c.wait(t)
+		id := []string{"job_1", "job_3", "job_4"}[i]
+		word := []string{"one", "three", "four"}[i]
+		assert.Equal(t, "-----"+id+" output start-----\n"+word+"\n-----"+id+" output end-----\n", strings.TrimPrefix(out, fmt.Sprintf("JOB <%s, echo %s> SUBMITTED\n", id, word)))
+		assert.Equal(t, 0, code)
+	}
+	assert.Empty(t, s.outputsLeft(t))
+}
+
+// exit with a job running, two queued and one blocked on the full buffer:
+// every commander gets its message, commands during the drain are refused,
+// and the server ends with status 0 once the running job is delivered.
+func TestExitDrains(t *testing.T) {
+	s := startServer(t, "0", "2", "1")
+	running := s.start(t, append([]string{"issueJob"}, gate("finished")...)...)
+	running.next(t)
+	require.Eventually(t, func() bool { out, _, _ := s.run(t, "poll"); return out == "" }, 10*time.Second, 10*time.Millisecond)
+	var queued []*commander
+	for _, w := range []string{"two", "three"} {
+		c := s.start(t, "issueJob", "echo", w)
+		c.next(t)
+		queued = append(queued, c)
+	}
+	blocked := s.start(t, "issueJob", "echo", "four")
+	blocked.quiet(t, 300*time.Millisecond)
+
+	exit := s.start(t, "exit")
+	for _, c := range append(queued, blocked) {
+		out, _, code := c.wait(t)
+		assert.Equal(t, "SERVER TERMINATED BEFORE EXECUTION\n", out)
+		assert.Equal(t, 1, code)
+	}
+	for _, cmd := range [][]string{{"poll"}, {"issueJob", "echo", "late"}, {"setConcurrency", "4"}} {
+		out, stderr, code := s.run(t, cmd...)
+		assert.Empty(t, out, "%v", cmd)
+		assert.Contains(t, stderr, "server is terminating", "%v", cmd)
+		assert.Equal(t, 1, code, "%v", cmd)
+	}
+	exit.quiet(t, 200*time.Millisecond) // the running job holds the exit
+
+	s.open(t)
+	out, _, code := running.wait(t)
+	assert.Equal(t, "-----job_1 output start-----\nfinished\n-----job_1 output end-----\n", out)
+	assert.Equal(t, 0, code)
+	out, _, code = exit.wait(t)
+	assert.Equal(t, "SERVER TERMINATED\n", out)
+	assert.Equal(t, 0, code)
+	require.NoError(t, s.wait(t), "the server ends with status 0")
+	assert.Empty(t, s.outputsLeft(t))
+}
+
+// openFiles counts a process's open file descriptors.
+func openFiles(t *testing.T, pid int) int {
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Skip("no /proc here")
+	}
+	return len(entries)
+}
+
+// 200 commanders at once, each printing a unique line: every output
+// arrives exactly once, at its own commander, and the server holds no more
+// descriptors afterwards than before.
+func TestLoad(t *testing.T) {
+	s := startServer(t, "0", "64", "4")
+	out, _, _ := s.run(t, "setConcurrency", "4")
+	require.Equal(t, "CONCURRENCY SET AT 4\n", out)
+	before := openFiles(t, s.cmd.Process.Pid)
+
+	const n = 200
+	cs := make([]*commander, n)
+	for i := range cs {
+		cs[i] = s.start(t, "issueJob", "echo", fmt.Sprintf("unique-%03d", i))
+	}
+	ids := map[string]int{}
+	re := regexp.MustCompile(`^JOB <(job_\d+), echo (unique-\d+)> SUBMITTED\n-----(job_\d+) output start-----\n(unique-\d+)\n-----(job_\d+) output end-----\n$`)
+	for i, c := range cs {
+		out, stderr, code := c.wait(t)
+		want := fmt.Sprintf("unique-%03d", i)
+		m := re.FindStringSubmatch(out)
+		if !assert.NotNil(t, m, "commander %d printed %q (stderr %q)", i, out, stderr) {
+			continue
+		}
+		assert.Equal(t, []string{want, want}, []string{m[2], m[4]}, "commander %d", i)
+		assert.Equal(t, []string{m[1], m[1]}, []string{m[3], m[5]}, "commander %d", i)
+		assert.Equal(t, 0, code)
+		ids[m[1]]++
+	}
+	assert.Len(t, ids, n, "every job has its own id")
+	for id := range ids {
+		num, err := strconv.Atoi(strings.TrimPrefix(id, "job_"))
+		require.NoError(t, err)
+		assert.True(t, num >= 1 && num <= n, "id %s", id)
+	}
+	assert.Eventually(t, func() bool { return openFiles(t, s.cmd.Process.Pid) == before }, 10*time.Second, 10*time.Millisecond,
+		"server descriptors: %d before, %d after", before, openFiles(t, s.cmd.Process.Pid))
+	assert.Empty(t, s.outputsLeft(t))
+}
+
+// A commander interrupted with Ctrl-C leaves with status 130; the server
+// runs its job on, discards the output, removes the file, logs it, and
+// keeps serving.
+func TestCommanderInterrupted(t *testing.T) {
+	s := startServer(t, "0", "4", "1")
+	c := s.start(t, append([]string{"issueJob"}, gate("lost")...)...)
+	c.next(t)
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGINT))
+	out, stderr, code := c.wait(t)
+	assert.Empty(t, out)
+	assert.Contains(t, stderr, "interrupted")
+	assert.Equal(t, 130, code)
+	require.Eventually(t, func() bool { return s.logged("its job runs on") == 1 }, 10*time.Second, 10*time.Millisecond, s.log())
+
+	s.open(t)
+	require.Eventually(t, func() bool { return s.logged("output discarded") == 1 }, 10*time.Second, 10*time.Millisecond, s.log())
+	assert.Empty(t, s.outputsLeft(t))
+	out, _, code = s.run(t, "issueJob", "echo", "next")
+	assert.Equal(t, "JOB <job_2, echo next> SUBMITTED\n-----job_2 output start-----\nnext\n-----job_2 output end-----\n", out)
+	assert.Equal(t, 0, code)
+}
+
+// Garbage, a 4 GiB length and a half frame that stalls each cost only their
+// own connection, and are logged; others are served meanwhile.
+func TestBadInput(t *testing.T) {
+	s := startServer(t, "0", "4", "1", "-request-timeout", "500ms")
+	addr := net.JoinHostPort(s.host, s.port)
+	inputs := [][]byte{
+		[]byte("\x00garbage that is not a frame at all"),
+		{0xff, 0xff, 0xff, 0xff, 'Q'},
+		{0, 0, 0, 64, 'Q', 1, 0, 4}, // half a frame, then silence
+	}
+	var wg sync.WaitGroup
+	for i, in := range inputs {
+		wg.Go(func() {
+			conn, err := net.Dial("tcp", addr)
+			if !assert.NoError(t, err) {
+				return
+			}
+			defer conn.Close()
+			_, err = conn.Write(in)
+			assert.NoError(t, err)
+			conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+			_, err = io.ReadAll(conn)
+			var ne net.Error
+			assert.False(t, errors.As(err, &ne) && ne.Timeout(), "input %d: the server kept the connection open", i)
+		})
+	}
+	out, _, code := s.run(t, "issueJob", "echo", "served")
+	assert.Contains(t, out, "\nserved\n")
+	assert.Equal(t, 0, code)
+	wg.Wait()
+	assert.Eventually(t, func() bool { return s.logged("bad request") == 3 }, 10*time.Second, 10*time.Millisecond, s.log())
 }
 
 func TestServerUsage(t *testing.T) {
 	server, _ := build(t)
-	for _, args := range [][]string{{}, {"7856", "0", "5"}, {"7856", "8", "0"}, {"x", "8", "5"}, {"70000", "8", "5"}} {
-		err := exec.Command(server, args...).Run()
+	for _, args := range [][]string{{}, {"7856", "0", "5"}, {"7856", "8", "0"}, {"x", "8", "5"}, {"70000", "8", "5"}, {"7856", "8", "5", "-bogus"}} {
+		cmd := exec.Command(server, args...)
+		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+		assert.True(t, strings.HasPrefix(string(out), "usage: jobExecutorServer"), "%v: %s", args, out)
 	}
+}
+
+func TestCommanderUsage(t *testing.T) {
+	_, commander := build(t)
+	for _, args := range [][]string{{}, {"localhost"}, {"localhost", "7856"}, {"localhost", "x", "poll"}, {"localhost", "0", "poll"}, {"localhost", "7856", "frobnicate"}} {
+		out, err := exec.Command(commander, args...).CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v", args)
+		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+		assert.True(t, strings.HasPrefix(string(out), "usage: jobCommander"), "%v: %s", args, out)
+	}
+	// No server there: status 1 and a reason.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	out, err := exec.Command(commander, "127.0.0.1", port, "poll").CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, string(out), "connection refused")
 }

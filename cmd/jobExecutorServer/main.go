@@ -1,6 +1,6 @@
 // Command jobExecutorServer runs the jobs that jobCommander sends it.
 //
-//	jobExecutorServer [portNum] [bufferSize] [threadPoolSize] [-listen ADDR] [-dir DIR] [-log LEVEL]
+//	jobExecutorServer portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-log LEVEL] [-request-timeout D]
 //
 // Set LABORO_TOKEN to require that token from every commander.
 package main
@@ -10,24 +10,29 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/protocols/jobexec"
 	"go.uber.org/zap"
 )
 
-const usage = "usage: jobExecutorServer portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-log LEVEL]"
+const usage = "usage: jobExecutorServer portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-log LEVEL] [-request-timeout D]"
 
 func main() {
 	fs := flag.NewFlagSet("jobExecutorServer", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the usage line below says it all
 	listen := fs.String("listen", "127.0.0.1", "address to listen on")
 	dir := fs.String("dir", ".", "directory for <pid>.output files")
-	level := zap.LevelFlag("log", zap.InfoLevel, "log level")
+	level := zap.InfoLevel
+	fs.Var(&level, "log", "log level: debug, info, warn, error")
+	timeout := fs.Duration("request-timeout", jobexec.DefaultRequestTimeout, "how long a commander may take to send its command")
 	nums, err := positional(os.Args[1:], 3)
 	if err == nil {
 		err = fs.Parse(os.Args[4:])
@@ -37,15 +42,21 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := zap.NewDevelopmentConfig()
-	cfg.Level = zap.NewAtomicLevelAt(*level)
+	cfg.Level = zap.NewAtomicLevelAt(level)
+	cfg.DisableStacktrace = true
 	log, _ := cfg.Build()
-	if err := run(*listen, nums, *dir, log); err != nil && !errors.Is(err, jobexec.ErrServerTerminated) {
+	switch err := run(*listen, nums, *dir, *timeout, log); {
+	case errors.Is(err, jobexec.ErrServerTerminated):
+		log.Info("terminated by an exit command")
+	case errors.Is(err, context.Canceled):
+		log.Info("stopped by a signal")
+	default:
 		log.Error("server failed", zap.Error(err))
 		os.Exit(1)
 	}
 }
 
-func run(host string, nums []int, dir string, log *zap.Logger) error {
+func run(host string, nums []int, dir string, timeout time.Duration, log *zap.Logger) error {
 	ex, err := laboro.New(laboro.WithBufferSize(nums[1]), laboro.WithPoolSize(nums[2]),
 		laboro.WithOutputDir(dir), laboro.WithLogger(log))
 	if err != nil {
@@ -63,7 +74,7 @@ func run(host string, nums []int, dir string, log *zap.Logger) error {
 	log.Info("serving", zap.String("addr", ln.Addr().String()))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv := &jobexec.Server{Executor: ex, Token: token, Logger: log}
+	srv := &jobexec.Server{Executor: ex, Token: token, Logger: log, RequestTimeout: timeout}
 	context.AfterFunc(ctx, func() { ex.Close() })
 	return srv.Serve(ctx, ln)
 }
