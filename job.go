@@ -61,22 +61,32 @@ type Job struct {
 }
 
 // String returns the job as a user would type it: the command line, the
-// quoted argv, or a short note for scripts and functions.
+// argv with each word shell-quoted when it needs to be, or a short note for
+// scripts and functions.
 func (j Job) String() string {
+	if j.Func == nil && j.Script == "" && j.Command != "" {
+		return j.Command
+	}
+	b, _ := j.AppendText(nil)
+	return string(b)
+}
+
+// AppendText appends String's text to b, without allocating when b has
+// room; it implements encoding.TextAppender and never fails.
+func (j Job) AppendText(b []byte) ([]byte, error) {
 	switch {
 	case j.Func != nil:
-		return "func"
+		return append(b, "func"...), nil
 	case j.Script != "":
-		return "script"
+		return append(b, "script"...), nil
 	case j.Command != "":
-		return j.Command
+		return append(b, j.Command...), nil
 	default:
-		return joinArgs(j.Args)
+		return appendArgs(b, j.Args), nil
 	}
 }
 
-func joinArgs(args []string) string {
-	var b []byte
+func appendArgs(b []byte, args []string) []byte {
 	for i, a := range args {
 		if i > 0 {
 			b = append(b, ' ')
@@ -95,7 +105,7 @@ func joinArgs(args []string) string {
 		}
 		b = append(b, '\'')
 	}
-	return string(b)
+	return b
 }
 
 func needsQuote(s string) bool {

@@ -25,7 +25,13 @@ func TestJobString(t *testing.T) {
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, tt.job.String())
+		b, err := tt.job.AppendText([]byte("<job_1, "))
+		require.NoError(t, err)
+		assert.Equal(t, "<job_1, "+tt.want, string(b), "AppendText appends the same text")
 	}
+	buf := make([]byte, 0, 64)
+	job := laboro.Job{Args: []string{"grep", "two words", "file"}}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { buf, _ = job.AppendText(buf[:0]) }), "AppendText into room allocates nothing")
 }
 
 func TestStatusString(t *testing.T) {

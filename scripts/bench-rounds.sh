@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# bench-rounds.sh runs benchmarks of the root package in interleaved rounds:
+# bench-rounds.sh runs benchmarks of one package in interleaved rounds:
 # each round runs every pattern once, each in a process of its own, so that
 # the slow and fast phases of a shared machine fall on all of them alike and
 # figures of one round can be compared. It prints the benchmark lines, ready
-# for benchstat.
+# for benchstat. PKG names the package (the root package by default).
 #
-#   scripts/bench-rounds.sh ROUNDS BENCHTIME PATTERN...
+#   [PKG=./cmd/...] scripts/bench-rounds.sh ROUNDS BENCHTIME PATTERN...
 #   scripts/bench-rounds.sh 10 1000x 'Process/^laboro$/^c=1$' 'Process/^os-exec$/^c=1$'
 set -euo pipefail
 if [ $# -lt 3 ]; then
-	sed -n '2,9s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,10s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 fi
 rounds=$1 benchtime=$2
@@ -17,9 +17,9 @@ shift 2
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go test -c -o "$tmp/laboro.test" .
+go test -c -o "$tmp/bench.test" "${PKG:-.}"
 for _ in $(seq "$rounds"); do
 	for pattern in "$@"; do
-		"$tmp/laboro.test" -test.run '^$' -test.bench "$pattern" -test.benchtime "$benchtime" | grep '^Benchmark'
+		"$tmp/bench.test" -test.run '^$' -test.bench "$pattern" -test.benchtime "$benchtime" | grep '^Benchmark'
 	done
 done

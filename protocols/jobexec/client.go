@@ -55,8 +55,9 @@ func (c *Client) Do(ctx context.Context, command string, args []string, out io.W
 	}
 	r := bufio.NewReader(conn)
 	var refusal error
+	buf := make([]byte, 0, 512) // lines and output chunks are read into it
 	for {
-		f, err := ReadFrame(r, c.MaxFrame)
+		f, err := readFrame(r, c.MaxFrame, buf)
 		if err != nil {
 			if ctx.Err() != nil {
 				err = ctx.Err()
@@ -65,9 +66,11 @@ func (c *Client) Do(ctx context.Context, command string, args []string, out io.W
 		}
 		switch f.Type {
 		case FrameLine:
-			_, err = fmt.Fprintf(out, "%s\n", f.Payload)
+			buf = append(f.Payload, '\n') // one write per line
+			_, err = out.Write(buf)
 		case FrameOutput:
 			_, err = out.Write(f.Payload)
+			buf = f.Payload
 		case FrameRefusal:
 			refusal = fmt.Errorf("%w: %s", ErrRefused, f.Payload)
 		case FrameExit:

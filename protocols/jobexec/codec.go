@@ -1,6 +1,7 @@
 package jobexec
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -85,10 +86,12 @@ func WriteFrame(w io.Writer, t FrameType, payload []byte) error {
 	if len(payload) > DefaultMaxFrame {
 		return fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, len(payload))
 	}
-	var hdr [HeaderSize]byte
-	binary.BigEndian.PutUint32(hdr[:4], uint32(len(payload)))
-	hdr[4] = byte(t)
-	if _, err := w.Write(hdr[:]); err != nil {
+	var hdr []byte
+	if bw, ok := w.(*bufio.Writer); ok {
+		hdr = bw.AvailableBuffer() // the header is built in place, unallocated
+	}
+	hdr = append(binary.BigEndian.AppendUint32(hdr, uint32(len(payload))), byte(t))
+	if _, err := w.Write(hdr); err != nil {
 		return err
 	}
 	_, err := w.Write(payload)
@@ -100,11 +103,20 @@ func WriteFrame(w io.Writer, t FrameType, payload []byte) error {
 // allocated. A stream that ends inside a frame gives io.ErrUnexpectedEOF;
 // one that ends between frames, io.EOF.
 func ReadFrame(r io.Reader, max int) (Frame, error) {
+	return readFrame(r, max, nil)
+}
+
+// readFrame is ReadFrame reading the payload into buf when it has room;
+// the payload is then valid until buf is reused.
+func readFrame(r io.Reader, max int, buf []byte) (Frame, error) {
 	if max <= 0 {
 		max = DefaultMaxFrame
 	}
-	var hdr [HeaderSize]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	if cap(buf) < HeaderSize {
+		buf = make([]byte, HeaderSize)
+	}
+	hdr := buf[:HeaderSize] // parsed before the payload is read over it
+	if _, err := io.ReadFull(r, hdr); err != nil {
 		return Frame{}, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:4])
@@ -115,7 +127,11 @@ func ReadFrame(r io.Reader, max int) (Frame, error) {
 	if uint64(n) > uint64(max) {
 		return Frame{}, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, max)
 	}
-	payload := make([]byte, n)
+	payload := buf[:0]
+	if uint32(cap(buf)) < n {
+		payload = make([]byte, n)
+	}
+	payload = payload[:n]
 	if _, err := io.ReadFull(r, payload); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF

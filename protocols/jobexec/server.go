@@ -110,7 +110,8 @@ type exchange struct {
 	conn net.Conn
 	w    *bufio.Writer
 	log  *zap.Logger
-	err  error // the first write error: the commander is gone
+	err  error  // the first write error: the commander is gone
+	buf  []byte // scratch for the line being built
 }
 
 // watch returns a context that ends when the commander goes away (it sends
@@ -147,7 +148,8 @@ func (x *exchange) send(t FrameType, payload []byte) {
 }
 
 func (x *exchange) line(format string, args ...any) {
-	x.send(FrameLine, fmt.Appendf(nil, format, args...))
+	x.buf = fmt.Appendf(x.buf[:0], format, args...)
+	x.send(FrameLine, x.buf)
 }
 
 func (x *exchange) exit(code int) {
@@ -362,7 +364,10 @@ func (s *Server) poll(x *exchange, args []string) {
 		return
 	}
 	for _, job := range s.Executor.Queued() {
-		x.line("<%s, %s>", job.ID, job)
+		b := append(append(append(x.buf[:0], '<'), job.ID...), ", "...)
+		b, _ = job.AppendText(b)
+		x.buf = append(b, '>')
+		x.send(FrameLine, x.buf)
 	}
 	x.exit(0)
 }

@@ -33,7 +33,7 @@ type testServer struct {
 	served chan error
 }
 
-func startServer(t *testing.T, token string, opts ...laboro.Option) *testServer {
+func startServer(t testing.TB, token string, opts ...laboro.Option) *testServer {
 	t.Helper()
 	dir := t.TempDir()
 	ex, err := laboro.New(append([]laboro.Option{laboro.WithOutputDir(dir)}, opts...)...)
