@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -410,14 +411,29 @@ func (e *Executor) retire(h *Handle, res *Result) {
 // Queued returns the jobs waiting in the buffer, with their ids, in the
 // order they will start.
 func (e *Executor) Queued() []Job {
+	return e.AppendQueued(nil)
+}
+
+// AppendQueued appends the jobs waiting in the buffer to dst, in the order
+// they will start, and returns the extended slice. A caller that polls
+// often can reuse one slice: with the default FIFO, a slice with room
+// takes a long queue without any allocation.
+func (e *Executor) AppendQueued(dst []Job) []Job {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	snap := e.queue.Snapshot()
-	jobs := make([]Job, len(snap))
-	for i, h := range snap {
-		jobs[i] = h.job
+	if q, ok := e.queue.(*FIFO); ok {
+		dst = slices.Grow(dst, q.n)
+		for i := range q.n {
+			dst = append(dst, q.ring[(q.head+i)%len(q.ring)].job)
+		}
+		return dst
 	}
-	return jobs
+	snap := e.queue.Snapshot()
+	dst = slices.Grow(dst, len(snap))
+	for _, h := range snap {
+		dst = append(dst, h.job)
+	}
+	return dst
 }
 
 // Shutdown drains the Executor gracefully: it takes no new jobs; every

@@ -251,6 +251,13 @@ func TestStopAndQueued(t *testing.T) {
 	assert.Equal(t, `grep "two words" f`, jobs[1].String())
 	assert.Equal(t, "job_4", jobs[2].ID)
 
+	buf := make([]laboro.Job, 1, 8)
+	buf = ex.AppendQueued(buf)
+	require.Len(t, buf, 4, "appended after what was there")
+	assert.Equal(t, jobs, buf[1:])
+	reused := buf[:0]
+	assert.Zero(t, testing.AllocsPerRun(50, func() { reused = ex.AppendQueued(reused[:0]) }), "a slice with room is reused")
+
 	require.NoError(t, ex.Stop("job_3"))
 	assert.Equal(t, []string{"job_2", "job_4"}, queuedIDs(ex))
 	res := wait(t, queued[1])

@@ -358,12 +358,23 @@ func (s *Server) stop(x *exchange, args []string) {
 	x.exit(0)
 }
 
+// queuedPool holds slices for poll, so that listing a long queue does not
+// allocate a copy of it each time.
+var queuedPool = sync.Pool{New: func() any { return new([]laboro.Job) }}
+
 func (s *Server) poll(x *exchange, args []string) {
 	if len(args) != 0 {
 		x.refuse("poll takes no arguments")
 		return
 	}
-	for _, job := range s.Executor.Queued() {
+	jobs := queuedPool.Get().(*[]laboro.Job)
+	defer func() {
+		clear(*jobs) // drop the references to the jobs' strings
+		*jobs = (*jobs)[:0]
+		queuedPool.Put(jobs)
+	}()
+	*jobs = s.Executor.AppendQueued(*jobs)
+	for _, job := range *jobs {
 		b := append(append(append(x.buf[:0], '<'), job.ID...), ", "...)
 		b, _ = job.AppendText(b)
 		x.buf = append(b, '>')
