@@ -530,6 +530,28 @@ func TestBadInput(t *testing.T) {
 	assert.Eventually(t, func() bool { return s.logged("bad request") == 3 }, 10*time.Second, 10*time.Millisecond, s.log())
 }
 
+// Beyond loopback without a token the server warns; with LABORO_TOKEN set it
+// serves only commanders that send the same token.
+func TestListenAndToken(t *testing.T) {
+	s := startServer(t, "0", "4", "1", "-listen", "0.0.0.0")
+	assert.Equal(t, 1, s.logged("without LABORO_TOKEN"), s.log())
+
+	t.Setenv("LABORO_TOKEN", "s3cret")
+	s = startServer(t, "0", "4", "1", "-listen", "0.0.0.0")
+	assert.Zero(t, s.logged("without LABORO_TOKEN"), s.log())
+	out, _, code := s.run(t, "setConcurrency", "2")
+	assert.Equal(t, "CONCURRENCY SET AT 2\n", out)
+	assert.Equal(t, 0, code)
+	for _, wrong := range []string{"", "s3cre", "s3cret!"} {
+		t.Setenv("LABORO_TOKEN", wrong)
+		out, stderr, code := s.run(t, "issueJob", "touch", "pwned")
+		assert.Empty(t, out)
+		assert.Contains(t, stderr, "wrong token")
+		assert.Equal(t, 1, code)
+	}
+	assert.NoFileExists(t, filepath.Join(s.work, "pwned"))
+}
+
 func TestServerUsage(t *testing.T) {
 	server, _ := build(t)
 	for _, args := range [][]string{{}, {"7856", "0", "5"}, {"7856", "8", "0"}, {"x", "8", "5"}, {"70000", "8", "5"}, {"7856", "8", "5", "-bogus"}} {
