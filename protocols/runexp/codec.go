@@ -287,14 +287,17 @@ func truncate(s string) string {
 
 // conn is one side of a session: it reads each control message with a
 // single Read, as the reference peers do (the protocol has no
-// terminators: a message is what one send delivers, and the conversation
-// is lock-step, so nothing else is in flight), and writes each with a
-// single Write. Payloads are read with io.ReadFull. There is no buffering
-// between the two, so a payload is never read as a message or the other
-// way round.
+// terminators: a message is what one send delivers), and writes each with
+// a single Write. Payloads are read to their announced size.
+//
+// The conversation is lock-step except in one place: the runner's JES is
+// not answered, and its first PETO follows at once, so the two may arrive
+// together. A Read that holds more than one message is split (see split)
+// and the rest kept for the next read.
 type conn struct {
 	rw      readWriteDeadliner
 	buf     [MaxMessage + 1]byte
+	rest    []byte // bytes of the next message, read with this one
 	out     []byte
 	maxSize int64
 	timeout time.Duration // for each exchange; 0 means none
@@ -315,17 +318,47 @@ func (c *conn) read(wait bool) (Message, error) {
 	} else {
 		c.rw.SetReadDeadline(time.Time{})
 	}
-	n, err := c.rw.Read(c.buf[:])
-	if n == 0 {
-		if err == nil {
-			err = io.ErrNoProgress
+	if len(c.rest) == 0 {
+		n, err := c.rw.Read(c.buf[:])
+		if n == 0 {
+			if err == nil {
+				err = io.ErrNoProgress
+			}
+			return Message{}, err
 		}
-		return Message{}, err
+		if n > MaxMessage {
+			return Message{}, fmt.Errorf("%w: more than %d bytes", ErrMessageTooLong, MaxMessage)
+		}
+		c.rest = c.buf[:n]
 	}
-	if n > MaxMessage {
-		return Message{}, fmt.Errorf("%w: more than %d bytes", ErrMessageTooLong, MaxMessage)
+	var msg []byte
+	msg, c.rest = split(c.rest)
+	return Parse(msg, c.maxSize)
+}
+
+// keywords start every message.
+var keywords = []string{"SALUTON;", "VERSIO", "KOMPRENAS", "ALIGI", "JES", "PETO", "LABORO", "PRETA",
+	"REZULTO", "RICEVIS", "FINO", "ELIRI", "ATENDI"}
+
+// split cuts the first message off b: at a newline (a person typing), or
+// after a whole fixed word that another message's keyword follows
+// ("JESPETO"). No single message has either shape, so a lone message is
+// never cut.
+func split(b []byte) (msg, rest []byte) {
+	if i := strings.IndexByte(string(b), '\n'); i >= 0 && i < len(b)-1 {
+		return b[:i+1], b[i+1:]
 	}
-	return Parse(c.buf[:n], c.maxSize)
+	for _, w := range words {
+		if w == "" || len(b) <= len(w) || string(b[:len(w)]) != w {
+			continue
+		}
+		for _, k := range keywords {
+			if strings.HasPrefix(string(b[len(w):]), k) {
+				return b[:len(w)], b[len(w):]
+			}
+		}
+	}
+	return b, nil
 }
 
 // expect reads one message and checks its kind.
@@ -354,6 +387,13 @@ func (c *conn) write(m Message) error {
 // exchange's deadline (renewed as bytes arrive, so a large payload on a
 // slow link is not cut while it progresses).
 func (c *conn) readPayload(w io.Writer, n int64) error {
+	if len(c.rest) > 0 { // cannot happen in lock-step; kept for safety
+		k := min(int64(len(c.rest)), n)
+		if _, err := w.Write(c.rest[:k]); err != nil {
+			return err
+		}
+		c.rest, n = c.rest[k:], n-k
+	}
 	r := io.LimitReader(c.rw, n)
 	var chunk [32 << 10]byte
 	for n > 0 {

@@ -1,0 +1,524 @@
+package runexp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// testManager is a Manager serving an Executor on a loopback port.
+type testManager struct {
+	m      *Manager
+	ex     *laboro.Executor
+	addr   string
+	logs   *observer.ObservedLogs
+	served chan error
+}
+
+func startManager(t *testing.T, m *Manager, opts ...laboro.Option) *testManager {
+	t.Helper()
+	core, logs := observer.New(zap.DebugLevel)
+	m.Logger = zap.New(core)
+	if m.Timeout == 0 {
+		m.Timeout = 2 * time.Second
+	}
+	if m.IdleWait == 0 {
+		m.IdleWait = 50 * time.Millisecond
+	}
+	m.Dir = t.TempDir()
+	ex, err := laboro.New(append([]laboro.Option{laboro.WithRunner(m), laboro.WithPoolSize(16),
+		laboro.WithConcurrency(16), laboro.WithBufferSize(64)}, opts...)...)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	tm := &testManager{m: m, ex: ex, addr: ln.Addr().String(), logs: logs, served: make(chan error, 1)}
+	go func() { tm.served <- m.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		ex.Close()
+		select {
+		case <-tm.served:
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return")
+		}
+		entries, _ := os.ReadDir(m.Dir)
+		assert.Empty(t, entries, "output files left behind")
+	})
+	return tm
+}
+
+func (tm *testManager) submit(t *testing.T, name, contents string) *laboro.Handle {
+	t.Helper()
+	h, err := tm.ex.Submit(context.Background(), NewJob(name, ".sh", contents))
+	require.NoError(t, err)
+	return h
+}
+
+func (tm *testManager) logged(text string) int {
+	return tm.logs.FilterMessageSnippet(text).Len()
+}
+
+// result waits for h's result and returns it with its output's text.
+func result(t *testing.T, h *laboro.Handle) (laboro.Result, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := h.Wait(ctx)
+	require.NoError(t, err)
+	var text []byte
+	if res.Output != nil {
+		text, err = res.Output.ReadAll()
+		require.NoError(t, err)
+		require.NoError(t, res.Output.Close())
+	}
+	return res, string(text)
+}
+
+// scripted is a runner played by the test as the reference runner speaks:
+// each message one write, no terminator; each answer one read.
+type scripted struct {
+	t *testing.T
+	c net.Conn
+}
+
+func dialRunner(t *testing.T, addr string) *scripted {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return &scripted{t, c}
+}
+
+// join dials and completes the handshake as host.
+func join(t *testing.T, addr, host string) *scripted {
+	t.Helper()
+	r := dialRunner(t, addr)
+	r.exchange("SALUTON; MI "+host, "VERSIO 1.3")
+	r.exchange("KOMPRENAS", "ALIGI __defaulte__")
+	r.say("JES")
+	return r
+}
+
+func (r *scripted) say(msg string) {
+	r.t.Helper()
+	_, err := r.c.Write([]byte(msg))
+	require.NoError(r.t, err)
+}
+
+func (r *scripted) hear() string {
+	r.t.Helper()
+	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 2048)
+	n, err := r.c.Read(buf)
+	require.NoError(r.t, err)
+	return string(buf[:n])
+}
+
+func (r *scripted) exchange(msg, want string) {
+	r.t.Helper()
+	r.say(msg)
+	require.Equal(r.t, want, r.hear(), "answer to %q", msg)
+}
+
+// payload reads exactly n bytes.
+func (r *scripted) payload(n int) string {
+	r.t.Helper()
+	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, n)
+	_, err := io.ReadFull(r.c, buf)
+	require.NoError(r.t, err)
+	return string(buf)
+}
+
+// closed asserts that the manager closes the connection.
+func (r *scripted) closed() {
+	r.t.Helper()
+	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := r.c.Read(make([]byte, 64))
+	assert.Zero(r.t, n)
+	var ne net.Error
+	require.False(r.t, errors.As(err, &ne) && ne.Timeout(), "the manager kept the connection open")
+}
+
+// take asks for a job and accepts it: the LABORO line and the contents.
+func (r *scripted) take() (laboro string, contents string) {
+	r.t.Helper()
+	r.say("PETO")
+	laboro = r.hear()
+	require.True(r.t, strings.HasPrefix(laboro, "LABORO "), "got %q", laboro)
+	var size int
+	_, err := fmt.Sscanf(laboro[strings.LastIndexByte(laboro, ' ')+1:], "%d", &size)
+	require.NoError(r.t, err)
+	r.say("PRETA")
+	if size == 0 {
+		return laboro, ""
+	}
+	return laboro, r.payload(size)
+}
+
+// report sends a job's result.
+func (r *scripted) report(name, status, output string) {
+	r.t.Helper()
+	r.say(fmt.Sprintf("REZULTO %s %s %d", name, status, len(output)))
+	if output == "" {
+		// Nothing to wait for between the two: they may come as one read.
+		if got := r.hear(); got != "PRETARICEVIS" {
+			require.Equal(r.t, "PRETA", got)
+			require.Equal(r.t, "RICEVIS", r.hear())
+		}
+		return
+	}
+	require.Equal(r.t, "PRETA", r.hear())
+	r.say(output)
+	require.Equal(r.t, "RICEVIS", r.hear())
+}
+
+const okScript = "#!/bin/bash\necho RES:ok\necho hello, world!\n" // 43 bytes
+
+// The captured session of the wire notes, message by message.
+func TestManagerSession(t *testing.T) {
+	require.Len(t, okScript, 43)
+	tm := startManager(t, &Manager{})
+	h := tm.submit(t, "sub/okjob", okScript)
+	r := join(t, tm.addr, "testhost")
+	line, contents := r.take()
+	assert.Equal(t, "LABORO sub/okjob .sh 43", line)
+	assert.Equal(t, okScript, contents)
+	output := "runexp summary: success\n\n" + strings.Repeat("x", 237)
+	r.report("sub/okjob", "success", output)
+
+	res, text := result(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	assert.Equal(t, output, text)
+	assert.Equal(t, "sub/okjob", res.ID)
+
+	tm.m.Finish(tm.ex)
+	r.exchange("PETO", "FINO")
+	r.say("FINO ANKAU")
+	r.closed()
+	select {
+	case <-tm.m.Idle():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the manager still counts the runner")
+	}
+	assert.Equal(t, 1, tm.logged("runner done"))
+	assert.Equal(t, Stats{Done: 1}, tm.m.Stats())
+}
+
+func TestManagerFailureAndEmptyPayloads(t *testing.T) {
+	tm := startManager(t, &Manager{})
+	h := tm.submit(t, "empty", "")
+	r := join(t, tm.addr, "h1")
+	line, contents := r.take()
+	assert.Equal(t, "LABORO empty .sh 0", line)
+	assert.Empty(t, contents)
+	r.report("empty", "failure", "")
+	res, text := result(t, h)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.Equal(t, 1, res.ExitCode)
+	assert.Empty(t, text)
+	assert.Equal(t, Stats{Runners: 1, Done: 1, Failed: 1}, tm.m.Stats())
+}
+
+// A person on a terminal ends lines with a newline; the manager accepts it.
+func TestManagerAcceptsNewlines(t *testing.T) {
+	tm := startManager(t, &Manager{Group: "lab"})
+	h := tm.submit(t, "a b/c", "echo hi\n")
+	r := dialRunner(t, tm.addr)
+	r.exchange("SALUTON; MI term-1\n", "VERSIO 1.3")
+	r.exchange("KOMPRENAS\r\n", "ALIGI lab")
+	r.say("JES\n")
+	r.exchange("PETO\n", "LABORO a b/c .sh 8")
+	r.say("PRETA\n")
+	assert.Equal(t, "echo hi\n", r.payload(8))
+	r.exchange("REZULTO a b/c success 3\n", "PRETA")
+	r.exchange("ok\n", "RICEVIS")
+	_, text := result(t, h)
+	assert.Equal(t, "ok\n", text)
+}
+
+// A bad hail, a wrong answer in the handshake, a runner that leaves at
+// ALIGI (another group) and one that says nothing each lose only their
+// connection, with a log line; others are served.
+func TestManagerHandshakeErrors(t *testing.T) {
+	tm := startManager(t, &Manager{Timeout: 300 * time.Millisecond})
+	for _, hail := range []string{"HELLO", "SALUTON; MI bad host", "SALUTON; MI " + strings.Repeat("a", 2000)} {
+		r := dialRunner(t, tm.addr)
+		r.say(hail)
+		r.closed()
+	}
+	r := dialRunner(t, tm.addr)
+	r.exchange("SALUTON; MI h", "VERSIO 1.3")
+	r.say("JES")
+	r.closed()
+	r = dialRunner(t, tm.addr)
+	r.exchange("SALUTON; MI h", "VERSIO 1.3")
+	r.exchange("KOMPRENAS", "ALIGI __defaulte__")
+	r.c.Close() // a runner of another group leaves
+	silent := dialRunner(t, tm.addr)
+	silent.closed() // after the 300 ms handshake deadline
+
+	h := tm.submit(t, "j", "true\n")
+	good := join(t, tm.addr, "good")
+	good.take()
+	good.report("j", "success", "done")
+	res, _ := result(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	require.Eventually(t, func() bool { return tm.logged("refused at the handshake") == 6 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// A REZULTO for a job the manager never sent drops that runner, as the
+// spec says, and its other jobs go to another runner.
+func TestManagerUnknownResult(t *testing.T) {
+	tm := startManager(t, &Manager{})
+	h := tm.submit(t, "real", "echo real\n")
+	bad := join(t, tm.addr, "bad")
+	bad.take()
+	bad.say("REZULTO invented success 3")
+	bad.closed()
+	require.Eventually(t, func() bool { return tm.logged("runner dropped") == 1 }, 5*time.Second, 10*time.Millisecond)
+	entry := tm.logs.FilterMessageSnippet("runner dropped").All()[0]
+	assert.Contains(t, entry.ContextMap()["error"], "result for a job this runner was not sent")
+
+	good := join(t, tm.addr, "good")
+	line, _ := good.take()
+	assert.Equal(t, "LABORO real .sh 10", line, "the dropped runner's job goes to the next")
+	good.report("real", "success", "real\n")
+	_, text := result(t, h)
+	assert.Equal(t, "real\n", text)
+}
+
+// A runner that vanishes mid-LABORO or mid-REZULTO loses nothing: the job
+// goes to another runner, and its result is recorded once.
+func TestManagerRunnerVanishes(t *testing.T) {
+	tm := startManager(t, &Manager{})
+	h1 := tm.submit(t, "one", "echo one\n")
+	h2 := tm.submit(t, "two", "echo two\n")
+
+	r := join(t, tm.addr, "flaky")
+	r.say("PETO")
+	assert.Equal(t, "LABORO one .sh 9", r.hear())
+	r.c.Close() // gone before PRETA
+
+	r = join(t, tm.addr, "flaky")
+	r.take()
+	r.take()
+	r.exchange("REZULTO one success 100", "PRETA")
+	r.say("only half")
+	r.c.Close() // gone mid-output
+
+	good := join(t, tm.addr, "good")
+	got := map[string]bool{}
+	for range 2 {
+		line, _ := good.take()
+		got[line] = true
+	}
+	assert.Equal(t, map[string]bool{"LABORO one .sh 9": true, "LABORO two .sh 9": true}, got)
+	good.report("two", "success", "two\n")
+	good.report("one", "success", "one\n")
+	_, text := result(t, h1)
+	assert.Equal(t, "one\n", text)
+	_, text = result(t, h2)
+	assert.Equal(t, "two\n", text)
+	assert.Equal(t, 2, tm.m.Stats().Done, "each result once")
+	assert.Equal(t, 2, tm.logged("runner dropped"))
+}
+
+// FINO while the runner still has jobs out: it reports them (state 5 → 4
+// → 5), then says FINO ANKAU. Meanwhile another runner that asks is held
+// with ATENDI, since a job may yet come back.
+func TestManagerFinoWhileJobsOut(t *testing.T) {
+	tm := startManager(t, &Manager{})
+	h1 := tm.submit(t, "a", "echo a\n")
+	h2 := tm.submit(t, "b", "echo b\n")
+	r := join(t, tm.addr, "busy")
+	r.take()
+	r.take()
+	tm.m.Finish(tm.ex)
+	other := join(t, tm.addr, "idle")
+	other.exchange("PETO", "ATENDI")
+	r.exchange("PETO", "FINO")
+	r.report("a", "success", "a\n")
+	r.report("b", "failure", "b\n")
+	r.say("FINO ANKAU")
+	r.closed()
+	other.exchange("PETO", "FINO")
+	other.say("FINO ANKAU")
+	other.closed()
+	res, _ := result(t, h1)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	res, _ = result(t, h2)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	<-tm.m.Idle()
+}
+
+// No job now but more may come: ATENDI after IdleWait; a job that arrives
+// while a PETO waits is sent at once.
+func TestManagerWaitsForJobs(t *testing.T) {
+	tm := startManager(t, &Manager{IdleWait: 2 * time.Second})
+	r := join(t, tm.addr, "early")
+	r.say("PETO")
+	time.Sleep(100 * time.Millisecond)
+	h := tm.submit(t, "late", "echo\n")
+	assert.Equal(t, "LABORO late .sh 5", r.hear())
+	r.say("PRETA")
+	r.payload(5)
+	r.report("late", "success", "\n")
+	result(t, h)
+
+	tm.m.IdleWait = 50 * time.Millisecond
+	r.exchange("PETO", "ATENDI")
+}
+
+// The core's queue applies: with concurrency 1 the second job waits in the
+// Executor's buffer, where poll sees it and stop removes it; it never
+// reaches a runner.
+func TestManagerUnderTheCore(t *testing.T) {
+	tm := startManager(t, &Manager{}, laboro.WithConcurrency(1))
+	h1 := tm.submit(t, "first", "echo 1\n")
+	h2 := tm.submit(t, "second", "echo 2\n")
+	require.Eventually(t, func() bool { return tm.m.Stats().Pending == 1 }, 5*time.Second, time.Millisecond)
+	queued := tm.ex.Queued()
+	require.Len(t, queued, 1)
+	assert.Equal(t, "second", queued[0].ID)
+	require.NoError(t, tm.ex.Stop("second"))
+	res, _ := result(t, h2)
+	assert.Equal(t, laboro.StatusStopped, res.Status)
+
+	r := join(t, tm.addr, "h")
+	line, _ := r.take()
+	assert.Equal(t, "LABORO first .sh 7", line)
+	r.report("first", "success", "1\n")
+	result(t, h1)
+	tm.m.Finish(tm.ex)
+	r.exchange("PETO", "FINO")
+}
+
+// An output larger than MaxSize is refused before anything is allocated:
+// the runner is dropped, and the job goes back in line.
+func TestManagerOutputTooLarge(t *testing.T) {
+	tm := startManager(t, &Manager{MaxSize: 1000})
+	h := tm.submit(t, "big", "yes\n")
+	r := join(t, tm.addr, "h")
+	r.take()
+	r.say("REZULTO big success 1001")
+	r.closed()
+	require.Eventually(t, func() bool { return tm.logged("runner dropped") == 1 }, 5*time.Second, 10*time.Millisecond)
+	assert.Contains(t, tm.logs.FilterMessageSnippet("runner dropped").All()[0].ContextMap()["error"], "size too large")
+	r = join(t, tm.addr, "h")
+	r.take()
+	r.report("big", "success", "fits")
+	result(t, h)
+}
+
+// When the Executor is closed while a job is out, Run returns at once; the
+// result that comes later is taken and discarded.
+func TestManagerAbandonedJob(t *testing.T) {
+	tm := startManager(t, &Manager{})
+	h := tm.submit(t, "slow", "sleep 100\n")
+	r := join(t, tm.addr, "h")
+	r.take()
+	require.NoError(t, tm.ex.Close())
+	res, _ := result(t, h)
+	assert.Equal(t, laboro.StatusKilled, res.Status)
+	r.report("slow", "success", "late")
+	require.Eventually(t, func() bool { return tm.logged("abandoned job discarded") == 1 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// With the ban policy, a runner under 60% success after 10 jobs is told
+// ELIRI, and stays banned; its results are still taken.
+func TestManagerBans(t *testing.T) {
+	tm := startManager(t, &Manager{Policy: BanPolicy{}})
+	var hs []*laboro.Handle
+	for i := range 11 {
+		hs = append(hs, tm.submit(t, fmt.Sprintf("j%d", i), "x\n"))
+	}
+	r := join(t, tm.addr, "sloppy")
+	for i := range 10 {
+		line, _ := r.take()
+		name := strings.Fields(line)[1]
+		status := "failure"
+		if i < 5 {
+			status = "success"
+		}
+		r.report(name, status, "out")
+	}
+	r.exchange("PETO", "ELIRI")
+	r.exchange("PETO", "ELIRI")
+	assert.Equal(t, 1, tm.logged("runner banned"))
+	for _, h := range hs[:10] {
+		result(t, h)
+	}
+	good := join(t, tm.addr, "careful")
+	line, _ := good.take()
+	good.report(strings.Fields(line)[1], "success", "ok")
+	result(t, hs[10])
+	r.say("FINO ANKAU")
+	r.closed()
+}
+
+func TestBanPolicy(t *testing.T) {
+	outcomes := func(spec string) []Status {
+		var s []Status
+		for _, c := range spec {
+			s = append(s, c == '+')
+		}
+		return s
+	}
+	tests := []struct {
+		name string
+		r    Record
+		want Verdict
+	}{
+		{"new runner", Record{}, Allow},
+		{"9 failures of 9", Record{Done: 9, Failed: 9, Recent: outcomes("++-------")}, Allow},
+		{"5 of 10 succeeded", Record{Done: 10, Failed: 5, Recent: outcomes("+++++-----")}, Ban},
+		{"6 of 10 succeeded", Record{Done: 10, Failed: 4, Recent: outcomes("++++++----"), Out: 1}, Hold},
+		{"3 recent failures, jobs out", Record{Done: 20, Failed: 3, Recent: outcomes("+++++++---"), Out: 2}, Hold},
+		{"3 recent failures, nothing out", Record{Done: 20, Failed: 3, Recent: outcomes("+++++++---")}, Allow},
+		{"2 recent failures", Record{Done: 20, Failed: 2, Recent: outcomes("++++++++--"), Out: 2}, Allow},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, BanPolicy{}.Judge(tt.r))
+		})
+	}
+	var r record
+	for i := range 13 {
+		r.add(i%4 != 0)
+	}
+	v := r.view("h", 1)
+	assert.Equal(t, Record{Host: "h", Done: 13, Failed: 4, Out: 1, Recent: outcomes("-+++-+++-+++-")[3:]}, v, "the last 10, oldest first")
+}
+
+func TestManagerValidate(t *testing.T) {
+	m := &Manager{}
+	assert.NoError(t, m.Validate(NewJob("sub/job", ".py", "print(1)")))
+	for _, job := range []laboro.Job{
+		NewJob("", ".sh", "x"),
+		NewJob("two\nlines", ".sh", "x"),
+		NewJob("name", "sh", "x"),
+		NewJob("name", ".s h", "x"),
+		{ID: "cmd", Command: "ls"},
+	} {
+		assert.Error(t, m.Validate(job), "%+v", job)
+	}
+	ex, err := laboro.New(laboro.WithRunner(m))
+	require.NoError(t, err)
+	defer ex.Close()
+	_, err = ex.Submit(context.Background(), NewJob("x", "sh", ""))
+	assert.ErrorIs(t, err, laboro.ErrInvalidJob)
+}
