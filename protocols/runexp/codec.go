@@ -23,6 +23,9 @@ const (
 	// DefaultMaxSize bounds the SIZE of a job or an output unless
 	// configured: 1 GiB.
 	DefaultMaxSize = 1 << 30
+	// DefaultTimeout bounds every exchange on either side: each handshake
+	// step, each answer an exchange waits for, each payload's progress.
+	DefaultTimeout = 30 * time.Second
 )
 
 // Kind is the kind of a control message.

@@ -14,15 +14,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Defaults of the Manager's zero value.
-const (
-	// DefaultTimeout bounds every exchange: each handshake step, each
-	// answer that an exchange waits for, each payload's progress.
-	DefaultTimeout = 30 * time.Second
-	// DefaultIdleWait is how long a PETO waits for a job when none is
-	// pending but more may come, before the runner is told ATENDI.
-	DefaultIdleWait = time.Second
-)
+// DefaultIdleWait is how long a PETO waits for a job when none is pending
+// but more may come, before the runner is told ATENDI.
+const DefaultIdleWait = time.Second
 
 // ErrUnknownJob is the cause of a runner being dropped for a REZULTO about a
 // job that the manager did not send it.
@@ -73,7 +67,7 @@ type Manager struct {
 	once    sync.Once
 	mu      sync.Mutex
 	wake    chan struct{}      // closed and replaced when waiting PETOs should look again
-	pending []*task            // jobs waiting for a runner, the next first
+	pending []*assignment      // jobs waiting for a runner, the next first
 	runners map[*remote]bool   // connected runners
 	records map[string]*record // per host name, kept across reconnects
 	inRun   int                // Run calls in progress
@@ -84,8 +78,8 @@ type Manager struct {
 	conns   sync.WaitGroup     // Serve's connection goroutines
 }
 
-// task is one job inside the Manager.
-type task struct {
+// assignment is one job inside the Manager: waiting for a runner, or out at one.
+type assignment struct {
 	job     laboro.Job
 	typ     JobType
 	result  chan laboro.Result // buffered: the one result
@@ -171,7 +165,7 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		ctx, cancel = context.WithTimeoutCause(ctx, job.Timeout, laboro.ErrTimeout)
 		defer cancel()
 	}
-	t := &task{job: job, typ: jobType(job), result: make(chan laboro.Result, 1)}
+	t := &assignment{job: job, typ: jobType(job), result: make(chan laboro.Result, 1)}
 	m.mu.Lock()
 	m.inRun++
 	m.pending = append(m.pending, t)
@@ -206,7 +200,7 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 }
 
 // removePending takes t out of the line, if it is there. m.mu is held.
-func (m *Manager) removePending(t *task) {
+func (m *Manager) removePending(t *assignment) {
 	for i, p := range m.pending {
 		if p == t {
 			m.pending = append(m.pending[:i], m.pending[i+1:]...)
@@ -303,7 +297,7 @@ type remote struct {
 	raw    net.Conn
 	host   string
 	log    *zap.Logger
-	out    map[string]*task // jobs sent to it, by name
+	out    map[string]*assignment // jobs sent to it, by name
 	banned bool
 	ended  bool // told FINO
 }
@@ -328,7 +322,7 @@ func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
 		c:   &conn{rw: raw, maxSize: m.MaxSize, timeout: m.timeout()},
 		raw: raw,
 		log: m.Logger.With(zap.Stringer("peer", raw.RemoteAddr())),
-		out: map[string]*task{},
+		out: map[string]*assignment{},
 	}
 	if err := m.handshake(s); err != nil {
 		s.log.Warn("runner refused at the handshake", zap.Error(err))
@@ -381,7 +375,7 @@ func (m *Manager) join(s *remote) {
 func (m *Manager) leave(s *remote, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var back []*task
+	var back []*assignment
 	for _, t := range s.out {
 		if !t.dropped {
 			t.owner = nil
@@ -474,7 +468,7 @@ func (m *Manager) judge(s *remote) Verdict {
 
 // next takes the next pending job for s, waiting up to IdleWait for one.
 // end is true when s may be told FINO.
-func (m *Manager) next(ctx context.Context, s *remote) (t *task, end bool) {
+func (m *Manager) next(ctx context.Context, s *remote) (t *assignment, end bool) {
 	wait := m.IdleWait
 	if wait <= 0 {
 		wait = DefaultIdleWait
@@ -512,7 +506,7 @@ func (m *Manager) next(ctx context.Context, s *remote) (t *task, end bool) {
 
 // send is state 3: LABORO, PRETA, the contents. On an error the job stays
 // in s.out, and goes back in line when s leaves.
-func (m *Manager) send(s *remote, t *task) error {
+func (m *Manager) send(s *remote, t *assignment) error {
 	msg := Message{Kind: KindLaboro, Name: t.job.ID, Type: string(t.typ), Size: int64(len(t.job.Script))}
 	if err := s.c.write(msg); err != nil {
 		return err
