@@ -20,6 +20,8 @@ const (
 	// MaxMessage is the longest control message: the reference peers read
 	// each one with a single recv of 1024 bytes.
 	MaxMessage = 1024
+	// DefaultPort is the manager's port unless configured.
+	DefaultPort = 7227
 	// DefaultMaxSize bounds the SIZE of a job or an output unless
 	// configured: 1 GiB.
 	DefaultMaxSize = 1 << 30
