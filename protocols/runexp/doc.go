@@ -1,6 +1,89 @@
 // Package runexp is protocol 1.3 of runexp: a manager hands job scripts to
 // runners that ask for them, and each runner runs them in N parallel
-// workers over one connection and sends the outputs back.
+// workers that share one connection, and sends the outputs back. Both
+// sides interoperate with the reference peers (the manager queueexp and
+// the runner runexp) byte for byte.
 //
-// This file will hold the protocol notes; see codec.go for the wire.
+// Manager is the manager side, a laboro.Runner: jobs submitted to an
+// Executor built on it go to runners as they ask, so the Executor's
+// buffer, Stop, Queued and concurrency apply to them. FolderRun serves a
+// job folder as the reference manager does. Runner is the runner side; it
+// runs each job through a local Executor as a process. The binaries
+// cmd/runexp-manager and cmd/runexp-runner are thin wrappers.
+//
+//	m := &runexp.Manager{Policy: runexp.BanPolicy{}}
+//	ex, _ := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(64), laboro.WithConcurrency(64))
+//	go m.Serve(ctx, ln)
+//	h, _ := ex.Submit(ctx, runexp.NewJob("sweep/run-17", ".sh", script))
+//	res, _ := h.Wait(ctx) // res.Output holds what the runner sent back
+//
+// # The wire
+//
+// A session, message by message (→ runner to manager, ← manager to
+// runner):
+//
+//	→ SALUTON; MI testhost        ← VERSIO 1.3
+//	→ KOMPRENAS                   ← ALIGI __defaulte__
+//	→ JES
+//	→ PETO                        ← LABORO sub/okjob .sh 43
+//	→ PRETA                       ← 43 bytes: the job file
+//	→ REZULTO sub/okjob success 262
+//	                              ← PRETA
+//	→ 262 bytes: the output       ← RICEVIS
+//	→ PETO                        ← FINO
+//	→ FINO ANKAU
+//
+// Messages have no terminator: each is sent with one write and read with
+// one read of at most MaxMessage (1024) bytes, as the reference peers do;
+// they reject a message with a trailing newline, so we never send one. We
+// accept one, for a person typing into a terminal. The conversation is
+// lock-step, except that the runner's JES is not answered and its first
+// PETO follows at once (and a result of 0 bytes gets PRETA and RICEVIS
+// back to back), so the reader splits a read that holds a whole fixed word
+// followed by another message's keyword. Payloads are read to their SIZE,
+// which is checked against a limit (DefaultMaxSize unless configured)
+// before anything is written; a message longer than MaxMessage is refused.
+//
+// Grammars, from the reference: host names [-_a-zA-Z0-9]+; VERSIO
+// \d+(\.\d+)?, and a runner requires equality with 1.3; LABORO
+// (.+) (\.[^ ]+) (\d+), the name being the job file's path under runs/
+// without extension (it may hold '/' and spaces), the type its extension
+// with the dot; REZULTO (.+) (success|failure) (\d+). The default group
+// is the literal __defaulte__; a runner of another group leaves after
+// ALIGI.
+//
+// # Where the code goes beyond the spec
+//
+//   - Waiting for work. The spec's manager has a fixed list and says FINO
+//     once it is exhausted. A Manager serves an Executor whose jobs may
+//     still be coming, and whose jobs come back when a runner dies. So a
+//     PETO with no job pending waits up to IdleWait for one, and is then
+//     answered ATENDI (the reference runner waits 10 s and asks again);
+//     FINO is said only after Finish, once no job is pending and no other
+//     runner has one out: a job that comes back from a runner that died
+//     then still finds runners. A runner whose last jobs are out at itself
+//     is told FINO and reports them from state 5, as the spec allows.
+//   - State 5. A PETO there (a worker that finished a job after its
+//     sibling got FINO) is answered as in state 2: a job, if one came
+//     back, else FINO again.
+//   - Lost runners. A runner that disconnects, breaks the protocol, or
+//     sends a REZULTO for a job it was not sent (the spec: drop it) loses
+//     its connection; its jobs go back to the front of the line.
+//   - ATENDI and the ban policy. BanPolicy is the reference's --ban: ELIRI
+//     below 60% success after 10 jobs; ATENDI with more than 2 failures
+//     among the last 10, but only while the runner has jobs out (with none
+//     out, waiting could not change its record, and the reference would
+//     hold it forever).
+//   - Deadlines. Every handshake step and every exchange (an answer, a
+//     payload's progress) has a deadline (DefaultTimeout); the wait for a
+//     runner's next request has none, since a job may run for hours.
+//
+// # Results
+//
+// The runner's output starts with the reference's header, "runexp
+// summary: success" (or failure) and a blank line, then the start and end
+// times, the command, the exit status, a blank line and the program's
+// output (standard output and error together). As in the reference,
+// success is decided from the output, not the exit status, unless the
+// runner is told otherwise (Runner.UseExitStatus): see Runner.
 package runexp
