@@ -130,8 +130,22 @@ func protocolErrorf(format string, args ...any) error {
 	return &ProtocolError{Msg: fmt.Sprintf(format, args...)}
 }
 
-// AppendText appends the message's bytes as sent: no terminator.
+// AppendText appends the message's bytes as sent: no terminator. It
+// refuses a message that Parse would refuse, or that is longer than
+// MaxMessage.
 func (m Message) AppendText(b []byte) ([]byte, error) {
+	start := len(b)
+	b, err := m.appendText(b)
+	if err == nil && len(b)-start > MaxMessage {
+		err = fmt.Errorf("%w: %d bytes", ErrMessageTooLong, len(b)-start)
+	}
+	if err != nil {
+		return b[:start], err
+	}
+	return b, nil
+}
+
+func (m Message) appendText(b []byte) ([]byte, error) {
 	switch m.Kind {
 	case KindSaluton:
 		if !validHost(m.Host) {
@@ -139,21 +153,24 @@ func (m Message) AppendText(b []byte) ([]byte, error) {
 		}
 		return append(append(b, "SALUTON; MI "...), m.Host...), nil
 	case KindVersio:
+		if !validVersion(m.Version) {
+			return b, protocolErrorf("version %q is not like 1.3", m.Version)
+		}
 		return append(append(b, "VERSIO "...), m.Version...), nil
 	case KindAligi:
-		if m.Group == "" {
-			return b, protocolErrorf("empty group name")
+		if !validGroup(m.Group) {
+			return b, protocolErrorf("group name %q: empty, or more than one line", m.Group)
 		}
 		return append(append(b, "ALIGI "...), m.Group...), nil
 	case KindLaboro:
-		if m.Name == "" || !validType(m.Type) || m.Size < 0 {
+		if !validName(m.Name) || !validType(m.Type) || m.Size < 0 {
 			return b, protocolErrorf("bad job %q %q %d", m.Name, m.Type, m.Size)
 		}
 		b = append(append(append(b, "LABORO "...), m.Name...), ' ')
 		b = append(append(b, m.Type...), ' ')
 		return strconv.AppendInt(b, m.Size, 10), nil
 	case KindRezulto:
-		if m.Name == "" || m.Size < 0 {
+		if !validName(m.Name) || m.Size < 0 {
 			return b, protocolErrorf("bad result %q %d", m.Name, m.Size)
 		}
 		b = append(append(append(b, "REZULTO "...), m.Name...), ' ')
@@ -187,7 +204,9 @@ func Parse(b []byte, maxSize int64) (Message, error) {
 		maxSize = DefaultMaxSize
 	}
 	s := string(b)
-	s = strings.TrimSuffix(strings.TrimSuffix(s, "\n"), "\r")
+	if t, ok := strings.CutSuffix(s, "\n"); ok {
+		s = strings.TrimSuffix(t, "\r")
+	}
 	for k, w := range words {
 		if w != "" && s == w {
 			return Message{Kind: Kind(k)}, nil
@@ -207,7 +226,7 @@ func Parse(b []byte, maxSize int64) (Message, error) {
 		}
 		return Message{Kind: KindVersio, Version: rest}, nil
 	case "ALIGI":
-		if rest == "" {
+		if !validGroup(rest) {
 			break
 		}
 		return Message{Kind: KindAligi, Group: rest}, nil
@@ -216,7 +235,7 @@ func Parse(b []byte, maxSize int64) (Message, error) {
 		// type and size are the last two words.
 		head, size, ok1 := cutLast(rest)
 		name, typ, ok2 := cutLast(head)
-		if !ok1 || !ok2 || name == "" || !validType(typ) {
+		if !ok1 || !ok2 || !validName(name) || !validType(typ) {
 			break
 		}
 		n, err := parseSize(size, maxSize)
@@ -227,7 +246,7 @@ func Parse(b []byte, maxSize int64) (Message, error) {
 	case "REZULTO":
 		head, size, ok1 := cutLast(rest)
 		name, status, ok2 := cutLast(head)
-		if !ok1 || !ok2 || name == "" || (status != "success" && status != "failure") {
+		if !ok1 || !ok2 || !validName(name) || (status != "success" && status != "failure") {
 			break
 		}
 		n, err := parseSize(size, maxSize)
@@ -269,6 +288,16 @@ func validHost(s string) bool {
 		}
 	}
 	return true
+}
+
+// validName is a job name the reference's (.+) matches: one line.
+func validName(s string) bool {
+	return s != "" && !strings.ContainsAny(s, "\r\n")
+}
+
+// validGroup is a group name: one line.
+func validGroup(s string) bool {
+	return s != "" && !strings.ContainsAny(s, "\r\n")
 }
 
 // validVersion matches \d+(\.\d+)?.
