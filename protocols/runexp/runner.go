@@ -1,0 +1,742 @@
+package runexp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"go.uber.org/zap"
+)
+
+// DefaultHoldWait is how long a runner waits after ATENDI before it asks
+// again: the spec's 10 seconds.
+const DefaultHoldWait = 10 * time.Second
+
+// DefaultInterpreters maps the job types the reference runner knows
+// without configuration to the program that runs them: a ".sh" job is
+// run as "bash <script>". It is read, never written, by this package;
+// do not modify it.
+var DefaultInterpreters = map[string][]string{".sh": {"bash"}}
+
+// Errors of a runner's session.
+var (
+	// ErrBanned is matched by Run's error when the manager answered
+	// ELIRI: it will send this runner no more jobs.
+	ErrBanned = errors.New("runexp: banned by the manager (ELIRI)")
+	// ErrGroupMismatch is matched by Run's error when the manager
+	// announced a group other than the runner's.
+	ErrGroupMismatch = errors.New("runexp: group mismatch")
+	// ErrVersionMismatch is matched by Run's error when the manager
+	// speaks a protocol version other than Version.
+	ErrVersionMismatch = errors.New("runexp: protocol version mismatch")
+)
+
+// Runner is the runner side (runexp-runner): it connects to a manager and
+// runs the jobs it hands out in Workers parallel workers that share the
+// one connection.
+//
+// Its zero value is not usable: set Addr and Workers; every other field
+// has a default. Run reads the fields and never changes them, so they
+// must not change while Run runs, and one Runner may run several
+// sessions, one after the other or at once.
+type Runner struct {
+	// Addr is the manager's host:port; required.
+	Addr string
+	// Name is the host name sent in the hail; it must match
+	// [-_a-zA-Z0-9]+. "" means the short host name: os.Hostname up to
+	// the first dot, with every other character replaced by '-'.
+	Name string
+	// Group is the runner's group; a manager announcing another one is
+	// refused. "" means DefaultGroup.
+	Group string
+	// Workers is the number of jobs run at once, the N of "runexp N";
+	// it must be >= 1.
+	Workers int
+	// Interpreters maps a job type (its extension, like ".sh") to the
+	// argv prefix that runs a script of that type; the script's path is
+	// appended. A job of a type not in the map fails without running.
+	// nil means DefaultInterpreters.
+	Interpreters map[string][]string
+	// UseExitStatus decides a job's success by its exit status (0 is a
+	// success) instead of the reference's rule: a job fails if and only
+	// if its output has a line starting with "RES:failed".
+	UseExitStatus bool
+	// HoldWait is how long to wait after ATENDI before asking again;
+	// 0 means DefaultHoldWait.
+	HoldWait time.Duration
+	// Timeout bounds every exchange (connecting, each handshake step,
+	// the answers to PETO and REZULTO, each chunk of a payload);
+	// 0 means DefaultTimeout.
+	Timeout time.Duration
+	// MaxSize is the largest job accepted, in bytes; a larger LABORO
+	// breaks the session before anything is allocated for it.
+	// 0 means DefaultMaxSize.
+	MaxSize int64
+	// Dir, which must exist, receives the job scripts and outputs while
+	// they are needed. "" means a temporary directory removed when Run
+	// returns.
+	Dir string
+	// Logger receives the session's events; nil means none.
+	Logger *zap.Logger
+}
+
+// Run connects to the manager, says hello (SALUTON, KOMPRENAS, JES) and
+// runs jobs in Workers workers until the manager has none left (FINO),
+// bans the runner (ELIRI) or ctx ends; then no worker asks for another
+// job (MASTERSTOP), the running jobs finish and their results are sent,
+// and the last worker says goodbye (FINO ANKAU) and closes the connection.
+//
+// The spec raises MASTERSTOP on ELIRI only; Run raises it on FINO too,
+// because the reference manager, once it has said FINO, accepts nothing
+// but REZULTO and FINO ANKAU on that connection.
+//
+// When ctx ends, the running jobs are not killed: Run returns ctx.Err()
+// once they have been reported, unless FINO or ELIRI came first.
+// Cancelling ctx during the handshake closes the connection at once.
+//
+// Run returns nil after FINO, an error matching ErrBanned after ELIRI,
+// ErrVersionMismatch or ErrGroupMismatch when the handshake fails on
+// them, and otherwise an error wrapping what broke the session: a
+// network error, a *ProtocolError, ErrSizeTooLarge, ErrMessageTooLong,
+// io.ErrUnexpectedEOF for a payload cut short... A broken session kills
+// the jobs still running, as their results could not be sent. When Run
+// returns, every goroutine it started has returned and every file it
+// wrote is removed.
+func (r *Runner) Run(ctx context.Context) error {
+	cfg, err := r.withDefaults()
+	if err != nil {
+		return err
+	}
+	s, err := newRunnerSession(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.release()
+	if err := s.connect(); err != nil {
+		return err
+	}
+	defer s.nc.Close()
+	s.runWorkers()
+	return s.result()
+}
+
+// withDefaults returns a copy of r with its zero fields set to their
+// defaults, or an error for a field that cannot work.
+func (r *Runner) withDefaults() (Runner, error) {
+	c := *r
+	if c.Name == "" {
+		c.Name = shortHostname()
+	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.Interpreters == nil {
+		c.Interpreters = DefaultInterpreters
+	}
+	if c.HoldWait == 0 {
+		c.HoldWait = DefaultHoldWait
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxSize == 0 {
+		c.MaxSize = DefaultMaxSize
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	switch {
+	case c.Addr == "":
+		return c, errors.New("runexp: Runner.Addr is empty")
+	case c.Workers < 1:
+		return c, fmt.Errorf("runexp: Runner.Workers must be >= 1, got %d", c.Workers)
+	case !validHost(c.Name):
+		return c, fmt.Errorf("runexp: host name %q is not [-_a-zA-Z0-9]+", c.Name)
+	case c.HoldWait < 0 || c.Timeout < 0 || c.MaxSize < 0:
+		return c, errors.New("runexp: Runner.HoldWait, Timeout and MaxSize must not be negative")
+	}
+	for typ, argv := range c.Interpreters {
+		if len(argv) == 0 || argv[0] == "" {
+			return c, fmt.Errorf("runexp: the interpreter of type %q is empty", typ)
+		}
+	}
+	return c, nil
+}
+
+// shortHostname is the host name the reference runner sends by default.
+func shortHostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "localhost"
+	}
+	h, _, _ = strings.Cut(h, ".")
+	b := []byte(h)
+	for i, c := range b {
+		if !hostByte(c) {
+			b[i] = '-'
+		}
+	}
+	if len(b) == 0 {
+		return "localhost"
+	}
+	return string(b)
+}
+
+// hostByte reports whether c may be part of a host name.
+func hostByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
+// runnerOnDone calls f, in a goroutine of its own, once ctx ends. The returned
+// stop cancels that or, when f has started, waits for it to return, so
+// that no goroutine outlives the caller; it reports whether f ran.
+func runnerOnDone(ctx context.Context, f func()) (stop func() bool) {
+	ran := make(chan struct{})
+	cancel := context.AfterFunc(ctx, func() {
+		defer close(ran)
+		f()
+	})
+	return func() bool {
+		if cancel() {
+			return false
+		}
+		<-ran
+		return true
+	}
+}
+
+// runnerSession is one connection to a manager and the workers sharing it.
+type runnerSession struct {
+	ctx    context.Context
+	cfg    Runner // with the defaults filled in
+	log    *zap.Logger
+	exec   *laboro.Executor
+	dir    string
+	tmpDir bool // dir is ours, removed at the end
+
+	nc net.Conn
+	c  *conn
+
+	// mu is the communication lock: the conversation is lock-step, so a
+	// worker holds it from its request to the last answer.
+	mu     sync.Mutex
+	active int // workers not yet in WaitClose; guarded by mu
+
+	stop      chan struct{} // MASTERSTOP: closed once no worker may ask for a job
+	stopOnce  sync.Once
+	stopCause error // why: nil after FINO, ErrBanned, or ctx.Err()
+
+	broken   chan struct{} // closed once the connection is unusable
+	failOnce sync.Once
+	err      error // why it broke
+}
+
+// newRunnerSession prepares the directory and the executor before anything is
+// said to the manager, so that a local failure does not cost it a
+// runner half-way through the handshake.
+func newRunnerSession(ctx context.Context, cfg Runner) (*runnerSession, error) {
+	s := &runnerSession{
+		ctx:    ctx,
+		cfg:    cfg,
+		log:    cfg.Logger.With(zap.String("manager", cfg.Addr)),
+		dir:    cfg.Dir,
+		stop:   make(chan struct{}),
+		broken: make(chan struct{}),
+	}
+	if s.dir == "" {
+		dir, err := os.MkdirTemp("", "runexp-runner-")
+		if err != nil {
+			return nil, fmt.Errorf("runexp: create the work directory: %w", err)
+		}
+		s.dir, s.tmpDir = dir, true
+	} else if fi, err := os.Stat(s.dir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("runexp: Runner.Dir %q is not a directory", s.dir)
+	}
+	n := cfg.Workers
+	exec, err := laboro.New(
+		laboro.WithRunner(&laboro.ProcessRunner{Dir: s.dir, Stderr: laboro.StderrToOutput, Logger: s.log}),
+		laboro.WithPoolSize(n), laboro.WithConcurrency(n), laboro.WithBufferSize(n),
+		laboro.WithLogger(s.log))
+	if err != nil {
+		s.removeDir()
+		return nil, err
+	}
+	s.exec = exec
+	return s, nil
+}
+
+// release stops the executor (its jobs have all ended by now, unless the
+// session broke) and removes the temporary directory.
+func (s *runnerSession) release() {
+	s.exec.Close()
+	s.removeDir()
+}
+
+func (s *runnerSession) removeDir() {
+	if s.tmpDir {
+		os.RemoveAll(s.dir)
+	}
+}
+
+// connect is state 1 up to the start of the workers: it dials and shakes
+// hands. Cancelling the session's context closes the connection at once.
+func (s *runnerSession) connect() error {
+	d := net.Dialer{Timeout: s.cfg.Timeout}
+	nc, err := d.DialContext(s.ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("runexp: connect to %s: %w", s.cfg.Addr, err)
+	}
+	s.nc = nc
+	s.c = &conn{rw: nc, maxSize: s.cfg.MaxSize, timeout: s.cfg.Timeout}
+	stop := runnerOnDone(s.ctx, func() { nc.Close() })
+	err = s.handshake()
+	if stop() {
+		err = s.ctx.Err()
+	}
+	if err != nil {
+		nc.Close()
+		s.log.Error("handshake failed", zap.Error(err))
+		return fmt.Errorf("runexp: handshake with %s: %w", s.cfg.Addr, err)
+	}
+	s.log.Info("connected", zap.String("host", s.cfg.Name), zap.String("group", s.cfg.Group),
+		zap.Int("workers", s.cfg.Workers))
+	return nil
+}
+
+// handshake is SALUTON → VERSIO → KOMPRENAS → ALIGI → JES.
+func (s *runnerSession) handshake() error {
+	c := s.c
+	if err := c.write(Message{Kind: KindSaluton, Host: s.cfg.Name}); err != nil {
+		return err
+	}
+	m, err := c.expect(KindVersio)
+	if err != nil {
+		return err
+	}
+	if m.Version != Version {
+		return fmt.Errorf("%w: the manager speaks %s, this runner %s", ErrVersionMismatch, m.Version, Version)
+	}
+	if err := c.write(Message{Kind: KindKomprenas}); err != nil {
+		return err
+	}
+	if m, err = c.expect(KindAligi); err != nil {
+		return err
+	}
+	if m.Group != s.cfg.Group {
+		return fmt.Errorf("%w: the manager serves %q, this runner %q", ErrGroupMismatch, m.Group, s.cfg.Group)
+	}
+	return c.write(Message{Kind: KindJes})
+}
+
+// runWorkers starts the workers and waits for all of them.
+func (s *runnerSession) runWorkers() {
+	var wg sync.WaitGroup
+	s.active = s.cfg.Workers
+	for range s.cfg.Workers {
+		wg.Go(s.work)
+	}
+	wg.Wait()
+}
+
+// result is Run's error once every worker has ended.
+func (s *runnerSession) result() error {
+	switch {
+	case s.err != nil:
+		return fmt.Errorf("runexp: session with %s broken: %w", s.cfg.Addr, s.err)
+	case errors.Is(s.stopCause, ErrBanned):
+		return fmt.Errorf("%w: manager %s", ErrBanned, s.cfg.Addr)
+	}
+	return s.stopCause
+}
+
+// raise raises MASTERSTOP; the first cause is kept.
+func (s *runnerSession) raise(cause error) {
+	s.stopOnce.Do(func() {
+		s.stopCause = cause
+		close(s.stop)
+	})
+}
+
+// fail records why the connection broke, closes it, and kills the running
+// jobs: their results could not be sent.
+func (s *runnerSession) fail(err error) {
+	s.failOnce.Do(func() {
+		s.err = err
+		s.log.Error("session broken", zap.Error(err))
+		close(s.broken)
+		s.nc.Close()
+		s.exec.Close()
+	})
+}
+
+func (s *runnerSession) isBroken() bool {
+	select {
+	case <-s.broken:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopping reports whether a worker must go to WaitClose rather than ask
+// for a job. The end of ctx raises MASTERSTOP here, where it matters: a
+// worker running a job does not need to know before it asks again.
+func (s *runnerSession) stopping() bool {
+	if err := s.ctx.Err(); err != nil {
+		s.raise(err)
+	}
+	select {
+	case <-s.stop:
+		return true
+	case <-s.broken:
+		return true
+	default:
+		return false
+	}
+}
+
+// work is one worker, from state 2 to state 5.
+func (s *runnerSession) work() {
+	for {
+		t, more := s.ask()
+		if !more {
+			break
+		}
+		if t != nil {
+			s.report(s.run(t))
+		}
+	}
+	s.waitClose()
+}
+
+// runnerJob is a job received from the manager.
+type runnerJob struct {
+	name   string // as the manager named it; never used as a path
+	typ    string
+	script string // the file holding its contents
+}
+
+// ask is state 3 up to running the job, and state 6. It returns the job
+// received, or nil after ATENDI once HoldWait has passed; more is false
+// when the worker must go to WaitClose.
+func (s *runnerSession) ask() (t *runnerJob, more bool) {
+	s.mu.Lock()
+	if s.stopping() {
+		s.mu.Unlock()
+		return nil, false
+	}
+	m, err := s.peto()
+	if err == nil && m.Kind == KindLaboro {
+		t, err = s.receive(m)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.fail(err)
+		return nil, false
+	}
+	switch m.Kind {
+	case KindLaboro:
+		return t, true
+	case KindAtendi:
+		s.log.Info("on hold (ATENDI)", zap.Duration("wait", s.cfg.HoldWait))
+		s.hold()
+		return nil, true
+	case KindEliri:
+		s.log.Warn("banned (ELIRI): no more jobs for this runner")
+	default:
+		s.log.Info("no more jobs (FINO)")
+	}
+	return nil, false
+}
+
+// peto sends PETO and reads the answer; s.mu is held. FINO and ELIRI raise
+// MASTERSTOP before the lock is released: the manager answers nothing but
+// REZULTO and FINO ANKAU after them, so no other worker may ask again.
+// (The spec raises MASTERSTOP for ELIRI only, but a PETO after FINO would
+// break the reference manager's WaitClose state.)
+func (s *runnerSession) peto() (Message, error) {
+	if err := s.c.write(Message{Kind: KindPeto}); err != nil {
+		return Message{}, err
+	}
+	m, err := s.c.read(false)
+	if err != nil {
+		return m, err
+	}
+	switch m.Kind {
+	case KindFino:
+		s.raise(nil)
+	case KindEliri:
+		s.raise(ErrBanned)
+	case KindAtendi, KindLaboro:
+	default:
+		return m, protocolErrorf("expected an answer to PETO, got %v", m.Kind)
+	}
+	return m, nil
+}
+
+// receive acknowledges a LABORO and writes the job's contents to a file of
+// its own; s.mu is held. A file that cannot be written ends the session:
+// failing every job at once would waste the manager's whole queue.
+func (s *runnerSession) receive(m Message) (*runnerJob, error) {
+	f, err := os.CreateTemp(s.dir, scriptPattern(m.Name, m.Type))
+	if err != nil {
+		return nil, fmt.Errorf("runexp: create the script file: %w", err)
+	}
+	err = s.c.write(Message{Kind: KindPreta})
+	if err == nil {
+		err = s.c.readPayload(f, m.Size)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("receiving job %q: %w", m.Name, err)
+	}
+	s.log.Debug("job received", zap.String("job", m.Name), zap.String("type", m.Type), zap.Int64("size", m.Size))
+	return &runnerJob{name: m.Name, typ: m.Type, script: f.Name()}, nil
+}
+
+// scriptPattern is the os.CreateTemp pattern of a job's script file: the
+// last element of the job's name and its type, reduced to characters
+// that are safe in a file name, so that a name like "../x" cannot place
+// the file outside the directory; CreateTemp makes it unique.
+func scriptPattern(name, typ string) string {
+	base := name[strings.LastIndexByte(name, '/')+1:]
+	return "job-" + safeName(base, 64) + "-*" + safeName(typ, 16)
+}
+
+func safeName(s string, max int) string {
+	b := []byte(s[:min(len(s), max)])
+	for i, c := range b {
+		if c != '.' && !hostByte(c) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// hold waits HoldWait after ATENDI, or less if the session stops.
+func (s *runnerSession) hold() {
+	t := time.NewTimer(s.cfg.HoldWait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.stop:
+	case <-s.broken:
+	case <-s.ctx.Done():
+	}
+}
+
+// waitClose is state 5: the last worker to reach it says FINO ANKAU.
+func (s *runnerSession) waitClose() {
+	s.mu.Lock()
+	s.active--
+	var err error
+	if s.active == 0 && !s.isBroken() {
+		err = s.c.write(Message{Kind: KindFinoAnkau})
+		s.log.Info("session ended (FINO ANKAU)", zap.Error(err))
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.fail(err)
+	}
+}
+
+// runnerOutcome is a finished job, ready to be sent: its header, then either
+// the program's output, streamed from its file, or a note saying why the
+// program did not run.
+type runnerOutcome struct {
+	name   string
+	status Status
+	header []byte
+	out    *laboro.Output // nil when nothing ran
+	file   *os.File       // out, opened; nil when it could not be
+	note   string         // sent instead of file when file is nil
+}
+
+// run is states 3.9 and 4.1–4.2: it runs the job and judges it.
+func (s *runnerSession) run(t *runnerJob) *runnerOutcome {
+	defer os.Remove(t.script)
+	interp, ok := s.cfg.Interpreters[t.typ]
+	if !ok {
+		now := time.Now()
+		res := laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Started: now, Ended: now,
+			Err: fmt.Errorf("no interpreter for type %s", t.typ)}
+		return s.judge(t.name, nil, res)
+	}
+	argv := append(slices.Clip(interp), t.script)
+	return s.judge(t.name, argv, s.execute(argv))
+}
+
+// execute runs argv through the executor and waits for it. Only the
+// session's failure, which closes the executor, can cut it short.
+func (s *runnerSession) execute(argv []string) laboro.Result {
+	h, err := s.exec.Submit(context.Background(), laboro.Job{Args: argv})
+	if err != nil {
+		now := time.Now()
+		return laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Started: now, Ended: now, Err: err}
+	}
+	res, _ := h.Wait(context.Background())
+	return res
+}
+
+// judge decides the job's status and builds its header.
+func (s *runnerSession) judge(name string, argv []string, res laboro.Result) *runnerOutcome {
+	o := &runnerOutcome{name: name, out: res.Output}
+	if res.Output != nil {
+		f, err := res.Output.Open()
+		if err != nil {
+			res.Err = fmt.Errorf("output lost: %w", err)
+		}
+		o.file = f
+	}
+	switch {
+	case o.file == nil:
+		o.status, o.note = Failure, fmt.Sprintf("runexp: %v\n", res.Err)
+	case s.cfg.UseExitStatus:
+		o.status = Status(res.Status == laboro.StatusSucceeded)
+	default:
+		failed, err := reportsFailure(io.LimitReader(o.file, o.out.Size()))
+		if err == nil {
+			_, err = o.file.Seek(0, io.SeekStart)
+		}
+		if err != nil {
+			o.file.Close()
+			o.file, o.status, o.note = nil, Failure, fmt.Sprintf("runexp: output lost: %v\n", err)
+		} else {
+			o.status = Status(!failed)
+		}
+	}
+	o.header = appendHeader(nil, o.status, argv, res)
+	s.log.Info("job finished", zap.String("job", name), zap.Stringer("status", o.status),
+		zap.Int("exit", res.ExitCode), zap.Duration("took", res.Duration()))
+	return o
+}
+
+// body returns what follows REZULTO, and its size.
+func (o *runnerOutcome) body() (io.Reader, int64) {
+	head := bytes.NewReader(o.header)
+	if o.file == nil {
+		return io.MultiReader(head, strings.NewReader(o.note)), int64(len(o.header) + len(o.note))
+	}
+	return io.MultiReader(head, o.file), int64(len(o.header)) + o.out.Size()
+}
+
+// close removes the output's file.
+func (o *runnerOutcome) close() {
+	if o.file != nil {
+		o.file.Close()
+	}
+	o.out.Close()
+}
+
+// appendHeader appends the reference's header: the summary line, a blank
+// line, the times, the command, the exit status and another blank line.
+func appendHeader(b []byte, st Status, argv []string, res laboro.Result) []byte {
+	b = append(b, "runexp summary: "...)
+	b = append(b, st.String()...)
+	b = append(b, "\n\nstart: "...)
+	b = res.Started.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, "\nend: "...)
+	b = res.Ended.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, "\ncommand: "...)
+	b, _ = laboro.Job{Args: argv}.AppendText(b)
+	b = append(b, "\nexit status: "...)
+	b = strconv.AppendInt(b, int64(res.ExitCode), 10)
+	return append(b, "\n\n"...)
+}
+
+// failedMark starts a line in the output of a job that failed, by the
+// reference's rule.
+const failedMark = "RES:failed"
+
+// reportsFailure reports whether r holds a line that starts with
+// failedMark. It reads r in chunks: an output of any size is scanned in
+// constant memory.
+func reportsFailure(r io.Reader) (bool, error) {
+	var buf [32 << 10]byte
+	matched := 0
+	for {
+		n, err := r.Read(buf[:])
+		var found bool
+		if matched, found = scanFailed(buf[:n], matched); found {
+			return true, nil
+		}
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// scanFailed goes on looking for failedMark at a line's start in b.
+// matched is how many bytes of it the current line started with so far,
+// or -1 once the line cannot match; the new count is returned.
+func scanFailed(b []byte, matched int) (int, bool) {
+	for len(b) > 0 {
+		if matched < 0 {
+			i := bytes.IndexByte(b, '\n')
+			if i < 0 {
+				return -1, false
+			}
+			b, matched = b[i+1:], 0
+			continue
+		}
+		switch c := b[0]; {
+		case c == failedMark[matched]:
+			if matched++; matched == len(failedMark) {
+				return matched, true
+			}
+		case c == '\n':
+			matched = 0
+		default:
+			matched = -1
+		}
+		b = b[1:]
+	}
+	return matched, false
+}
+
+// report is states 4.3–4.12: it sends the outcome and removes its files.
+func (s *runnerSession) report(o *runnerOutcome) {
+	defer o.close()
+	s.mu.Lock()
+	if s.isBroken() {
+		s.mu.Unlock()
+		return
+	}
+	err := s.sendResult(o)
+	s.mu.Unlock()
+	if err != nil {
+		s.fail(fmt.Errorf("sending the result of %q: %w", o.name, err))
+	}
+}
+
+// sendResult is REZULTO → PRETA → output → RICEVIS; s.mu is held.
+func (s *runnerSession) sendResult(o *runnerOutcome) error {
+	body, size := o.body()
+	if err := s.c.write(Message{Kind: KindRezulto, Name: o.name, Status: o.status, Size: size}); err != nil {
+		return err
+	}
+	if _, err := s.c.expect(KindPreta); err != nil {
+		return err
+	}
+	if err := s.c.writePayload(body, size); err != nil {
+		return err
+	}
+	_, err := s.c.expect(KindRicevis)
+	return err
+}
