@@ -292,6 +292,11 @@ func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
 		s.sendOutput(x, res.Output)
 	}
 	x.line("-----%s output end-----", h.ID())
+	// The file goes before the commander is let go, so that a commander
+	// that has ended never sees it.
+	if err := res.Output.Close(); err != nil {
+		x.log.Warn("cannot remove a job's output", zap.Error(err))
+	}
 	code := res.ExitCode
 	if code < 0 {
 		code = 1
