@@ -25,6 +25,10 @@ const (
 	// DefaultMaxSize bounds the SIZE of a job or an output unless
 	// configured: 1 GiB.
 	DefaultMaxSize = 1 << 30
+	// smallPayload is the largest payload read into memory rather than
+	// into its file, so that the file is written once the exchange is
+	// over: while it lasts, a runner's other workers cannot talk.
+	smallPayload = 64 << 10
 	// DefaultTimeout bounds every exchange on either side: each handshake
 	// step, each answer an exchange waits for, each payload's progress.
 	DefaultTimeout = 30 * time.Second
@@ -333,6 +337,7 @@ type conn struct {
 	buf     [MaxMessage + 1]byte
 	rest    []byte // bytes of the next message, read with this one
 	out     []byte
+	chunk   []byte // for payloads; allocated on first use
 	maxSize int64
 	timeout time.Duration // for each exchange; 0 means none
 }
@@ -429,12 +434,12 @@ func (c *conn) readPayload(w io.Writer, n int64) error {
 		c.rest, n = c.rest[k:], n-k
 	}
 	r := io.LimitReader(c.rw, n)
-	var chunk [32 << 10]byte
+	chunk := c.payloadBuffer()
 	for n > 0 {
 		if c.timeout > 0 {
 			c.rw.SetReadDeadline(time.Now().Add(c.timeout))
 		}
-		k, err := r.Read(chunk[:])
+		k, err := r.Read(chunk)
 		if k > 0 {
 			if _, werr := w.Write(chunk[:k]); werr != nil {
 				return werr
@@ -451,9 +456,17 @@ func (c *conn) readPayload(w io.Writer, n int64) error {
 	return nil
 }
 
+// payloadBuffer returns the connection's buffer for payloads.
+func (c *conn) payloadBuffer() []byte {
+	if c.chunk == nil {
+		c.chunk = make([]byte, 32<<10)
+	}
+	return c.chunk
+}
+
 // writePayload sends exactly n bytes from r.
 func (c *conn) writePayload(r io.Reader, n int64) error {
-	var chunk [32 << 10]byte
+	chunk := c.payloadBuffer()
 	for n > 0 {
 		k, err := io.ReadFull(r, chunk[:min(int64(len(chunk)), n)])
 		if k > 0 {

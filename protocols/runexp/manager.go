@@ -1,9 +1,11 @@
 package runexp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -17,6 +19,10 @@ import (
 // DefaultIdleWait is how long a PETO waits for a job when none is pending
 // but more may come, before the runner is told ATENDI.
 const DefaultIdleWait = time.Second
+
+// busyWait replaces IdleWait for a runner that has other jobs out.
+// It only covers the moment an Executor takes to hand over its next job.
+const busyWait = 5 * time.Millisecond
 
 // ErrUnknownJob is the cause of a runner being dropped for a REZULTO about a
 // job that the manager did not send it.
@@ -54,7 +60,9 @@ type Manager struct {
 	// Timeout bounds each exchange; 0 means DefaultTimeout.
 	Timeout time.Duration
 	// IdleWait is how long a PETO waits for a job to become available
-	// before the runner is told ATENDI; 0 means DefaultIdleWait.
+	// before the runner is told ATENDI; 0 means DefaultIdleWait. A runner
+	// that has other jobs out waits 5 ms at most, since its other workers
+	// cannot report while its PETO waits.
 	IdleWait time.Duration
 	// MaxSize bounds an output's SIZE; 0 means DefaultMaxSize.
 	MaxSize int64
@@ -473,10 +481,15 @@ func (m *Manager) next(ctx context.Context, s *remote) (t *assignment, end bool)
 	if wait <= 0 {
 		wait = DefaultIdleWait
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if s.live() > 0 {
+		// While this PETO waits, the runner's other workers cannot send
+		// their results: hold them up only briefly.
+		wait = min(wait, busyWait)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	for {
 		if len(m.pending) > 0 {
 			t = m.pending[0]
@@ -533,32 +546,14 @@ func (m *Manager) receive(s *remote, msg Message) (err error) {
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownJob, msg.Name)
 	}
-	f, err := os.CreateTemp(m.Dir, "runexp-*.res")
+	path, err := m.take(s, msg)
 	if err != nil {
-		return fmt.Errorf("runexp: keeping an output: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := s.c.write(Message{Kind: KindPreta}); err != nil {
-		return err
-	}
-	if err := s.c.readPayload(f, msg.Size); err != nil {
-		return fmt.Errorf("output of %s: %w", msg.Name, err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := s.c.write(Message{Kind: KindRicevis}); err != nil {
 		return err
 	}
 
 	res := laboro.Result{
 		ID: t.job.ID, Status: laboro.StatusSucceeded, Started: t.sent, Ended: time.Now(),
-		Output: laboro.NewOutput(f.Name(), msg.Size),
+		Output: laboro.NewOutput(path, msg.Size),
 	}
 	if msg.Status == Failure {
 		res.Status, res.ExitCode, res.Err = laboro.StatusFailed, 1, fmt.Errorf("runexp: runner %s reported failure", s.host)
@@ -583,4 +578,49 @@ func (m *Manager) receive(s *remote, msg Message) (err error) {
 	}
 	s.log.Debug("job done", zap.String("job", t.job.ID), zap.Stringer("status", msg.Status))
 	return nil
+}
+
+// take receives an output (PRETA, the bytes, RICEVIS) into a file of its
+// own and returns its path. A small output is kept in memory until RICEVIS
+// is sent, and only then written, so that the runner's other workers wait
+// for no file system.
+func (m *Manager) take(s *remote, msg Message) (path string, err error) {
+	var body *bytes.Buffer
+	var f *os.File
+	if msg.Size <= smallPayload {
+		body = bytes.NewBuffer(make([]byte, 0, msg.Size))
+	} else if f, err = os.CreateTemp(m.Dir, "runexp-*.res"); err != nil {
+		return "", fmt.Errorf("runexp: keeping an output: %w", err)
+	}
+	defer func() {
+		if f != nil && err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := s.c.write(Message{Kind: KindPreta}); err != nil {
+		return "", err
+	}
+	var dst io.Writer = f
+	if body != nil {
+		dst = body
+	}
+	if err := s.c.readPayload(dst, msg.Size); err != nil {
+		return "", fmt.Errorf("output of %s: %w", msg.Name, err)
+	}
+	if err := s.c.write(Message{Kind: KindRicevis}); err != nil {
+		return "", err
+	}
+	if body != nil {
+		if f, err = os.CreateTemp(m.Dir, "runexp-*.res"); err != nil {
+			return "", fmt.Errorf("runexp: keeping an output: %w", err)
+		}
+		if _, err = f.Write(body.Bytes()); err != nil {
+			return "", fmt.Errorf("runexp: keeping an output: %w", err)
+		}
+	}
+	if err = f.Close(); err != nil {
+		return "", fmt.Errorf("runexp: keeping an output: %w", err)
+	}
+	return f.Name(), nil
 }

@@ -424,6 +424,7 @@ type runnerJob struct {
 	name   string // as the manager named it; never used as a path
 	typ    string
 	script string // the file holding its contents
+	body   []byte // its contents, until written to script
 }
 
 // ask is state 3 up to running the job, and state 6. It returns the job
@@ -440,6 +441,9 @@ func (s *runnerSession) ask() (t *runnerJob, more bool) {
 		t, err = s.receive(m)
 	}
 	s.mu.Unlock()
+	if err == nil && t != nil && t.script == "" {
+		err = s.writeScript(t) // after the unlock: the others may talk meanwhile
+	}
 	if err != nil {
 		s.fail(err)
 		return nil, false
@@ -488,6 +492,17 @@ func (s *runnerSession) peto() (Message, error) {
 // its own; s.mu is held. A file that cannot be written ends the session:
 // failing every job at once would waste the manager's whole queue.
 func (s *runnerSession) receive(m Message) (*runnerJob, error) {
+	if m.Size <= smallPayload {
+		// Kept in memory and written once the lock is released.
+		if err := s.c.write(Message{Kind: KindPreta}); err != nil {
+			return nil, err
+		}
+		body := bytes.NewBuffer(make([]byte, 0, m.Size))
+		if err := s.c.readPayload(body, m.Size); err != nil {
+			return nil, fmt.Errorf("receiving job %q: %w", m.Name, err)
+		}
+		return &runnerJob{name: m.Name, typ: m.Type, body: body.Bytes()}, nil
+	}
 	f, err := os.CreateTemp(s.dir, scriptPattern(m.Name, m.Type))
 	if err != nil {
 		return nil, fmt.Errorf("runexp: create the script file: %w", err)
@@ -505,6 +520,24 @@ func (s *runnerSession) receive(m Message) (*runnerJob, error) {
 	}
 	s.log.Debug("job received", zap.String("job", m.Name), zap.String("type", m.Type), zap.Int64("size", m.Size))
 	return &runnerJob{name: m.Name, typ: m.Type, script: f.Name()}, nil
+}
+
+// writeScript writes a job received in memory to its script file.
+func (s *runnerSession) writeScript(t *runnerJob) error {
+	f, err := os.CreateTemp(s.dir, scriptPattern(t.name, t.typ))
+	if err != nil {
+		return fmt.Errorf("runexp: create the script file: %w", err)
+	}
+	_, err = f.Write(t.body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("runexp: write the script file: %w", err)
+	}
+	t.script, t.body = f.Name(), nil
+	return nil
 }
 
 // scriptPattern is the os.CreateTemp pattern of a job's script file: the
