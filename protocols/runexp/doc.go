@@ -63,6 +63,13 @@
 //     runner has one out: a job that comes back from a runner that died
 //     then still finds runners. A runner whose last jobs are out at itself
 //     is told FINO and reports them from state 5, as the spec allows.
+//     While a PETO waits, the runner's other workers cannot talk, so a
+//     runner with jobs out waits 5 ms at most.
+//   - FINO on the runner side. The spec raises MASTERSTOP on ELIRI only;
+//     our runner raises it on FINO too, since the reference manager
+//     answers nothing but REZULTO and FINO ANKAU after FINO, and another
+//     worker's PETO would break it. The last worker says FINO ANKAU, also
+//     after ELIRI or when the runner is stopped, without a FINO to answer.
 //   - State 5. A PETO there (a worker that finished a job after its
 //     sibling got FINO) is answered as in state 2: a job, if one came
 //     back, else FINO again.

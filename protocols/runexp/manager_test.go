@@ -352,6 +352,7 @@ func TestManagerFinoWhileJobsOut(t *testing.T) {
 	other.exchange("PETO", "ATENDI")
 	r.exchange("PETO", "FINO")
 	r.report("a", "success", "a\n")
+	r.exchange("PETO", "FINO") // a PETO in state 5 is answered as in state 2
 	r.report("b", "failure", "b\n")
 	r.say("FINO ANKAU")
 	r.closed()
@@ -468,6 +469,33 @@ func TestManagerBans(t *testing.T) {
 	result(t, hs[10])
 	r.say("FINO ANKAU")
 	r.closed()
+}
+
+// With the ban policy, a runner with more than 2 failures among its last
+// 10 jobs is held (ATENDI) while it has jobs out, and let run again once
+// they are back.
+func TestManagerHolds(t *testing.T) {
+	tm := startManager(t, &Manager{Policy: BanPolicy{}})
+	var hs []*laboro.Handle
+	for i := range 6 {
+		hs = append(hs, tm.submit(t, fmt.Sprintf("j%d", i), "x\n"))
+	}
+	r := join(t, tm.addr, "shaky")
+	for range 3 {
+		line, _ := r.take()
+		r.report(strings.Fields(line)[1], "failure", "bad")
+	}
+	line, _ := r.take() // nothing out: the record cannot change by waiting
+	r.exchange("PETO", "ATENDI")
+	assert.Equal(t, 1, tm.logged("runner on hold"))
+	r.report(strings.Fields(line)[1], "success", "ok")
+	line, _ = r.take()
+	r.report(strings.Fields(line)[1], "success", "ok")
+	line, _ = r.take()
+	r.report(strings.Fields(line)[1], "success", "ok")
+	for _, h := range hs {
+		result(t, h)
+	}
 }
 
 func TestBanPolicy(t *testing.T) {
