@@ -116,7 +116,8 @@ func bar() func(runexp.Progress) {
 	return func(p runexp.Progress) {
 		if b == nil {
 			b = progressbar.NewOptions(p.Total, progressbar.OptionSetWriter(os.Stderr),
-				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth())
+				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth(),
+				progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
 		}
 		b.Describe(fmt.Sprintf("running %d, failed %d, runners %d", p.Running, p.Failed, p.Runners))
 		b.Set(p.Done)
