@@ -318,5 +318,26 @@ func DecodeBody(t Type, body []byte) (Message, error) {
 // bodyError reports a body msgpack could not decode: a *ProtocolError that
 // also wraps err.
 func bodyError(t Type, err error) error {
-	return fmt.Errorf("%w: %w", &ProtocolError{Msg: "bad " + t.String() + " body"}, err)
+	return &wrappedProtocolError{
+		pe:  ProtocolError{Msg: "bad " + t.String() + " body: " + err.Error()},
+		err: err,
+	}
+}
+
+// wrappedProtocolError is a ProtocolError with the error behind it: errors.As
+// finds the *ProtocolError, errors.Is and errors.As the cause.
+type wrappedProtocolError struct {
+	pe  ProtocolError
+	err error
+}
+
+func (e *wrappedProtocolError) Error() string { return e.pe.Error() }
+func (e *wrappedProtocolError) Unwrap() error { return e.err }
+
+func (e *wrappedProtocolError) As(target any) bool {
+	if p, ok := target.(**ProtocolError); ok {
+		*p = &e.pe
+		return true
+	}
+	return false
 }

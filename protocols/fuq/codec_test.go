@@ -526,6 +526,9 @@ func TestHugeCounts(t *testing.T) {
 		if !errors.Is(err, msgp.ErrShortBytes) {
 			t.Errorf("%s %s: %v does not wrap msgp.ErrShortBytes", c.typ, c.body, err)
 		}
+		if want := "fuq: protocol error: bad " + c.typ.String() + " body: msgp: "; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s %s: error %q, want it to start with %q", c.typ, c.body, err, want)
+		}
 		if allocs >= 10 {
 			t.Errorf("%s %s: %v allocations", c.typ, c.body, allocs)
 		}
