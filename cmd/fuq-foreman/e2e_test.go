@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+var (
+	binDir    string
+	buildOnce sync.Once
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "fuq-bin"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(binDir)
+		os.Exit(code)
+	}))
+}
+
+func build(t testing.TB) (foreman, worker string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		out, err := exec.Command("go", "build", "-o", binDir+"/",
+			"github.com/laboro-go/laboro/cmd/fuq-foreman",
+			"github.com/laboro-go/laboro/cmd/fuq-worker").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("%w: %s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return filepath.Join(binDir, "fuq-foreman"), filepath.Join(binDir, "fuq-worker")
+}
+
+// process is a running binary whose stderr is collected.
+type process struct {
+	cmd  *exec.Cmd
+	out  strings.Builder
+	mu   sync.Mutex
+	logs strings.Builder
+	eof  chan struct{}
+	addr chan string
+}
+
+func start(t testing.TB, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin, args...), eof: make(chan struct{}), addr: make(chan string, 1)}
+	p.cmd.Stdout = &p.out
+	stderr, err := p.cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	re := regexp.MustCompile(`serving.*"addr": "([^"]+)"`)
+	go func() {
+		defer close(p.eof)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.logs.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				p.addr <- m[1]
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.eof
+		p.cmd.Wait()
+	})
+	return p
+}
+
+func (p *process) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+func (p *process) wait(t testing.TB, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.eof:
+	case <-time.After(within):
+		t.Fatalf("%s did not end:\n%s", filepath.Base(p.cmd.Path), p.log())
+	}
+	err := p.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	require.NoError(t, err)
+	return 0
+}
+
+// proxy relays TCP connections to target; it can cut them all and refuse
+// new ones for a while, as a network that fails would.
+type proxy struct {
+	ln     net.Listener
+	target string
+	down   atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{ln: ln, target: target}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
+	return p
+}
+
+func (p *proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.down.Load() {
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		p.wg.Go(func() { io.Copy(up, c); up.Close() })
+		p.wg.Go(func() { io.Copy(c, up); c.Close() })
+	}
+}
+
+// cut closes every relayed connection.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// logs lists the task logs of job name in dir.
+func logs(t *testing.T, dir string) []string {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".log") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// A job of 500 tasks over 3 workers of 2 processors; one worker is killed
+// with SIGKILL halfway, and another's connection is cut and restored.
+// Every task ends with exactly one recorded outcome and one log file. (An
+// UPDATE whose OK was lost in the cut is sent again; the foreman records
+// only the first.)
+func TestFiveHundredTasks(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	logDir := filepath.Join(dir, "logs")
+	require.NoError(t, os.Mkdir(logDir, 0o755))
+	task := filepath.Join(dir, "task.sh")
+	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\necho task $1 in $(pwd)\nsleep 0.05\n"), 0o755))
+	control := filepath.Join(dir, "control.sock")
+
+	foreman := start(t, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-grace", "5s")
+	var addr string
+	select {
+	case addr = <-foreman.addr:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the foreman did not start:\n%s", foreman.log())
+	}
+	flaky := newProxy(t, addr)
+	worker := func(name, via string) *process {
+		return start(t, workerBin, "-connect", via, "-np", "2", "-spool", filepath.Join(dir, "spool-"+name), "-reconnect", "200ms")
+	}
+	steady := worker("steady", addr)
+	cut := worker("cut", flaky.ln.Addr().String())
+	killed := worker("killed", addr)
+
+	submit := start(t, foremanBin, "submit", "-control", control, "-wait", "-name", "j", "-command", task,
+		"-tasks", "500", "-wd", dir, "-logdir", logDir)
+
+	require.Eventually(t, func() bool { return len(logs(t, logDir)) >= 150 }, 60*time.Second, 10*time.Millisecond)
+	require.NoError(t, killed.cmd.Process.Signal(syscall.SIGKILL))
+	require.Eventually(t, func() bool { return len(logs(t, logDir)) >= 250 }, 60*time.Second, 10*time.Millisecond)
+	flaky.down.Store(true)
+	flaky.cut()
+	time.Sleep(time.Second) // tasks end while the connection is down
+	flaky.down.Store(false)
+
+	require.Equal(t, 0, submit.wait(t, 120*time.Second), "submit -wait: %s\nforeman:\n%s", submit.out.String(), foreman.log())
+	assert.Regexp(t, `^job_1\njob_1\tj\tsucceeded\tdone 500/500\tfailed 0\trunning 0\tpending 0\tcancelled 0\n$`, submit.out.String())
+
+	names := logs(t, logDir)
+	require.Len(t, names, 500, "one log file per task")
+	for n := 1; n <= 500; n++ {
+		b, err := os.ReadFile(filepath.Join(logDir, fmt.Sprintf("j_%d.log", n)))
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("task %d in %s\n", n, dir), string(b))
+	}
+	status := exec.Command(foremanBin, "status", "-control", control, "-tasks", "job_1")
+	out, err := status.Output()
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, 501)
+	for _, l := range lines[1:] {
+		assert.Regexp(t, `^\t\d+\tdone\tworker-\d+\tdone$`, l)
+	}
+	log := foreman.log()
+	assert.Contains(t, log, "worker gone; its tasks wait for it")
+	assert.Contains(t, log, "task given to another worker", "the killed worker's tasks ran elsewhere")
+	assert.Equal(t, 4, strings.Count(log, "worker joined"), "the cut worker came back")
+
+	for _, w := range []*process{steady, cut} {
+		assert.Contains(t, w.log(), "connected")
+	}
+	assert.Regexp(t, `"updates to send": [1-9]`, cut.log(), "outcomes kept while disconnected were delivered")
+	out, err = exec.Command(foremanBin, "stop", "-control", control, "0").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, w := range []*process{steady, cut} {
+		assert.Equal(t, 0, w.wait(t, 30*time.Second), w.log())
+	}
+}
+
+func TestUsage(t *testing.T) {
+	foreman, worker := build(t)
+	for _, args := range [][]string{{"frobnicate"}, {"submit", "-name", "x"}, {"-bogus"}, {"status", "a", "b"}} {
+		err := exec.Command(foreman, append(args, "-control", "/nonexistent/sock")...).Run()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v", args)
+		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+	}
+	for _, args := range [][]string{{}, {"-np", "0", "-connect", "x:1"}, {"-connect", "x:1", "extra"}} {
+		err := exec.Command(worker, args...).Run()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v", args)
+		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+	}
+}

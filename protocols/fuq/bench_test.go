@@ -1,0 +1,69 @@
+package fuq
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/laboro-go/laboro"
+)
+
+// BenchmarkTasks measures tasks per second for a trivial command
+// (/bin/true <task>): one job of b.N tasks through a Foreman and a Worker of
+// N processors over loopback TCP, and, as the baseline, the same commands
+// spawned by the core at concurrency N, with their outputs kept in files.
+func BenchmarkTasks(b *testing.B) {
+	for _, procs := range []int{1, 4} {
+		b.Run(fmt.Sprintf("core/procs=%d", procs), func(b *testing.B) {
+			ex, err := laboro.New(laboro.WithOutputDir(b.TempDir()), laboro.WithPoolSize(procs),
+				laboro.WithConcurrency(procs), laboro.WithBufferSize(1024))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ex.Close()
+			b.ReportAllocs()
+			var wg sync.WaitGroup
+			for i := range b.N {
+				h, err := ex.Submit(context.Background(), laboro.Job{Args: []string{"/bin/true", strconv.Itoa(i + 1)}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				wg.Go(func() {
+					res, _ := h.Wait(context.Background())
+					res.Output.Close()
+				})
+			}
+			wg.Wait()
+		})
+		b.Run(fmt.Sprintf("fuq/procs=%d", procs), func(b *testing.B) {
+			f := &Foreman{}
+			ex, err := laboro.New(laboro.WithRunner(f))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ex.Close()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Go(func() { f.Serve(ctx, ln) })
+			w := &Worker{Addr: ln.Addr().String(), Procs: procs, SpoolDir: b.TempDir()}
+			wg.Go(func() { w.Run(ctx) })
+			defer func() { cancel(); wg.Wait() }()
+			b.ReportAllocs()
+			b.ResetTimer()
+			h, err := ex.Submit(ctx, NewJob("bench", "/bin/true", b.N, b.TempDir(), b.TempDir()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res, _ := h.Wait(ctx); res.Status != laboro.StatusSucceeded {
+				b.Fatal(res.Err)
+			}
+		})
+	}
+}

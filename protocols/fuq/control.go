@@ -1,0 +1,224 @@
+package fuq
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/laboro-go/laboro"
+)
+
+// The control API is the user's side of a foreman: fuq-foreman serves it
+// on a local Unix socket, so that "fuq-foreman submit" and "fuq-foreman
+// status" reach the running foreman. It is HTTP with JSON bodies:
+//
+//	POST /jobs                 Submission → {"id": "job_1"}
+//	GET  /jobs                 → [JobReport…]
+//	GET  /jobs/{id}[?wait=1]   → JobReport (with wait: once the job has ended)
+//	POST /jobs/{id}/cancel
+//	POST /workers/stop?n=N     STOP(N) to every worker; n=now: STOP(immediate)
+
+// Submission is a job as a user submits it.
+type Submission struct {
+	Name       string `json:"name"`
+	Command    string `json:"command"`
+	Tasks      int    `json:"tasks"`
+	WorkingDir string `json:"workdir"`
+	LoggingDir string `json:"logdir"`
+}
+
+// JobReport is a job as the control API reports it.
+type JobReport struct {
+	ID    string   `json:"id"`    // the Executor's id, job_N
+	State string   `json:"state"` // queued, running, or the Executor's status once ended
+	Error string   `json:"error,omitempty"`
+	Job   *JobInfo `json:"job,omitempty"` // once the foreman has it
+}
+
+// Control serves the control API for a Foreman and the Executor that runs
+// its jobs.
+type Control struct {
+	Foreman  *Foreman
+	Executor *laboro.Executor
+
+	mu      sync.Mutex
+	handles map[string]*laboro.Handle
+	order   []string
+}
+
+// Handler returns the API's HTTP handler.
+func (c *Control) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /jobs", c.submit)
+	mux.HandleFunc("GET /jobs", c.list)
+	mux.HandleFunc("GET /jobs/{id}", c.get)
+	mux.HandleFunc("POST /jobs/{id}/cancel", c.cancel)
+	mux.HandleFunc("POST /workers/stop", c.stop)
+	return mux
+}
+
+func (c *Control) submit(w http.ResponseWriter, r *http.Request) {
+	var s Submission
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&s); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	h, err := c.Executor.Submit(r.Context(), NewJob(s.Name, s.Command, s.Tasks, s.WorkingDir, s.LoggingDir))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c.mu.Lock()
+	if c.handles == nil {
+		c.handles = map[string]*laboro.Handle{}
+	}
+	c.handles[h.ID()] = h
+	c.order = append(c.order, h.ID())
+	c.mu.Unlock()
+	writeJSON(w, map[string]string{"id": h.ID()})
+}
+
+func (c *Control) list(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	ids := append([]string(nil), c.order...)
+	c.mu.Unlock()
+	out := make([]JobReport, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, c.status(id))
+	}
+	writeJSON(w, out)
+}
+
+func (c *Control) get(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	c.mu.Lock()
+	h := c.handles[id]
+	c.mu.Unlock()
+	if h == nil {
+		http.Error(w, "no job "+id, http.StatusNotFound)
+		return
+	}
+	if r.URL.Query().Get("wait") != "" {
+		select {
+		case <-h.Done():
+		case <-r.Context().Done():
+			return
+		}
+	}
+	writeJSON(w, c.status(id))
+}
+
+func (c *Control) status(id string) JobReport {
+	c.mu.Lock()
+	h := c.handles[id]
+	c.mu.Unlock()
+	st := JobReport{ID: id, State: "queued"}
+	if info, ok := c.Foreman.JobByRef(id); ok {
+		st.State, st.Job = "running", &info
+	}
+	select {
+	case <-h.Done():
+		res, _ := h.Wait(context.Background())
+		st.State = res.Status.String()
+		if res.Err != nil {
+			st.Error = res.Err.Error()
+		}
+	default:
+	}
+	return st
+}
+
+func (c *Control) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := c.Executor.Stop(id); err == nil {
+		writeJSON(w, map[string]string{"id": id, "state": "removed"})
+		return
+	}
+	info, ok := c.Foreman.JobByRef(id)
+	if !ok {
+		http.Error(w, "no running job "+id, http.StatusNotFound)
+		return
+	}
+	if err := c.Foreman.Cancel(info.JobId); err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	writeJSON(w, map[string]string{"id": id, "state": "cancelled"})
+}
+
+func (c *Control) stop(w http.ResponseWriter, r *http.Request) {
+	n := r.URL.Query().Get("n")
+	var arg uint32
+	if n == "now" {
+		arg = StopImmediate
+	} else {
+		v, err := strconv.ParseUint(n, 10, 31)
+		if err != nil {
+			http.Error(w, "n is a number of processors, or now", http.StatusBadRequest)
+			return
+		}
+		arg = uint32(v)
+	}
+	c.Foreman.StopWorkers(arg)
+	writeJSON(w, map[string]any{"workers": len(c.Foreman.Workers())})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// ControlClient talks to a foreman's control API over its Unix socket.
+type ControlClient struct {
+	Socket string
+}
+
+func (c ControlClient) http() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", c.Socket)
+		},
+	}}
+}
+
+// Do sends a request and decodes the JSON answer into out (if not nil).
+func (c ControlClient) Do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://foreman"+path, rd)
+	if err != nil {
+		return err
+	}
+	hc := c.http()
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("fuq: %s %s: %s", method, path, bytes.TrimSpace(msg))
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return errors.Join(errors.New("fuq: bad answer from the foreman"), err)
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+// Package fuq is the foreman–worker protocol of fuq: a foreman pushes the
+// tasks of its jobs to workers with free processors, and workers run them
+// and report each one's end. Every request and its reply are paired by a
+// sequence number.
+//
+// Foreman is the foreman side, a laboro.Runner whose jobs are fuq jobs of
+// NumTasks tasks (NewJob); Worker is the worker side, which runs tasks
+// through a local Executor. Control is the user's API to a running
+// foreman (submit, status, cancel, stop), which cmd/fuq-foreman serves on
+// a Unix socket. The codec (codec.go, bodies.go) and the sequence-number
+// state machine (Seq, seq.go) start no goroutines and do no I/O.
+//
+//	f := &fuq.Foreman{}
+//	ex, _ := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(16), laboro.WithConcurrency(16))
+//	go f.Serve(ctx, ln)                       // workers connect here
+//	h, _ := ex.Submit(ctx, fuq.NewJob("sweep", "/opt/bin/sim", 500, "/data", "/data/logs"))
+//	res, _ := h.Wait(ctx)                     // once all 500 tasks have ended
+//
+// # The wire
+//
+// Every message starts with a 16-byte little-endian header: magic 0xC047
+// (bytes 47 c0), type, error code (the spec's "subtype"), sequence number
+// (u32), 4 bytes of padding, arg0 (u32). HELLO, JOB, UPDATE and CANCEL
+// carry a msgpack body whose length is arg0, checked against a limit
+// (DefaultMaxBody) before anything is allocated. Bodies are maps keyed by
+// the reference's Go field names: a JOB is a list of Task {Task,
+// JobDescription {JobId, Name, NumTasks, WorkingDir, LoggingDir, Command,
+// Status}}; an UPDATE a StatusUpdate {JobId, Task, Success, Status,
+// NewJob}; a CANCEL a list of {JobId, Task}; a HELLO {NumProcs, Running}.
+// Our bytes equal the reference encoder's for every message of the
+// project's wire vectors.
+//
+// OK's arg0 packs nproc<<16 | nrun: free processors in the high half, tasks
+// running in the low half (the opposite of the order the spec's prose
+// suggests; the reference is what interoperates). STOP's arg0 is the
+// number of processors to give up, 0 for all, 0xFFFFFFFF to stop at once.
+//
+// # Where the code follows the reference rather than the spec
+//
+//   - The worker speaks first: HELLO {NumProcs: free processors, Running:
+//     the tasks it still runs}, answered OK(nproc|nrun). The spec's table
+//     has the foreman send OK(0) first; the reference worker does not wait
+//     for it.
+//   - UPDATE's arg0 is its body's length, as for every message with a
+//     body; the processor counts travel in the OK replies.
+//   - A task takes one processor. A JOB of more tasks than the worker has
+//     free processors is answered ERROR(no procs), and its tasks go back
+//     to the front of the foreman's line.
+//   - A worker runs a task as "Command <task number>" in WorkingDir, with
+//     standard output and error in LoggingDir/<Name>_<Task>.log
+//     (<Name>_<Task>-<i>.log when that exists). The output is written to a
+//     <pid>.output file in LoggingDir while the task runs and becomes the
+//     log when it ends, so a task killed with its worker leaves no log,
+//     and its rerun elsewhere writes the only one.
+//   - UPDATE says Success true with Status "done", or Success false with
+//     "error encountered: …". A task cancelled by CANCEL sends no UPDATE;
+//     the OK to the CANCEL gives back its processor.
+//   - STOP(immediate) is not answered: the worker ends at once, killing its
+//     tasks, as the reference exits.
+//
+// # Losing nothing
+//
+// A worker writes each UPDATE to its spool directory (write, sync,
+// rename) before sending it, and removes it once the foreman's OK has
+// come; a worker restarted on the same spool sends what is left. When its
+// connection drops, its tasks run on; it connects again (with backoff),
+// names them in HELLO, and then sends the UPDATEs of the tasks that ended
+// meanwhile. The foreman holds a vanished worker's tasks for Foreman.Grace
+// (10 s): named in a HELLO in that time, they are taken back; otherwise
+// they go to other workers. A task may thus run twice when a worker is
+// gone longer than the grace period; only its first outcome is recorded.
+package fuq

@@ -1,0 +1,300 @@
+package fuq
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// system is a Foreman serving an Executor on a loopback port, and the
+// workers started against it.
+type system struct {
+	t       *testing.T
+	f       *Foreman
+	ex      *laboro.Executor
+	addr    string
+	dir     string
+	logs    *observer.ObservedLogs
+	ctx     context.Context
+	workers sync.WaitGroup
+}
+
+func startSystem(t *testing.T, f *Foreman) *system {
+	t.Helper()
+	core, logs := observer.New(zap.InfoLevel)
+	f.Logger = zap.New(core)
+	if f.Timeout == 0 {
+		f.Timeout = 5 * time.Second
+	}
+	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(8), laboro.WithConcurrency(8))
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &system{t: t, f: f, ex: ex, addr: ln.Addr().String(), dir: t.TempDir(), logs: logs, ctx: ctx}
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		ex.Close()
+		<-served
+		s.workers.Wait()
+	})
+	return s
+}
+
+// worker starts a Worker of procs processors connecting to addr; its Run's
+// error arrives on the channel.
+func (s *system) worker(addr string, procs int) (*Worker, <-chan error) {
+	w := &Worker{Addr: addr, Procs: procs, SpoolDir: s.t.TempDir(), Reconnect: 50 * time.Millisecond, Timeout: 5 * time.Second}
+	ran := make(chan error, 1)
+	s.workers.Go(func() { ran <- w.Run(s.ctx) })
+	return w, ran
+}
+
+// script writes an executable shell script and returns its path.
+func (s *system) script(body string) string {
+	path := filepath.Join(s.dir, fmt.Sprintf("task-%d.sh", time.Now().UnixNano()))
+	require.NoError(s.t, os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755))
+	return path
+}
+
+func (s *system) submit(name, command string, tasks int) (*laboro.Handle, string) {
+	logDir := filepath.Join(s.dir, "logs-"+name)
+	require.NoError(s.t, os.MkdirAll(logDir, 0o755))
+	h, err := s.ex.Submit(context.Background(), NewJob(name, command, tasks, s.dir, logDir))
+	require.NoError(s.t, err)
+	return h, logDir
+}
+
+func wait(t *testing.T, h *laboro.Handle) laboro.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := h.Wait(ctx)
+	require.NoError(t, err)
+	return res
+}
+
+func logFiles(t *testing.T, dir string) []string {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".log") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// Two workers of 2 processors run a job of 20 tasks: each runs as
+// "Command <task>" in the working directory, its output in
+// <Name>_<Task>.log; the job succeeds, and its state says so.
+func TestForemanAndWorkers(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	s.worker(s.addr, 2)
+	s.worker(s.addr, 2)
+	h, logDir := s.submit("sweep", s.script("echo task $1 in $(pwd)\n"), 20)
+	res := wait(t, h)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+
+	info, ok := s.f.JobByRef(h.ID())
+	require.True(t, ok)
+	assert.Equal(t, 20, info.Done)
+	assert.Equal(t, JobFinished, info.Status)
+	for _, ti := range info.Tasks {
+		assert.Equal(t, TaskDone, ti.State)
+		assert.Equal(t, "done", ti.Status)
+		assert.Equal(t, 1, ti.Attempts)
+		b, err := os.ReadFile(filepath.Join(logDir, fmt.Sprintf("sweep_%d.log", ti.Task)))
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("task %d in %s\n", ti.Task, s.dir), string(b))
+	}
+	assert.Len(t, s.f.Workers(), 2)
+}
+
+// A failing task fails the job; its status is the worker's word on it. A
+// second run of the same job name keeps the first logs: <Name>_<Task>-1.log.
+func TestForemanFailedTask(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	s.worker(s.addr, 2)
+	cmd := s.script("echo out $1; [ $1 != 2 ]\n")
+	h, logDir := s.submit("f", cmd, 3)
+	res := wait(t, h)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorContains(t, res.Err, "1 of 3 tasks")
+	info, _ := s.f.JobByRef(h.ID())
+	assert.Equal(t, TaskFailed, info.Tasks[1].State)
+	assert.Contains(t, info.Tasks[1].Status, "error encountered: exit status 1")
+
+	h, _ = s.submit("f", cmd, 3)
+	wait(t, h)
+	assert.ElementsMatch(t, []string{"f_1.log", "f_2.log", "f_3.log", "f_1-1.log", "f_2-1.log", "f_3-1.log"}, logFiles(t, logDir))
+}
+
+// Cancel drops a job's pending tasks and kills its running ones.
+func TestForemanCancel(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	s.worker(s.addr, 2)
+	h, logDir := s.submit("long", s.script("exec sleep 30\n"), 5)
+	var id uint64
+	require.Eventually(t, func() bool {
+		info, ok := s.f.JobByRef(h.ID())
+		id = info.JobId
+		return ok && info.Running == 2
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, s.f.Cancel(id))
+	res := wait(t, h)
+	assert.Equal(t, laboro.StatusKilled, res.Status)
+	assert.ErrorIs(t, res.Err, ErrJobCancelled)
+	info, _ := s.f.Job(id)
+	assert.Equal(t, 5, info.Cancelled)
+	assert.Equal(t, JobCancelled, info.Status)
+	require.Eventually(t, func() bool {
+		ws := s.f.Workers()
+		return len(ws) == 1 && ws[0].Free == 2
+	}, 10*time.Second, time.Millisecond, "the worker's processors are free again")
+	assert.Empty(t, logFiles(t, logDir))
+	assert.Error(t, s.f.Cancel(999))
+}
+
+// STOP(0) ends a worker once its tasks are done; STOP(immediate) at once.
+func TestForemanStopsWorkers(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	_, ran := s.worker(s.addr, 2)
+	h, _ := s.submit("s", s.script("sleep 0.2\n"), 2)
+	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(h.ID()); return info.Running == 2 }, 10*time.Second, time.Millisecond)
+	s.f.StopWorkers(0)
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status, "running tasks finish")
+	select {
+	case err := <-ran:
+		assert.ErrorIs(t, err, ErrStopped)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not stop")
+	}
+
+	_, ran = s.worker(s.addr, 1)
+	h, _ = s.submit("s2", s.script("exec sleep 30\n"), 1)
+	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(h.ID()); return info.Running == 1 }, 10*time.Second, time.Millisecond)
+	s.f.StopWorkers(StopImmediate)
+	select {
+	case err := <-ran:
+		assert.ErrorIs(t, err, ErrStopped)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not stop at once")
+	}
+}
+
+// relay is a TCP relay that can be cut and refuse connections for a while.
+type relay struct {
+	ln    net.Listener
+	down  atomic.Bool
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newRelay(t *testing.T, target string) *relay {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r := &relay{ln: ln}
+	r.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil || r.down.Load() {
+				c.Close()
+				if up != nil {
+					up.Close()
+				}
+				continue
+			}
+			r.mu.Lock()
+			r.conns = append(r.conns, c, up)
+			r.mu.Unlock()
+			r.wg.Go(func() { io.Copy(up, c); up.Close() })
+			r.wg.Go(func() { io.Copy(c, up); c.Close() })
+		}
+	})
+	t.Cleanup(func() { ln.Close(); r.cut(); r.wg.Wait() })
+	return r
+}
+
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}
+
+// A worker whose connection drops runs its tasks on, keeps their UPDATEs
+// on disk, and delivers them once connected again; it announces the tasks
+// it still runs, so that none runs twice.
+func TestWorkerReconnects(t *testing.T) {
+	s := startSystem(t, &Foreman{Grace: 10 * time.Second})
+	r := newRelay(t, s.addr)
+	w, _ := s.worker(r.ln.Addr().String(), 4)
+	h, logDir := s.submit("r", s.script("sleep 0.$(( $1 * 2 ))\necho $1\n"), 4)
+	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(h.ID()); return info.Running == 4 }, 10*time.Second, time.Millisecond)
+
+	r.down.Store(true)
+	r.cut()
+	require.Eventually(t, func() bool {
+		entries, _ := os.ReadDir(w.SpoolDir)
+		return len(entries) >= 2
+	}, 10*time.Second, time.Millisecond, "UPDATEs wait on disk")
+	r.down.Store(false)
+
+	res := wait(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	info, _ := s.f.JobByRef(h.ID())
+	for _, ti := range info.Tasks {
+		assert.Equal(t, 1, ti.Attempts, "task %d ran once", ti.Task)
+	}
+	assert.Len(t, logFiles(t, logDir), 4)
+	require.Eventually(t, func() bool {
+		entries, _ := os.ReadDir(w.SpoolDir)
+		return len(entries) == 0
+	}, 10*time.Second, time.Millisecond, "delivered UPDATEs leave the spool")
+	assert.Positive(t, s.logs.FilterMessage("task taken back from the worker").Len())
+}
+
+// The tasks of a worker that vanishes for good go to another worker once
+// the grace period is over.
+func TestVanishedWorkersTasksGoElsewhere(t *testing.T) {
+	s := startSystem(t, &Foreman{Grace: 200 * time.Millisecond})
+	r := newRelay(t, s.addr)
+	s.worker(r.ln.Addr().String(), 2)
+	h, _ := s.submit("v", s.script("exec sleep 2\n"), 2)
+	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(h.ID()); return info.Running == 2 }, 10*time.Second, time.Millisecond)
+	r.down.Store(true) // gone for good
+	r.cut()
+	s.worker(s.addr, 2)
+	res := wait(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	info, _ := s.f.JobByRef(h.ID())
+	for _, ti := range info.Tasks {
+		assert.Equal(t, 2, ti.Attempts)
+	}
+	assert.Equal(t, 2, s.logs.FilterMessage("task given to another worker").Len())
+}

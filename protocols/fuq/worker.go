@@ -1,0 +1,521 @@
+package fuq
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"go.uber.org/zap"
+)
+
+// DefaultReconnect is the first wait before a worker connects again; it
+// doubles up to MaxReconnect.
+const (
+	DefaultReconnect = 500 * time.Millisecond
+	MaxReconnect     = 30 * time.Second
+)
+
+// ErrStopped is returned by Worker.Run when the foreman stopped the worker:
+// STOP(immediate), or a STOP that left it no processors once its tasks
+// were done.
+var ErrStopped = errors.New("fuq: worker stopped by the foreman")
+
+// Worker is the worker side: it connects to a foreman, announces its
+// processors, and runs the tasks it is pushed through a local Executor,
+// one processor each, as the reference does: Command <task number> in the
+// job's WorkingDir, standard output and error to
+// LoggingDir/<Name>_<Task>.log (<Name>_<Task>-<i>.log when that exists).
+//
+// When the connection drops, the tasks run on; the worker connects again,
+// announces them in HELLO, and then sends the UPDATEs of the tasks that
+// ended meanwhile. Every UPDATE is written to SpoolDir before it is sent
+// and removed once the foreman has acknowledged it, so that none is lost,
+// even if the worker process dies and is started again on the same
+// SpoolDir.
+//
+// Set the fields before Run; a Worker runs one session at a time.
+type Worker struct {
+	// Addr is the foreman's host:port; required.
+	Addr string
+	// Procs is the number of processors offered; 0 means runtime.NumCPU.
+	Procs int
+	// SpoolDir keeps the UPDATEs not yet acknowledged; required. It is
+	// created if needed.
+	SpoolDir string
+	// Reconnect is the first wait before connecting again; 0 means
+	// DefaultReconnect. It doubles after each failure, up to MaxReconnect.
+	Reconnect time.Duration
+	// Timeout bounds connecting and each write; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// MaxBody bounds a message body; 0 means DefaultMaxBody.
+	MaxBody int
+	// Seq configures the sequence numbering (tests lower MaxSeq).
+	Seq SeqConfig
+	// Logger; nil means none.
+	Logger *zap.Logger
+}
+
+// workerState is what the worker's loop goroutine owns.
+type workerState struct {
+	w        *Worker
+	log      *zap.Logger
+	ex       *laboro.Executor
+	running  map[TaskPair]*runningTask
+	maxProcs int // lowered by STOP
+	spooled  []spooled
+	done     chan finished
+	tasks    sync.WaitGroup
+	handle   func(Action) ([]Action, error) // the current session's
+}
+
+// runningTask is a task the worker runs.
+type runningTask struct {
+	task Task
+	mu   sync.Mutex
+	stop context.CancelCauseFunc // set once its process starts
+	gone bool                    // cancelled by the foreman: no UPDATE
+}
+
+// cancel kills the task's process group, now or as soon as it starts.
+func (t *runningTask) cancel() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gone = true
+	if t.stop != nil {
+		t.stop(errCancelled)
+	}
+}
+
+var errCancelled = errors.New("fuq: task cancelled by the foreman")
+
+// finished is a task's end, reported by its goroutine.
+type finished struct {
+	pair   TaskPair
+	update *StatusUpdate // nil when cancelled
+	file   string        // its spool file
+}
+
+// spooled is an UPDATE waiting for the foreman's OK.
+type spooled struct {
+	update StatusUpdate
+	file   string
+	sent   bool // requested on the current connection
+}
+
+// Run connects to the foreman and serves it until it stops the worker
+// (ErrStopped) or ctx ends (ctx.Err(); the running tasks are then killed,
+// and their UPDATEs are not sent). A dropped connection is not an error:
+// the worker connects again.
+func (w *Worker) Run(ctx context.Context) error {
+	if w.Addr == "" || w.SpoolDir == "" {
+		return errors.New("fuq: Worker needs Addr and SpoolDir")
+	}
+	procs := w.Procs
+	if procs <= 0 {
+		procs = runtime.NumCPU()
+	}
+	log := w.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := os.MkdirAll(w.SpoolDir, 0o700); err != nil {
+		return err
+	}
+	ex, err := laboro.New(laboro.WithRunner(taskRunner{}), laboro.WithPoolSize(procs),
+		laboro.WithConcurrency(procs), laboro.WithBufferSize(procs), laboro.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	s := &workerState{
+		w: w, log: log, ex: ex, running: map[TaskPair]*runningTask{}, maxProcs: procs,
+		done: make(chan finished, procs),
+	}
+	defer func() {
+		ex.Close() // kills what still runs
+		for len(s.running) > 0 {
+			f := <-s.done
+			delete(s.running, f.pair)
+		}
+		s.tasks.Wait()
+	}()
+	if err := s.loadSpool(); err != nil {
+		return err
+	}
+	wait := w.Reconnect
+	if wait <= 0 {
+		wait = DefaultReconnect
+	}
+	backoff := wait
+	for {
+		err := s.session(ctx)
+		switch {
+		case errors.Is(err, ErrStopped), errors.Is(err, errStoppedNow):
+			log.Info("stopped by the foreman", zap.Error(err))
+			return ErrStopped
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, errSessionWorked):
+			backoff = wait
+		}
+		log.Warn("not connected to the foreman", zap.Error(err), zap.Duration("retry in", backoff))
+		if err := s.pause(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, MaxReconnect)
+	}
+}
+
+// errSessionWorked wraps the end of a session that got past HELLO, so
+// that the next attempt starts with the shortest wait.
+var errSessionWorked = errors.New("connection lost")
+
+// pause waits d while tasks that end are spooled.
+func (s *workerState) pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case f := <-s.done:
+			s.finish(f)
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *workerState) free() int {
+	return max(0, s.maxProcs-len(s.running))
+}
+
+// session is one connection: HELLO, then the loop of the spec's worker.
+func (s *workerState) session(ctx context.Context) error {
+	timeout := s.w.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", s.w.Addr)
+	if err != nil {
+		return err
+	}
+	l := newLink(conn, RoleWorker, s.w.Seq, s.w.MaxBody, timeout, s.log.With(zap.String("foreman", s.w.Addr)))
+	defer l.close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	for i := range s.spooled {
+		s.spooled[i].sent = false
+	}
+	greeted := false
+	handle := func(a Action) ([]Action, error) {
+		switch a.Kind {
+		case ActRequest:
+			return s.answer(l, a.Msg)
+		case ActReply:
+			if a.Req.Type == TypeHello && a.Msg.Type == TypeOK && !greeted {
+				greeted = true
+				s.log.Info("connected", zap.Int("procs", s.free()), zap.Int("running", len(s.running)), zap.Int("updates to send", len(s.spooled)))
+				return nil, s.sendSpooled(l)
+			}
+			return nil, s.replied(a)
+		case ActRestart:
+			return nil, s.hello(l)
+		}
+		return nil, nil
+	}
+	s.handle = handle
+	if err := s.hello(l); err != nil {
+		return err
+	}
+	for {
+		if s.maxProcs == 0 && len(s.running) == 0 && len(s.spooled) == 0 && !l.seq.Outstanding() {
+			return ErrStopped
+		}
+		select {
+		case r := <-l.in:
+			if err := l.receive(r, handle); err != nil {
+				if greeted {
+					return fmt.Errorf("%w: %w", errSessionWorked, err)
+				}
+				return err
+			}
+		case f := <-s.done:
+			if sp := s.finish(f); sp != nil {
+				if err := s.sendUpdate(l, sp); err != nil {
+					return fmt.Errorf("%w: %w", errSessionWorked, err)
+				}
+			}
+		}
+	}
+}
+
+// hello announces the free processors and the running tasks; it is the
+// first request of every connection, and of every restart after RESET.
+func (s *workerState) hello(l *link) error {
+	h := &Hello{NumProcs: s.free(), Running: []Task{}}
+	for _, t := range s.running {
+		h.Running = append(h.Running, t.task)
+	}
+	sort.Slice(h.Running, func(i, j int) bool { return taskLess(h.Running[i], h.Running[j]) })
+	return l.request(Message{Header: Header{Type: TypeHello}, Hello: h}, s.handle)
+}
+
+func taskLess(a, b Task) bool {
+	if a.JobDescription.JobId != b.JobDescription.JobId {
+		return a.JobDescription.JobId < b.JobDescription.JobId
+	}
+	return a.Task < b.Task
+}
+
+// answer handles a request of the foreman and returns the reply's actions.
+func (s *workerState) answer(l *link, m Message) ([]Action, error) {
+	switch m.Type {
+	case TypeJob:
+		if len(m.Tasks) > s.free() {
+			s.log.Info("no processors for a JOB", zap.Int("tasks", len(m.Tasks)), zap.Int("free", s.free()))
+			return l.reply(m.Header, errorReply(CodeNoProcs))
+		}
+		for _, t := range m.Tasks {
+			s.start(t)
+		}
+	case TypeCancel:
+		for _, p := range m.Cancel {
+			if t := s.running[p]; t != nil {
+				s.log.Info("cancelling", zap.Uint64("job", p.JobId), zap.Int("task", p.Task))
+				t.cancel()
+			}
+		}
+	case TypeStop:
+		if m.Arg0 == StopImmediate {
+			return nil, errStoppedNow
+		}
+		if m.Arg0 == 0 || int64(m.Arg0) >= int64(s.maxProcs) {
+			s.maxProcs = 0
+		} else {
+			s.maxProcs -= int(m.Arg0)
+		}
+		s.log.Info("processors lowered by STOP", zap.Uint32("stop", m.Arg0), zap.Int("max", s.maxProcs))
+	default:
+		return nil, unexpected(m)
+	}
+	return l.reply(m.Header, ok(s.free(), len(s.running)))
+}
+
+// replied handles the foreman's reply to one of our UPDATEs.
+func (s *workerState) replied(a Action) error {
+	if a.Req.Type != TypeUpdate || a.Req.Update == nil {
+		return nil
+	}
+	if a.Msg.Type == TypeError && a.Msg.Code == CodeOverflow {
+		return nil // the Seq sends it again
+	}
+	if a.Msg.Type != TypeOK {
+		s.log.Warn("the foreman refused an UPDATE", zap.Uint64("job", a.Req.Update.JobId), zap.Int("task", a.Req.Update.Task), zap.Stringer("code", a.Msg.Code))
+	}
+	for i, sp := range s.spooled {
+		if sp.update.JobId == a.Req.Update.JobId && sp.update.Task == a.Req.Update.Task {
+			os.Remove(sp.file)
+			s.spooled = append(s.spooled[:i], s.spooled[i+1:]...)
+			break
+		}
+	}
+	return nil
+}
+
+// sendSpooled sends every UPDATE not yet sent on this connection.
+func (s *workerState) sendSpooled(l *link) error {
+	for i := range s.spooled {
+		if err := s.sendUpdate(l, &s.spooled[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *workerState) sendUpdate(l *link, sp *spooled) error {
+	if sp.sent {
+		return nil
+	}
+	sp.sent = true
+	u := sp.update
+	return l.request(Message{Header: Header{Type: TypeUpdate}, Update: &u}, s.handle)
+}
+
+// start runs a task in its own goroutine through the Executor.
+func (s *workerState) start(t Task) {
+	pair := TaskPair{JobId: t.JobDescription.JobId, Task: t.Task}
+	if s.running[pair] != nil {
+		return // announced twice: it runs already
+	}
+	rt := &runningTask{task: t}
+	s.running[pair] = rt
+	s.log.Debug("task started", zap.Uint64("job", pair.JobId), zap.Int("task", pair.Task))
+	s.tasks.Go(func() {
+		u := s.runTask(rt)
+		f := finished{pair: pair}
+		if u != nil {
+			file, err := s.spool(*u)
+			if err != nil {
+				s.log.Error("cannot keep an UPDATE on disk; it is sent from memory only", zap.Error(err))
+			}
+			f.update, f.file = u, file
+		}
+		s.done <- f
+	})
+}
+
+// runTask runs one task and returns its UPDATE; nil when it was cancelled.
+func (s *workerState) runTask(rt *runningTask) *StatusUpdate {
+	t := rt.task
+	job := laboro.Job{
+		Args: []string{t.JobDescription.Command, strconv.Itoa(t.Task)},
+		Dir:  t.JobDescription.WorkingDir,
+		Meta: rt,
+	}
+	u := &StatusUpdate{JobId: t.JobDescription.JobId, Task: t.Task}
+	h, err := s.ex.Submit(context.Background(), job)
+	if err != nil {
+		u.Status = "error encountered: " + err.Error()
+		return u
+	}
+	res, _ := h.Wait(context.Background())
+	rt.mu.Lock()
+	gone := rt.gone
+	rt.mu.Unlock()
+	if gone {
+		res.Output.Close()
+		return nil
+	}
+	logErr := keepLog(res.Output, t)
+	res.Output.Close()
+	switch {
+	case res.Status == laboro.StatusSucceeded && logErr == nil:
+		u.Success, u.Status = true, "done"
+	case res.Err != nil:
+		u.Status = "error encountered: " + res.Err.Error()
+	default:
+		u.Status = "error encountered: " + logErr.Error()
+	}
+	return u
+}
+
+// keepLog moves a task's output to LoggingDir/<Name>_<Task>.log, or
+// <Name>_<Task>-<i>.log when that exists, never replacing a file.
+func keepLog(out *laboro.Output, t Task) error {
+	if out == nil {
+		return errors.New("no output")
+	}
+	base := filepath.Join(t.JobDescription.LoggingDir, fmt.Sprintf("%s_%d", t.JobDescription.Name, t.Task))
+	name := base + ".log"
+	for i := 1; ; i++ {
+		err := os.Link(out.Path(), name)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, os.ErrExist) || i > 1000 {
+			return fmt.Errorf("keeping the log: %w", err)
+		}
+		name = fmt.Sprintf("%s-%d.log", base, i)
+	}
+}
+
+// finish records a task's end; it returns the UPDATE to send, if any.
+func (s *workerState) finish(f finished) *spooled {
+	delete(s.running, f.pair)
+	if f.update == nil {
+		return nil
+	}
+	s.spooled = append(s.spooled, spooled{update: *f.update, file: f.file})
+	return &s.spooled[len(s.spooled)-1]
+}
+
+// spool writes an UPDATE to SpoolDir atomically (write, sync, rename) and
+// returns the file's name.
+func (s *workerState) spool(u StatusUpdate) (string, error) {
+	b, err := Message{Header: Header{Type: TypeUpdate}, Update: &u}.AppendBinary(nil)
+	if err != nil {
+		return "", err
+	}
+	// Named by time, so that a restarted worker sends them in order.
+	name := filepath.Join(s.w.SpoolDir, fmt.Sprintf("%020d-%d-%d.update", time.Now().UnixNano(), u.JobId, u.Task))
+	tmp, err := os.CreateTemp(s.w.SpoolDir, ".update-*")
+	if err != nil {
+		return "", err
+	}
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), name)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return name, nil
+}
+
+// loadSpool reads the UPDATEs a previous run left unacknowledged, oldest
+// first.
+func (s *workerState) loadSpool() error {
+	entries, err := os.ReadDir(s.w.SpoolDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries { // ReadDir sorts by name: by time
+		if !strings.HasSuffix(e.Name(), ".update") {
+			continue
+		}
+		path := filepath.Join(s.w.SpoolDir, e.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		m, err := ReadMessage(bytes.NewReader(b), s.w.MaxBody)
+		if err != nil || m.Type != TypeUpdate || m.Update == nil {
+			s.log.Warn("unreadable spooled UPDATE set aside", zap.String("file", path), zap.Error(err))
+			os.Rename(path, path+".bad")
+			continue
+		}
+		s.spooled = append(s.spooled, spooled{update: *m.Update, file: path})
+	}
+	if len(s.spooled) > 0 {
+		s.log.Info("UPDATEs from an earlier run to deliver", zap.Int("count", len(s.spooled)))
+	}
+	return nil
+}
+
+// taskRunner runs a task's process with its output in the job's
+// LoggingDir (so that the log is made by a rename in one directory), and
+// lets the foreman's CANCEL kill it.
+type taskRunner struct{}
+
+func (taskRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
+	rt := job.Meta.(*runningTask)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	rt.mu.Lock()
+	rt.stop = cancel
+	if rt.gone {
+		cancel(errCancelled)
+	}
+	rt.mu.Unlock()
+	pr := &laboro.ProcessRunner{Dir: rt.task.JobDescription.LoggingDir, Stderr: laboro.StderrToOutput}
+	return pr.Run(ctx, job)
+}
