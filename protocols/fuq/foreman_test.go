@@ -298,3 +298,29 @@ func TestVanishedWorkersTasksGoElsewhere(t *testing.T) {
 	}
 	assert.Equal(t, 2, s.logs.FilterMessage("task given to another worker").Len())
 }
+
+// With a small sequence space both sides RESET often; the worker then
+// says HELLO again, and the job goes on as if nothing happened.
+func TestResetOverTheWire(t *testing.T) {
+	s := startSystem(t, &Foreman{Seq: SeqConfig{MaxSeq: 24}})
+	w := &Worker{Addr: s.addr, Procs: 2, SpoolDir: t.TempDir(), Seq: SeqConfig{MaxSeq: 24}}
+	core, logs := observer.New(zap.DebugLevel)
+	w.Logger = zap.New(core)
+	s.workers.Go(func() { w.Run(s.ctx) })
+	h, logDir := s.submit("reset", s.script("echo $1\n"), 40)
+	res := wait(t, h)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Len(t, logFiles(t, logDir), 40)
+	info, _ := s.f.JobByRef(h.ID())
+	for _, ti := range info.Tasks {
+		assert.Equal(t, 1, ti.Attempts)
+	}
+	resets := 0
+	for _, e := range logs.FilterMessage("sent").All() {
+		if e.ContextMap()["type"] == "RESET" {
+			resets++
+		}
+	}
+	assert.Greater(t, resets, 2, "the worker sent or answered RESETs")
+	assert.Greater(t, logs.FilterMessage("connected").Len(), 0)
+}
