@@ -60,12 +60,13 @@
 //
 // # Losing nothing
 //
-// A worker writes each UPDATE to its spool directory (write, sync,
-// rename) before sending it, and removes it once the foreman's OK has
-// come; a worker restarted on the same spool sends what is left. When its
-// connection drops, its tasks run on; it connects again (with backoff),
-// names them in HELLO, and then sends the UPDATEs of the tasks that ended
-// meanwhile. The foreman holds a vanished worker's tasks for Foreman.Grace
+// When a worker's connection drops, its tasks run on; the UPDATEs it
+// cannot deliver (and those sent but not acknowledged) go to its spool
+// directory (write, sync, rename). It connects again (with backoff), names
+// its running tasks in HELLO, and then sends what the spool holds,
+// removing each once the foreman's OK has come; a worker restarted on the
+// same spool sends what is left. While connected, UPDATEs go from memory,
+// since a sync per task would halve the rate. The foreman holds a vanished worker's tasks for Foreman.Grace
 // (10 s): named in a HELLO in that time, they are taken back; otherwise
 // they go to other workers. A task may thus run twice when a worker is
 // gone longer than the grace period; only its first outcome is recorded.

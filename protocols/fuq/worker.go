@@ -39,10 +39,13 @@ var ErrStopped = errors.New("fuq: worker stopped by the foreman")
 //
 // When the connection drops, the tasks run on; the worker connects again,
 // announces them in HELLO, and then sends the UPDATEs of the tasks that
-// ended meanwhile. Every UPDATE is written to SpoolDir before it is sent
-// and removed once the foreman has acknowledged it, so that none is lost,
-// even if the worker process dies and is started again on the same
-// SpoolDir.
+// ended meanwhile. An UPDATE that cannot be delivered at once (the worker
+// is not connected, or the connection drops before the foreman's OK) is
+// written to SpoolDir and removed once acknowledged, so that none is lost,
+// even if the worker is stopped and started again on the same SpoolDir.
+// (Writing every UPDATE to disk first would cost a sync per task; a worker
+// killed while connected loses only UPDATEs not yet acknowledged, and the
+// foreman runs those tasks again once its grace period is over.)
 //
 // Set the fields before Run; a Worker runs one session at a time.
 type Worker struct {
@@ -50,8 +53,8 @@ type Worker struct {
 	Addr string
 	// Procs is the number of processors offered; 0 means runtime.NumCPU.
 	Procs int
-	// SpoolDir keeps the UPDATEs not yet acknowledged; required. It is
-	// created if needed.
+	// SpoolDir keeps the UPDATEs that wait for a connection; required. It
+	// is created if needed.
 	SpoolDir string
 	// Reconnect is the first wait before connecting again; 0 means
 	// DefaultReconnect. It doubles after each failure, up to MaxReconnect.
@@ -103,14 +106,13 @@ var errCancelled = errors.New("fuq: task cancelled by the foreman")
 type finished struct {
 	pair   TaskPair
 	update *StatusUpdate // nil when cancelled
-	file   string        // its spool file
 }
 
 // spooled is an UPDATE waiting for the foreman's OK.
 type spooled struct {
 	update StatusUpdate
-	file   string
-	sent   bool // requested on the current connection
+	file   string // its copy in SpoolDir; "" while it is only in memory
+	sent   bool   // requested on the current connection
 }
 
 // Run connects to the foreman and serves it until it stops the worker
@@ -159,6 +161,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	backoff := wait
 	for {
 		err := s.session(ctx)
+		s.persistAll()
 		switch {
 		case errors.Is(err, ErrStopped), errors.Is(err, errStoppedNow):
 			log.Info("stopped by the foreman", zap.Error(err))
@@ -187,7 +190,7 @@ func (s *workerState) pause(ctx context.Context, d time.Duration) error {
 	for {
 		select {
 		case f := <-s.done:
-			s.finish(f)
+			s.finish(f, false)
 		case <-t.C:
 			return nil
 		case <-ctx.Done():
@@ -252,7 +255,7 @@ func (s *workerState) session(ctx context.Context) error {
 				return err
 			}
 		case f := <-s.done:
-			if sp := s.finish(f); sp != nil {
+			if sp := s.finish(f, greeted); sp != nil {
 				if err := s.sendUpdate(l, sp); err != nil {
 					return fmt.Errorf("%w: %w", errSessionWorked, err)
 				}
@@ -326,7 +329,9 @@ func (s *workerState) replied(a Action) error {
 	}
 	for i, sp := range s.spooled {
 		if sp.update.JobId == a.Req.Update.JobId && sp.update.Task == a.Req.Update.Task {
-			os.Remove(sp.file)
+			if sp.file != "" {
+				os.Remove(sp.file)
+			}
 			s.spooled = append(s.spooled[:i], s.spooled[i+1:]...)
 			break
 		}
@@ -363,16 +368,7 @@ func (s *workerState) start(t Task) {
 	s.running[pair] = rt
 	s.log.Debug("task started", zap.Uint64("job", pair.JobId), zap.Int("task", pair.Task))
 	s.tasks.Go(func() {
-		u := s.runTask(rt)
-		f := finished{pair: pair}
-		if u != nil {
-			file, err := s.spool(*u)
-			if err != nil {
-				s.log.Error("cannot keep an UPDATE on disk; it is sent from memory only", zap.Error(err))
-			}
-			f.update, f.file = u, file
-		}
-		s.done <- f
+		s.done <- finished{pair: pair, update: s.runTask(rt)}
 	})
 }
 
@@ -432,13 +428,40 @@ func keepLog(out *laboro.Output, t Task) error {
 }
 
 // finish records a task's end; it returns the UPDATE to send, if any.
-func (s *workerState) finish(f finished) *spooled {
+// While connected, the UPDATE is sent from memory; it goes to disk only if
+// the connection drops before the foreman's OK (see persist).
+func (s *workerState) finish(f finished, connected bool) *spooled {
 	delete(s.running, f.pair)
 	if f.update == nil {
 		return nil
 	}
-	s.spooled = append(s.spooled, spooled{update: *f.update, file: f.file})
-	return &s.spooled[len(s.spooled)-1]
+	s.spooled = append(s.spooled, spooled{update: *f.update})
+	sp := &s.spooled[len(s.spooled)-1]
+	if !connected {
+		s.persist(sp)
+	}
+	return sp
+}
+
+// persistAll writes to SpoolDir the UPDATEs kept only in memory: the
+// worker is not connected, and they must survive the worker's own end.
+func (s *workerState) persistAll() {
+	for i := range s.spooled {
+		s.persist(&s.spooled[i])
+	}
+}
+
+// persist writes one UPDATE to SpoolDir, unless it is there already.
+func (s *workerState) persist(sp *spooled) {
+	if sp.file != "" {
+		return
+	}
+	file, err := s.spool(sp.update)
+	if err != nil {
+		s.log.Error("cannot keep an UPDATE on disk; it waits in memory", zap.Error(err))
+		return
+	}
+	sp.file = file
 }
 
 // spool writes an UPDATE to SpoolDir atomically (write, sync, rename) and
