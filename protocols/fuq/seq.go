@@ -43,9 +43,9 @@ type SeqConfig struct {
 
 // The defaults of SeqConfig, and the smallest MaxSeq.
 const (
-	seqDefaultMax   uint32 = 0xFFFFFFFF
-	seqDefaultQueue        = 16
-	seqMinMax              = 6
+	seqDefaultMax   = uint32(0xFFFFFFFF)
+	seqDefaultQueue = 16
+	seqMinMax       = uint32(6)
 )
 
 // ActionKind says what the owner of a Seq must do.
