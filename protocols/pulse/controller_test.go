@@ -1,0 +1,392 @@
+package pulse
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/protocols/pulse/pulsepb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// shortDir is a directory short enough for Unix socket paths.
+func shortDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "pt")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "ctl")
+}
+
+// testController is a Controller serving an Executor.
+type testController struct {
+	c    *Controller
+	ex   *laboro.Executor
+	logs *observer.ObservedLogs
+}
+
+func startController(t *testing.T, codec Codec) *testController {
+	t.Helper()
+	core, logs := observer.New(zap.DebugLevel)
+	c := &Controller{Dir: shortDir(t), Codec: codec, Timeout: 2 * time.Second, OutputDir: t.TempDir(), Logger: zap.New(core)}
+	ex, err := laboro.New(laboro.WithRunner(c), laboro.WithPoolSize(16), laboro.WithConcurrency(16))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- c.Serve(ctx) }()
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(c.Dir, "main.sock")); return err == nil }, 5*time.Second, time.Millisecond)
+	t.Cleanup(func() {
+		cancel()
+		ex.Close()
+		<-served
+	})
+	return &testController{c: c, ex: ex, logs: logs}
+}
+
+func (tc *testController) submit(t *testing.T, data string) *laboro.Handle {
+	h, err := tc.ex.Submit(context.Background(), NewTask([]byte(data)))
+	require.NoError(t, err)
+	return h
+}
+
+func result(t *testing.T, h *laboro.Handle) (laboro.Result, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := h.Wait(ctx)
+	require.NoError(t, err)
+	var out []byte
+	if res.Output != nil {
+		out, err = res.Output.ReadAll()
+		require.NoError(t, err)
+		res.Output.Close()
+	}
+	return res, string(out)
+}
+
+// scriptedWorker plays a worker by hand: it pulses, and answers control
+// messages on its socket with a function of the test's.
+type scriptedWorker struct {
+	t      *testing.T
+	codec  Codec
+	dir    string
+	id     uint64
+	ln     net.Listener
+	mu     sync.Mutex
+	answer func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte)
+	got    chan *pulsepb.ControlMsg
+	wg     sync.WaitGroup
+}
+
+func (tc *testController) worker(t *testing.T) *scriptedWorker {
+	w := &scriptedWorker{t: t, codec: tc.c.Codec, dir: tc.c.Dir, got: make(chan *pulsepb.ControlMsg, 16)}
+	w.answer = func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte) {
+		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_OK, TaskId: m.GetTaskId()}, nil
+	}
+	r := w.pulse(pulsepb.PulseType_PULSE_REGISTER, 0)
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, r.Error)
+	require.NotNil(t, r.WorkerId)
+	w.id = *r.WorkerId
+	ln, err := net.Listen("unix", filepath.Join(w.dir, strconv.FormatUint(w.id, 10)+".sock"))
+	require.NoError(t, err)
+	w.ln = ln
+	w.wg.Go(w.serve)
+	t.Cleanup(func() { ln.Close(); w.wg.Wait() })
+	return w
+}
+
+// pulse sends one WorkerPulse and returns the answer.
+func (w *scriptedWorker) pulse(typ pulsepb.PulseType, task uint64) *pulsepb.PulseResponse {
+	w.t.Helper()
+	conn, err := net.Dial("unix", filepath.Join(w.dir, "main.sock"))
+	require.NoError(w.t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	require.NoError(w.t, w.codec.WriteMessage(conn, &pulsepb.WorkerPulse{Type: typ, WorkerId: w.id, TaskId: task, NextPulse: 1}))
+	r, err := w.codec.ReadPulseResponse(conn)
+	require.NoError(w.t, err)
+	return r
+}
+
+func (w *scriptedWorker) serve() {
+	for {
+		conn, err := w.ln.Accept()
+		if err != nil {
+			return
+		}
+		m, err := w.codec.ReadControl(conn)
+		if err != nil {
+			conn.Close()
+			continue
+		}
+		var extra bytes.Buffer
+		w.codec.ReadExtra(conn, &extra, m.ExtraSize)
+		w.mu.Lock()
+		resp, out := w.answer(m, extra.Bytes())
+		w.mu.Unlock()
+		resp.ExtraSize = uint64(len(out))
+		w.codec.WriteMessage(conn, resp)
+		conn.Write(out)
+		conn.Close()
+		w.got <- m
+	}
+}
+
+func (w *scriptedWorker) on(answer func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte)) {
+	w.mu.Lock()
+	w.answer = answer
+	w.mu.Unlock()
+}
+
+// next returns the next control message the worker received.
+func (w *scriptedWorker) next() *pulsepb.ControlMsg {
+	w.t.Helper()
+	select {
+	case m := <-w.got:
+		return m
+	case <-time.After(10 * time.Second):
+		w.t.Fatal("no control message")
+		return nil
+	}
+}
+
+var numberings = []Numbering{SpecNumbering, LaterNumbering}
+
+// REGISTER, OK, SET_TASK, FETCH_ME, FETCH: the task's result reaches Run.
+func TestControllerTaskFlow(t *testing.T) {
+	for _, n := range numberings {
+		t.Run(n.String(), func(t *testing.T) {
+			tc := startController(t, Codec{Numbering: n})
+			w := tc.worker(t)
+			var task []byte
+			w.on(func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte) {
+				switch m.Type {
+				case pulsepb.ControlType_CTRL_SET_TASK:
+					task = extra
+					return &pulsepb.WorkerResponse{TaskId: m.GetTaskId()}, nil
+				case pulsepb.ControlType_CTRL_FETCH:
+					return &pulsepb.WorkerResponse{TaskId: 1}, bytes.ToUpper(task)
+				}
+				return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_FAILED}, nil
+			})
+			h := tc.submit(t, "solve me")
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
+			m := w.next()
+			assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, m.Type)
+			assert.Equal(t, uint64(1), m.GetTaskId())
+			assert.Equal(t, "solve me", string(task))
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 1).Error)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1).Error)
+			assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, w.next().Type)
+			res, out := result(t, h)
+			assert.Equal(t, laboro.StatusSucceeded, res.Status)
+			assert.Equal(t, "SOLVE ME", out)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_SHUTDOWN, 0).Error)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error, "removed after SHUTDOWN")
+		})
+	}
+}
+
+// BUSY sends the task to another worker; TASK_FAILED too, until Attempts
+// workers have failed it; NO_FETCH changes nothing.
+func TestControllerBusyAndFailures(t *testing.T) {
+	tc := startController(t, Codec{})
+	tc.c.Attempts = 2
+	busy := tc.worker(t)
+	busy.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		if m.Type == pulsepb.ControlType_CTRL_GET_STATUS {
+			return &pulsepb.WorkerResponse{TaskId: 0}, nil
+		}
+		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_BUSY}, nil
+	})
+	h := tc.submit(t, "x")
+	busy.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, busy.next().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_GET_STATUS, busy.next().Type, "asked what it runs")
+
+	failing := tc.worker(t)
+	failing.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		if m.Type == pulsepb.ControlType_CTRL_FETCH {
+			return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_TASK_FAILED, TaskId: 1}, []byte("exit status 3")
+		}
+		return &pulsepb.WorkerResponse{TaskId: m.GetTaskId()}, nil
+	})
+	failing.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failing.next().Type)
+	failing.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.next().Type)
+	// The task comes back to it (the busy worker stays busy): a second
+	// failure is the last one allowed.
+	failing.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failing.next().Type)
+	failing.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		if m.Type == pulsepb.ControlType_CTRL_FETCH {
+			return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_NO_FETCH, TaskId: 1}, nil
+		}
+		return &pulsepb.WorkerResponse{TaskId: m.GetTaskId()}, nil
+	})
+	failing.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.next().Type)
+	failing.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_TASK_FAILED, TaskId: 1}, []byte("exit status 4")
+	})
+	failing.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.next().Type)
+	res, _ := result(t, h)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorIs(t, res.Err, ErrTaskFailed)
+	assert.ErrorContains(t, res.Err, "exit status 4")
+}
+
+// A pulse naming a task the worker was not given, confirmed by GET_STATUS,
+// gets it RESTART; it is removed, and its task goes to another worker.
+func TestControllerRestartsAWorkerThatDisagrees(t *testing.T) {
+	tc := startController(t, Codec{Numbering: LaterNumbering})
+	w := tc.worker(t)
+	w.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		return &pulsepb.WorkerResponse{TaskId: 42}, nil
+	})
+	h := tc.submit(t, "x")
+	w.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.next().Type)
+	// Pulses go on as a worker's do; one comes once the SET_TASK exchange
+	// is over, and is checked.
+	var m *pulsepb.ControlMsg
+	require.Eventually(t, func() bool {
+		w.pulse(pulsepb.PulseType_PULSE_OK, 42)
+		select {
+		case m = <-w.got:
+			return true
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	}, 10*time.Second, time.Millisecond)
+	assert.Equal(t, pulsepb.ControlType_CTRL_GET_STATUS, m.Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_RESTART, w.next().Type)
+	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_OK, 42).Error)
+
+	good := tc.worker(t)
+	good.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		return &pulsepb.WorkerResponse{TaskId: 1}, []byte("ok")
+	})
+	good.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, good.next().Type)
+	good.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
+	res, out := result(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	assert.Equal(t, "ok", out)
+}
+
+// A worker that sends no pulse within its next_pulse (1 s here) is removed
+// and its task goes to another; so is one that answers FAILED.
+func TestControllerDeadAndFailedWorkers(t *testing.T) {
+	tc := startController(t, Codec{})
+	silent := tc.worker(t)
+	h := tc.submit(t, "x")
+	start := time.Now()
+	silent.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, silent.next().Type)
+	require.Eventually(t, func() bool { return tc.logs.FilterMessage("worker removed; its task goes to another").Len() == 1 }, 5*time.Second, time.Millisecond)
+	assert.GreaterOrEqual(t, time.Since(start), time.Second, "not before next_pulse")
+
+	failed := tc.worker(t)
+	failed.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_FAILED}, []byte("disk full")
+	})
+	failed.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failed.next().Type)
+	require.Eventually(t, func() bool { return tc.logs.FilterMessage("worker removed; its task goes to another").Len() == 2 }, 5*time.Second, time.Millisecond)
+
+	good := tc.worker(t)
+	good.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		return &pulsepb.WorkerResponse{TaskId: 1}, []byte("done")
+	})
+	good.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	good.next()
+	good.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
+	res, out := result(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	assert.Equal(t, "done", out)
+}
+
+// Unknown ids and types, and hostile frames, on main.sock.
+func TestControllerBadPulses(t *testing.T) {
+	for _, n := range numberings {
+		t.Run(n.String(), func(t *testing.T) {
+			tc := startController(t, Codec{Numbering: n})
+			w := &scriptedWorker{t: t, codec: tc.c.Codec, dir: tc.c.Dir, id: 99}
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 0).Error)
+
+			raw := func(frame []byte) (*pulsepb.PulseResponse, error) {
+				conn, err := net.Dial("unix", filepath.Join(tc.c.Dir, "main.sock"))
+				require.NoError(t, err)
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(5 * time.Second))
+				conn.Write(frame)
+				return tc.c.Codec.ReadPulseResponse(conn)
+			}
+			// type = 9: no such PulseType in either numbering.
+			r, err := raw([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0x08, 9})
+			require.NoError(t, err)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_TYPE, r.Error)
+			r, err = raw([]byte{3, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff})
+			require.NoError(t, err)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_FAILED, r.Error, "garbage")
+			huge := binary.LittleEndian.AppendUint64(nil, 1<<63)
+			r, err = raw(huge)
+			require.NoError(t, err)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_FAILED, r.Error, "a length of 2^63 is refused")
+			_, err = raw([]byte{10, 0, 0, 0, 0, 0, 0, 0, 0x08})
+			assert.ErrorIs(t, err, io.EOF, "a truncated pulse closes the connection")
+
+			// The controller still serves.
+			good := tc.worker(t)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, good.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
+		})
+	}
+}
+
+// A stale main.sock left by a controller that died is replaced; a live
+// one is refused.
+func TestControllerSocketFile(t *testing.T) {
+	tc := startController(t, Codec{})
+	other := &Controller{Dir: tc.c.Dir}
+	err := other.Serve(context.Background())
+	assert.ErrorContains(t, err, "already answers")
+
+	dir := shortDir(t)
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	ln, err := net.Listen("unix", filepath.Join(dir, "main.sock"))
+	require.NoError(t, err)
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close() // the file stays, as after a crash
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Controller{Dir: dir}
+	served := make(chan error, 1)
+	go func() { served <- c.Serve(ctx) }()
+	require.Eventually(t, func() bool {
+		conn, err := net.Dial("unix", filepath.Join(dir, "main.sock"))
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	}, 5*time.Second, time.Millisecond)
+	st, err := os.Stat(filepath.Join(dir, "main.sock"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), fmt.Sprintf("%v", st.Mode()))
+	cancel()
+	assert.ErrorIs(t, <-served, context.Canceled)
+}

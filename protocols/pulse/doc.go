@@ -1,0 +1,50 @@
+// Package pulse is the controller–worker protocol over Unix sockets:
+// workers register with a controller and prove they are alive with
+// pulses; the controller gives each free worker a task over the worker's
+// own socket, fetches results, and reassigns the tasks of workers that
+// fail or fall silent.
+//
+// Controller is the controller side, a laboro.Runner whose jobs are tasks
+// (NewTask, NewTaskFile), so the core's queue, Stop, Queued and drain
+// apply to them; Worker is the worker side, which solves each task with a
+// command run through a local Executor. The binaries cmd/pulse-controller
+// and cmd/pulse-worker are thin wrappers.
+//
+//	c := &pulse.Controller{Dir: "/tmp/ctl"}
+//	ex, _ := laboro.New(laboro.WithRunner(c), laboro.WithPoolSize(64), laboro.WithConcurrency(64))
+//	go c.Serve(ctx)
+//	h, _ := ex.Submit(ctx, pulse.NewTaskFile("input.bin"))
+//	res, _ := h.Wait(ctx) // res.Output: what the worker's command printed
+//
+// # The wire
+//
+// The controller listens on <dir>/main.sock (/run/controller by default),
+// each worker on <dir>/<worker_id>.sock. Each connection carries one
+// request and one response, then closes. Every protobuf message is
+// preceded by its length as a u64, little-endian; a ControlMsg or a
+// WorkerResponse is followed by exactly extra_size raw bytes. Lengths are
+// checked against Codec.Limits before anything is allocated, and every
+// read and write has a deadline. The messages are those of the spec
+// (pulsepb, generated from pulse.proto). Numbering selects the enum
+// numbers on the wire: the spec's (PULSE_REGISTER = 0, …) by default, or
+// the reference's later renumbering, where 0 is INVALID everywhere and
+// optional fields are gone; the Go values are the spec's either way.
+//
+// # Where the spec leaves room
+//
+//   - A worker is given tasks only once it has pulsed OK after REGISTER
+//     (its socket exists by then; the reference worker pulses at once).
+//   - A pulse's task_id is checked against the task given to the worker;
+//     0 and the task it finished last are accepted, since a pulse may
+//     cross a SET_TASK or a FETCH. A disagreement is confirmed with
+//     GET_STATUS before the worker gets RESTART and is removed.
+//   - BUSY: the task goes to another worker, and the busy one is asked
+//     with GET_STATUS what it runs (RESTART if it is not ours).
+//   - TASK_FAILED: the task goes to another worker, up to
+//     Controller.Attempts workers; then the job fails with the last
+//     worker's words.
+//   - A worker is dead when no pulse arrives within its next_pulse (60 s
+//     when it announces 0); its task goes to another.
+//   - A result that no job waits for any more (its job was stopped) is
+//     still fetched, so that the worker is free, and thrown away.
+package pulse
