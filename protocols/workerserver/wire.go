@@ -1,0 +1,166 @@
+package workerserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Paths are where a master serves the worker's three POSTs; each ends with
+// the id it is about (":serverId" or ":jobId" in the reference's routes).
+type Paths struct {
+	Status string // a worker's own status: Status + serverId
+	Job    string // a job's status: Job + jobId
+	Ping   string // asking for work: Ping + serverId
+}
+
+// DefaultPaths are the paths unless configured.
+var DefaultPaths = Paths{Status: "/api/servers/status/", Job: "/api/jobs/status/", Ping: "/api/servers/ping/"}
+
+// The form fields of every POST (application/x-www-form-urlencoded).
+const (
+	FieldStatus   = "status"         // the new status
+	FieldData     = "data"           // a JSON document, as a string
+	FieldServerID = "serverId"       // the worker's id
+	FieldPassword = "serverPassword" // the worker's password
+)
+
+// A worker's statuses, in the order it goes through them.
+const (
+	ServerConnecting   = "Connecting"
+	ServerReconnecting = "Reconnecting"
+	ServerOnline       = "Online"
+	ServerStopping     = "Stopping"
+	ServerOffline      = "Offline"
+)
+
+// A job's statuses.
+const (
+	JobQueued     = "Queued" // the master's own, before a worker has it
+	JobProcessing = "Processing"
+	JobDone       = "Done"
+	JobFailed     = "Failed"
+	JobCancelled  = "Cancelled"
+)
+
+// Final reports whether a job status is an end.
+func Final(status string) bool {
+	return status == JobDone || status == JobFailed || status == JobCancelled
+}
+
+// Startup is the data of a worker's Online status.
+type Startup struct {
+	Startup bool         `json:"startup"`
+	Version string       `json:"version"`
+	Workers []WorkerCode `json:"workers"`
+}
+
+// WorkerCode is one kind of job a worker can run (the reference: a module
+// workers/<code>.js; here an executable).
+type WorkerCode struct {
+	Code    string `json:"code"`
+	Version string `json:"version"`
+}
+
+// Progress is the data of a Processing status.
+type Progress struct {
+	Progress ProgressCount `json:"progress"`
+}
+
+// ProgressCount says how far a job is.
+type ProgressCount struct {
+	Total   int     `json:"total"`
+	Done    int     `json:"done"`
+	Percent float64 `json:"percent"`
+}
+
+// ErrorData is the data of a Failed or Cancelled status.
+type ErrorData struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail describes why a job failed.
+type ErrorDetail struct {
+	Message string `json:"message"`
+	Name    string `json:"name"`
+	Stack   string `json:"stack,omitempty"`
+}
+
+// Answer is every JSON answer of the master: the worker uses Data; Error,
+// FormErrors or Redirect "/login" make it a failure.
+type Answer struct {
+	Data       json.RawMessage   `json:"data,omitempty"`
+	Error      string            `json:"error,omitempty"`
+	FormErrors map[string]string `json:"formErrors,omitempty"`
+	Redirect   string            `json:"redirect,omitempty"`
+}
+
+// Err returns the failure an answer carries, or nil.
+func (a Answer) Err() error {
+	switch {
+	case a.Error != "":
+		return &RefusedError{Reason: a.Error}
+	case len(a.FormErrors) > 0:
+		return &RefusedError{Reason: fmt.Sprint("form errors: ", a.FormErrors)}
+	case a.Redirect == "/login":
+		return &RefusedError{Reason: "not logged in (redirect to /login)"}
+	}
+	return nil
+}
+
+// RefusedError is a master's refusal, with its reason.
+type RefusedError struct {
+	Reason string
+}
+
+func (e *RefusedError) Error() string { return "workerserver: refused: " + e.Reason }
+
+// ErrRefused is matched by every *RefusedError.
+var ErrRefused = errors.New("workerserver: refused")
+
+// Is makes errors.Is(err, ErrRefused) match.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+// PingData is the data of a ping's answer: a job to run (nil when none),
+// and the ids of jobs to cancel.
+type PingData struct {
+	Job        *JobOrder `json:"job,omitempty"`
+	CancelJobs []string  `json:"cancelJobs,omitempty"`
+}
+
+// JobOrder is a job handed to a worker: its id, the code to run it with,
+// and its parameters (the reference spreads them into the same object;
+// MarshalJSON and UnmarshalJSON do the same).
+type JobOrder struct {
+	JobID  string
+	Worker string
+	Params map[string]json.RawMessage
+}
+
+// MarshalJSON writes {"jobId":…, "worker":…, …params}.
+func (j JobOrder) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(j.Params)+2)
+	for k, v := range j.Params {
+		m[k] = v
+	}
+	m["jobId"], m["worker"] = j.JobID, j.Worker
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads {"jobId":…, "worker":…, …params}.
+func (j *JobOrder) UnmarshalJSON(b []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(m["jobId"], &j.JobID); err != nil {
+		return fmt.Errorf("workerserver: job without a jobId: %w", err)
+	}
+	if err := json.Unmarshal(m["worker"], &j.Worker); err != nil {
+		return fmt.Errorf("workerserver: job without a worker: %w", err)
+	}
+	delete(m, "jobId")
+	delete(m, "worker")
+	j.Params = m
+	return nil
+}
