@@ -1,0 +1,792 @@
+package workerserver
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+var testServers = map[string]string{"s1": "pw1", "s2": "pw2", "s3": "pw3"}
+
+// fixture is a master served over loopback, and the test plays its workers.
+type fixture struct {
+	t    *testing.T
+	m    *Master
+	srv  *httptest.Server
+	file string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	return openFixture(t, filepath.Join(t.TempDir(), "master.db"))
+}
+
+func openFixture(t *testing.T, file string) *fixture {
+	t.Helper()
+	m := &Master{Servers: testServers, OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t)}
+	require.NoError(t, m.Open(file))
+	f := &fixture{t: t, m: m, srv: httptest.NewServer(m.Handler()), file: file}
+	t.Cleanup(f.close)
+	return f
+}
+
+// close stops serving and closes the master; it may be called early.
+func (f *fixture) close() {
+	f.srv.Close()
+	require.NoError(f.t, f.m.Close())
+}
+
+func (f *fixture) executor() *laboro.Executor {
+	f.t.Helper()
+	ex, err := laboro.New(laboro.WithRunner(f.m), laboro.WithPoolSize(8), laboro.WithConcurrency(8))
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { ex.Close() })
+	return ex
+}
+
+// post sends a worker's form and returns the HTTP status and the answer.
+func (f *fixture) post(path string, form url.Values) (int, Answer) {
+	f.t.Helper()
+	resp, err := http.PostForm(f.srv.URL+path, form)
+	require.NoError(f.t, err)
+	return readAnswer(f.t, resp)
+}
+
+func readAnswer(t *testing.T, resp *http.Response) (int, Answer) {
+	t.Helper()
+	defer resp.Body.Close()
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	var a Answer
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&a))
+	return resp.StatusCode, a
+}
+
+func form(server, status string, data any) url.Values {
+	v := url.Values{FieldServerID: {server}, FieldPassword: {testServers[server]}, FieldStatus: {status}}
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			panic(err)
+		}
+		v.Set(FieldData, string(b))
+	}
+	return v
+}
+
+func (f *fixture) serverStatus(server, status string, data any) {
+	f.t.Helper()
+	code, a := f.post(DefaultPaths.Status+server, form(server, status, data))
+	require.Equal(f.t, http.StatusOK, code, "%+v", a)
+	require.NoError(f.t, a.Err())
+}
+
+func (f *fixture) online(server string, codes ...string) {
+	f.t.Helper()
+	st := Startup{Startup: true, Version: "1.0.0"}
+	for _, c := range codes {
+		st.Workers = append(st.Workers, WorkerCode{Code: c, Version: "1"})
+	}
+	f.serverStatus(server, ServerConnecting, nil)
+	f.serverStatus(server, ServerOnline, st)
+}
+
+func (f *fixture) jobStatus(server, job, status string, data any) {
+	f.t.Helper()
+	code, a := f.post(DefaultPaths.Job+job, form(server, status, data))
+	require.Equal(f.t, http.StatusOK, code, "%+v", a)
+	require.NoError(f.t, a.Err())
+}
+
+// ping asks for work once; raw is the answer's data as sent.
+func (f *fixture) ping(server string) (pd PingData, raw json.RawMessage) {
+	f.t.Helper()
+	code, a := f.post(DefaultPaths.Ping+server, form(server, "", nil))
+	require.Equal(f.t, http.StatusOK, code, "%+v", a)
+	require.NoError(f.t, a.Err())
+	require.NoError(f.t, json.Unmarshal(a.Data, &pd))
+	return pd, a.Data
+}
+
+// pingForJob pings until a job comes.
+func (f *fixture) pingForJob(server string) (*JobOrder, json.RawMessage) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if pd, raw := f.ping(server); pd.Job != nil {
+			return pd.Job, raw
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	f.t.Fatalf("%s got no job", server)
+	return nil, nil
+}
+
+func (f *fixture) record(id string) JobRecord {
+	f.t.Helper()
+	rec, ok := f.m.Job(id)
+	require.True(f.t, ok, "job %q not in the table", id)
+	return rec
+}
+
+// waitStatus waits until a job has status in the table.
+func (f *fixture) waitStatus(id, status string) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		rec, ok := f.m.Job(id)
+		return ok && rec.Status == status
+	}, 10*time.Second, time.Millisecond, "job %q never %s", id, status)
+}
+
+func statuses(evs []StatusEvent) []string {
+	s := make([]string, len(evs))
+	for i, ev := range evs {
+		s[i] = ev.Status
+	}
+	return s
+}
+
+func params(kv ...string) map[string]json.RawMessage {
+	p := make(map[string]json.RawMessage)
+	for i := 0; i < len(kv); i += 2 {
+		p[kv[i]] = json.RawMessage(kv[i+1])
+	}
+	return p
+}
+
+func wait(t *testing.T, h *laboro.Handle) laboro.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := h.Wait(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { res.Output.Close() })
+	return res
+}
+
+func errData(msg string) ErrorData {
+	return ErrorData{Error: ErrorDetail{Message: msg, Name: "Error", Stack: "at run"}}
+}
+
+func TestServerStatuses(t *testing.T) {
+	f := newFixture(t)
+	st := Startup{Startup: true, Version: "0.9.2", Workers: []WorkerCode{{Code: "sum", Version: "2"}}}
+	f.serverStatus("s1", ServerConnecting, nil)
+	f.serverStatus("s1", ServerOnline, st)
+	rec, ok := f.m.Server("s1")
+	require.True(t, ok)
+	require.Equal(t, ServerOnline, rec.Status)
+	require.Equal(t, &st, rec.Startup)
+	f.serverStatus("s1", ServerOffline, nil)
+
+	rec, ok = f.m.Server("s1")
+	require.True(t, ok)
+	require.Equal(t, ServerOffline, rec.Status)
+	require.Equal(t, &st, rec.Startup, "the codes announced stay known")
+	require.Equal(t, []string{ServerConnecting, ServerOnline, ServerOffline}, statuses(rec.History))
+	require.JSONEq(t, `{"startup":true,"version":"0.9.2","workers":[{"code":"sum","version":"2"}]}`, string(rec.History[1].Data))
+	for _, ev := range rec.History {
+		require.Equal(t, "s1", ev.Server)
+	}
+	_, ok = f.m.Server("s2")
+	require.False(t, ok)
+	require.Len(t, f.m.ServerRecords(), 1)
+
+	resp, err := http.Get(f.srv.URL + "/api/servers/s1")
+	require.NoError(t, err)
+	code, a := readAnswer(t, resp)
+	require.Equal(t, http.StatusOK, code)
+	var got ServerRecord
+	require.NoError(t, json.Unmarshal(a.Data, &got))
+	require.Equal(t, ServerOffline, got.Status)
+	require.Len(t, got.History, 3)
+}
+
+func TestRunDone(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "sum")
+
+	h, err := ex.Submit(context.Background(), NewJob("", "sum", params("a", "1", "b", `"two"`)))
+	require.NoError(t, err)
+	order, raw := f.pingForJob("s1")
+	require.Equal(t, h.ID(), order.JobID)
+	require.Equal(t, "sum", order.Worker)
+	require.Equal(t, params("a", "1", "b", `"two"`), order.Params)
+	require.JSONEq(t, fmt.Sprintf(`{"job":{"jobId":%q,"worker":"sum","a":1,"b":"two"}}`, h.ID()), string(raw))
+
+	rec := f.record(h.ID())
+	require.Equal(t, JobProcessing, rec.Status)
+	require.Equal(t, "s1", rec.Server)
+
+	f.jobStatus("s1", h.ID(), JobProcessing, Progress{Progress: ProgressCount{Total: 4, Done: 1, Percent: 25}})
+	rec = f.record(h.ID())
+	require.Equal(t, JobProcessing, rec.Status)
+	require.JSONEq(t, `{"progress":{"total":4,"done":1,"percent":25}}`, string(rec.Data))
+	select {
+	case <-h.Done():
+		t.Fatal("Run returned before the job was done")
+	default:
+	}
+
+	f.jobStatus("s1", h.ID(), JobDone, map[string]int{"sum": 3})
+	res := wait(t, h)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.NoError(t, res.Err)
+	out, err := res.Output.ReadAll()
+	require.NoError(t, err)
+	require.JSONEq(t, `{"sum":3}`, string(out))
+
+	rec = f.record(h.ID())
+	require.Equal(t, JobDone, rec.Status)
+	require.JSONEq(t, `{"sum":3}`, string(rec.Data))
+	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobDone}, statuses(rec.History))
+	require.Equal(t, []string{"", "s1", "s1", "s1"}, []string{rec.History[0].Server, rec.History[1].Server, rec.History[2].Server, rec.History[3].Server})
+	for i := 1; i < len(rec.History); i++ {
+		require.False(t, rec.History[i].At.Before(rec.History[i-1].At))
+	}
+	require.Empty(t, f.m.Unfinished())
+
+	// The user API shows the same record.
+	resp, err := http.Get(f.srv.URL + "/api/jobs/" + h.ID())
+	require.NoError(t, err)
+	code, a := readAnswer(t, resp)
+	require.Equal(t, http.StatusOK, code)
+	var got JobRecord
+	require.NoError(t, json.Unmarshal(a.Data, &got))
+	require.Equal(t, JobDone, got.Status)
+	require.Len(t, got.History, 4)
+}
+
+func TestRunFailed(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "sum")
+	h, err := ex.Submit(context.Background(), NewJob("bad", "sum", nil))
+	require.NoError(t, err)
+	order, raw := f.pingForJob("s1")
+	require.Equal(t, "bad", order.JobID)
+	require.JSONEq(t, `{"job":{"jobId":"bad","worker":"sum"}}`, string(raw))
+	f.jobStatus("s1", "bad", JobFailed, errData("division by zero"))
+
+	res := wait(t, h)
+	require.Equal(t, laboro.StatusFailed, res.Status)
+	require.Nil(t, res.Output)
+	var je *JobError
+	require.ErrorAs(t, res.Err, &je)
+	require.Equal(t, JobFailed, je.Status)
+	require.Equal(t, "s1", je.Server)
+	require.Equal(t, "division by zero", je.Detail.Message)
+	require.Contains(t, res.Err.Error(), "division by zero")
+	require.Equal(t, JobFailed, f.record("bad").Status)
+}
+
+func TestCancelQueued(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	h, err := ex.Submit(context.Background(), NewJob("q", "nobody-runs-this", nil))
+	require.NoError(t, err)
+	f.waitStatus("q", JobQueued)
+
+	require.NoError(t, f.m.Cancel("q"))
+	res := wait(t, h)
+	require.Equal(t, laboro.StatusKilled, res.Status)
+	require.ErrorIs(t, res.Err, laboro.ErrKilled)
+	var je *JobError
+	require.ErrorAs(t, res.Err, &je)
+	require.Equal(t, JobCancelled, je.Status)
+
+	rec := f.record("q")
+	require.Equal(t, JobCancelled, rec.Status)
+	require.Equal(t, []string{JobQueued, JobCancelled}, statuses(rec.History))
+	require.ErrorIs(t, f.m.Cancel("q"), ErrJobFinished)
+	require.ErrorIs(t, f.m.Cancel("nope"), ErrUnknownJob)
+
+	// A worker that pings now gets nothing.
+	f.online("s1")
+	pd, raw := f.ping("s1")
+	require.Nil(t, pd.Job)
+	require.JSONEq(t, `{}`, string(raw))
+}
+
+func TestCancelProcessing(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "sleep")
+	h, err := ex.Submit(context.Background(), NewJob("long", "sleep", params("seconds", "60")))
+	require.NoError(t, err)
+	f.pingForJob("s1")
+	f.jobStatus("s1", "long", JobProcessing, Progress{Progress: ProgressCount{Total: 60}})
+
+	// Through the user API.
+	resp, err := http.Post(f.srv.URL+"/api/jobs/long/cancel", "application/json", nil)
+	require.NoError(t, err)
+	code, a := readAnswer(t, resp)
+	require.Equal(t, http.StatusOK, code, "%+v", a)
+	require.Equal(t, JobProcessing, f.record("long").Status, "a job at a worker ends when the worker says so")
+
+	pd, _ := f.ping("s1")
+	require.Nil(t, pd.Job)
+	require.Equal(t, []string{"long"}, pd.CancelJobs)
+	pd, _ = f.ping("s1")
+	require.Empty(t, pd.CancelJobs, "a cancellation is sent once")
+	select {
+	case <-h.Done():
+		t.Fatal("Run returned before the worker cancelled the job")
+	case <-time.After(20 * time.Millisecond):
+	}
+
+	f.jobStatus("s1", "long", JobCancelled, errData("cancelled"))
+	res := wait(t, h)
+	require.Equal(t, laboro.StatusKilled, res.Status)
+	require.ErrorIs(t, res.Err, laboro.ErrKilled)
+	rec := f.record("long")
+	require.Equal(t, JobCancelled, rec.Status)
+	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobCancelled}, statuses(rec.History))
+}
+
+func TestRunContextEnds(t *testing.T) {
+	f := newFixture(t)
+	f.online("s1", "w")
+
+	t.Run("queued", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan laboro.Result, 1)
+		go func() { done <- f.m.Run(ctx, NewJob("ctx-q", "nobody", nil)) }()
+		f.waitStatus("ctx-q", JobQueued)
+		cancel()
+		res := <-done
+		require.Equal(t, laboro.StatusKilled, res.Status)
+		require.ErrorIs(t, res.Err, laboro.ErrKilled)
+		require.Equal(t, JobCancelled, f.record("ctx-q").Status)
+	})
+
+	t.Run("processing", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan laboro.Result, 1)
+		go func() { done <- f.m.Run(ctx, NewJob("ctx-p", "w", nil)) }()
+		f.pingForJob("s1")
+		cancel()
+		res := <-done
+		require.Equal(t, laboro.StatusKilled, res.Status)
+		require.ErrorIs(t, res.Err, laboro.ErrKilled)
+		require.Equal(t, JobProcessing, f.record("ctx-p").Status)
+		pd, _ := f.ping("s1")
+		require.Equal(t, []string{"ctx-p"}, pd.CancelJobs)
+		f.jobStatus("s1", "ctx-p", JobCancelled, errData("cancelled"))
+		require.Equal(t, JobCancelled, f.record("ctx-p").Status)
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		job := NewJob("ctx-t", "nobody", nil)
+		job.Timeout = 20 * time.Millisecond
+		res := f.m.Run(context.Background(), job)
+		require.Equal(t, laboro.StatusTimedOut, res.Status)
+		require.ErrorIs(t, res.Err, laboro.ErrTimeout)
+		require.Equal(t, JobCancelled, f.record("ctx-t").Status)
+	})
+}
+
+func TestPingCodes(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "a")
+	f.online("s2", "b")
+	f.online("s3") // announces no code: takes any
+
+	pd, raw := f.ping("s1")
+	require.Nil(t, pd.Job, "nothing queued")
+	require.JSONEq(t, `{}`, string(raw))
+
+	hb, err := ex.Submit(context.Background(), NewJob("jb", "b", nil))
+	require.NoError(t, err)
+	f.waitStatus("jb", JobQueued)
+	for range 3 {
+		pd, _ := f.ping("s1")
+		require.Nil(t, pd.Job, "s1 does not run code b")
+	}
+	order, _ := f.pingForJob("s2")
+	require.Equal(t, "jb", order.JobID)
+
+	// The oldest first; a server without codes takes any.
+	ha1, err := ex.Submit(context.Background(), NewJob("ja1", "a", nil))
+	require.NoError(t, err)
+	f.waitStatus("ja1", JobQueued)
+	ha2, err := ex.Submit(context.Background(), NewJob("ja2", "a", nil))
+	require.NoError(t, err)
+	f.waitStatus("ja2", JobQueued)
+	pd, _ = f.ping("s2")
+	require.Nil(t, pd.Job, "s2 does not run code a")
+	order, _ = f.pingForJob("s1")
+	require.Equal(t, "ja1", order.JobID)
+	order, _ = f.pingForJob("s3")
+	require.Equal(t, "ja2", order.JobID)
+	pd, _ = f.ping("s3")
+	require.Nil(t, pd.Job)
+
+	// A worker on its way out gets no new job.
+	f.serverStatus("s3", ServerStopping, nil)
+	hc, err := ex.Submit(context.Background(), NewJob("jc", "c", nil))
+	require.NoError(t, err)
+	f.waitStatus("jc", JobQueued)
+	pd, _ = f.ping("s3")
+	require.Nil(t, pd.Job)
+	f.online("s3")
+	order, _ = f.pingForJob("s3")
+	require.Equal(t, "jc", order.JobID)
+
+	f.jobStatus("s2", "jb", JobDone, nil)
+	f.jobStatus("s1", "ja1", JobDone, 1)
+	f.jobStatus("s3", "ja2", JobDone, 2)
+	f.jobStatus("s3", "jc", JobDone, 3)
+	for _, h := range []*laboro.Handle{hb, ha1, ha2, hc} {
+		require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+	}
+}
+
+func TestRestart(t *testing.T) {
+	f := newFixture(t)
+	f.online("s1", "sum")
+
+	// j1 stays Queued, j2 goes to s1, j3 ends Done; then the master stops.
+	runs := make(map[string]chan laboro.Result)
+	run := func(m *Master, id string) {
+		ch := make(chan laboro.Result, 1)
+		runs[id] = ch
+		go func() { ch <- m.Run(context.Background(), NewJob(id, "sum", params("n", "1"))) }()
+	}
+	run(f.m, "j3")
+	f.pingForJob("s1")
+	f.jobStatus("s1", "j3", JobDone, 3)
+	require.Equal(t, laboro.StatusSucceeded, (<-runs["j3"]).Status)
+	run(f.m, "j2")
+	order, _ := f.pingForJob("s1")
+	require.Equal(t, "j2", order.JobID)
+	f.jobStatus("s1", "j2", JobProcessing, Progress{Progress: ProgressCount{Total: 2, Done: 1, Percent: 50}})
+	run(f.m, "j1")
+	f.waitStatus("j1", JobQueued)
+	f.serverStatus("s1", ServerOffline, nil)
+
+	before := f.m.Jobs()
+	require.Len(t, before, 3)
+	f.close()
+	for _, id := range []string{"j1", "j2"} {
+		res := <-runs[id]
+		require.Equal(t, laboro.StatusKilled, res.Status)
+		require.ErrorIs(t, res.Err, ErrMasterClosed)
+		require.ErrorIs(t, res.Err, laboro.ErrKilled)
+	}
+
+	g := openFixture(t, f.file)
+	require.Equal(t, before, g.m.Jobs(), "the table is intact")
+	unfinished := g.m.Unfinished()
+	require.Len(t, unfinished, 2)
+	require.Equal(t, "j2", unfinished[0].ID)
+	require.Equal(t, JobProcessing, unfinished[0].Status)
+	require.Equal(t, "s1", unfinished[0].Server)
+	require.Equal(t, "j1", unfinished[1].ID)
+	require.Equal(t, JobQueued, unfinished[1].Status)
+	srv, ok := g.m.Server("s1")
+	require.True(t, ok)
+	require.Equal(t, ServerOffline, srv.Status)
+
+	// s1 comes back and replays its cache, then asks for work: j1 has no
+	// waiting Run yet, so it is not handed out.
+	g.serverStatus("s1", ServerReconnecting, nil)
+	g.jobStatus("s1", "j2", JobDone, map[string]int{"sum": 2})
+	doneAt := g.record("j2").Updated
+	g.jobStatus("s1", "j2", JobDone, map[string]int{"sum": 2})
+	g.jobStatus("s1", "j3", JobDone, 3)
+	g.jobStatus("s1", "j2", JobFailed, errData("late"))
+	g.online("s1", "sum")
+	pd, _ := g.ping("s1")
+	require.Nil(t, pd.Job)
+
+	j2 := g.record("j2")
+	require.Equal(t, JobDone, j2.Status)
+	require.JSONEq(t, `{"sum":2}`, string(j2.Data))
+	require.Equal(t, doneAt, j2.Updated, "a final status is never replaced")
+	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobDone, JobDone, JobFailed}, statuses(j2.History))
+	require.Equal(t, JobDone, g.record("j3").Status)
+	require.Len(t, g.record("j3").History, 4)
+
+	// Submitting the unfinished jobs again: j2 has ended already, j1 runs.
+	ex := g.executor()
+	handles := make(map[string]*laboro.Handle)
+	for _, rec := range unfinished {
+		h, err := ex.Submit(context.Background(), NewJob(rec.ID, rec.Worker, rec.Params))
+		require.NoError(t, err)
+		handles[rec.ID] = h
+	}
+	res := wait(t, handles["j2"])
+	require.Equal(t, laboro.StatusSucceeded, res.Status)
+	out, err := res.Output.ReadAll()
+	require.NoError(t, err)
+	require.JSONEq(t, `{"sum":2}`, string(out))
+
+	order, _ = g.pingForJob("s1")
+	require.Equal(t, "j1", order.JobID)
+	require.Equal(t, params("n", "1"), order.Params)
+	g.jobStatus("s1", "j1", JobDone, 1)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, handles["j1"]).Status)
+	require.Empty(t, g.m.Unfinished())
+	require.Equal(t, []string{JobQueued, JobProcessing, JobDone}, statuses(g.record("j1").History))
+}
+
+func TestOpenLocked(t *testing.T) {
+	f := newFixture(t)
+	other := &Master{LockTimeout: 50 * time.Millisecond}
+	require.Error(t, other.Open(f.file), "the file is locked by the first master")
+	require.Error(t, f.m.Open(f.file), "already open")
+}
+
+// snapshot is the whole table, to check that a refused request changed nothing.
+func (f *fixture) snapshot() string {
+	b, err := json.Marshal(struct {
+		Jobs    []JobRecord
+		Servers []ServerRecord
+	}{f.m.Jobs(), f.m.ServerRecords()})
+	require.NoError(f.t, err)
+	return string(b)
+}
+
+func TestBadRequests(t *testing.T) {
+	f := newFixture(t)
+	f.online("s1", "w")
+	f.online("s2", "w")
+	done := make(chan laboro.Result, 1)
+	go func() { done <- f.m.Run(context.Background(), NewJob("j", "w", nil)) }()
+	f.pingForJob("s1")
+	f.jobStatus("s1", "j", JobProcessing, nil)
+	go func() { done <- f.m.Run(context.Background(), NewJob("q", "other", nil)) }()
+	f.waitStatus("q", JobQueued)
+	before := f.snapshot()
+
+	wrongPassword := form("s1", JobDone, 1)
+	wrongPassword.Set(FieldPassword, "pw2")
+	unknownServer := form("s1", JobDone, 1)
+	unknownServer.Set(FieldServerID, "s9")
+	noPassword := form("s1", JobDone, 1)
+	noPassword.Del(FieldPassword)
+	badData := form("s1", JobDone, nil)
+	badData.Set(FieldData, `{"sum":`)
+	badStartup := form("s1", ServerOnline, nil)
+	badStartup.Set(FieldData, `{"workers":"all"}`)
+
+	type want struct {
+		code  int
+		field string // the formErrors field, for 400
+	}
+	cases := []struct {
+		name string
+		path string
+		body url.Values
+		want want
+	}{
+		{"job: wrong password", DefaultPaths.Job + "j", wrongPassword, want{code: http.StatusUnauthorized}},
+		{"job: unknown server", DefaultPaths.Job + "j", unknownServer, want{code: http.StatusUnauthorized}},
+		{"job: no password", DefaultPaths.Job + "j", noPassword, want{code: http.StatusUnauthorized}},
+		{"status: wrong password", DefaultPaths.Status + "s1", wrongPassword, want{code: http.StatusUnauthorized}},
+		{"ping: wrong password", DefaultPaths.Ping + "s1", wrongPassword, want{code: http.StatusUnauthorized}},
+		{"status: another server's path", DefaultPaths.Status + "s2", form("s1", ServerOffline, nil), want{code: http.StatusForbidden}},
+		{"ping: another server's path", DefaultPaths.Ping + "s2", form("s1", "", nil), want{code: http.StatusForbidden}},
+		{"job: unknown job", DefaultPaths.Job + "nope", form("s1", JobDone, 1), want{code: http.StatusNotFound}},
+		{"job: malformed data", DefaultPaths.Job + "j", badData, want{http.StatusBadRequest, FieldData}},
+		{"job: unknown status", DefaultPaths.Job + "j", form("s1", "Finished", 1), want{http.StatusBadRequest, FieldStatus}},
+		{"job: Queued is the master's", DefaultPaths.Job + "j", form("s1", JobQueued, nil), want{http.StatusBadRequest, FieldStatus}},
+		{"status: unknown status", DefaultPaths.Status + "s1", form("s1", "Sleeping", nil), want{http.StatusBadRequest, FieldStatus}},
+		{"status: malformed startup", DefaultPaths.Status + "s1", badStartup, want{http.StatusBadRequest, FieldData}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, a := f.post(c.path, c.body)
+			require.Equal(t, c.want.code, code, "%+v", a)
+			require.Error(t, a.Err())
+			if c.want.field != "" {
+				require.Contains(t, a.FormErrors, c.want.field)
+			} else {
+				require.NotEmpty(t, a.Error)
+			}
+		})
+	}
+
+	raw := func(method, path, contentType, body string) (int, Answer) {
+		req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return readAnswer(t, resp)
+	}
+	valid := form("s1", JobDone, 1).Encode()
+	t.Run("malformed form", func(t *testing.T) {
+		code, a := raw(http.MethodPost, DefaultPaths.Job+"j", "application/x-www-form-urlencoded", valid+"&%zz")
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Contains(t, a.FormErrors, "form")
+	})
+	t.Run("not a form", func(t *testing.T) {
+		code, a := raw(http.MethodPost, DefaultPaths.Job+"j", "application/json", `{"status":"Done"}`)
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Contains(t, a.FormErrors, "form")
+	})
+	for _, p := range []string{DefaultPaths.Job + "j", DefaultPaths.Status + "s1", DefaultPaths.Ping + "s1"} {
+		t.Run("GET "+p, func(t *testing.T) {
+			code, a := raw(http.MethodGet, p+"?"+valid, "", "")
+			require.Equal(t, http.StatusMethodNotAllowed, code)
+			require.NotEmpty(t, a.Error)
+		})
+	}
+	t.Run("100 MiB body", func(t *testing.T) {
+		code, written := postHuge(t, f.srv.Listener.Addr().String(), DefaultPaths.Job+"j", 100<<20)
+		require.Equal(t, http.StatusRequestEntityTooLarge, code)
+		t.Logf("%d bytes written before the master closed", written)
+		require.Less(t, written, int64(50<<20), "the master read far beyond MaxBody")
+	})
+
+	require.Equal(t, before, f.snapshot(), "a refused request changes nothing")
+	pd, _ := f.ping("s2")
+	require.Nil(t, pd.Job)
+	require.Empty(t, pd.CancelJobs)
+
+	f.jobStatus("s1", "j", JobDone, 1)
+	require.Equal(t, laboro.StatusSucceeded, (<-done).Status)
+	require.NoError(t, f.m.Cancel("q"))
+	require.Equal(t, laboro.StatusKilled, (<-done).Status)
+}
+
+// postHuge sends a form of size bytes over a raw connection, and returns the
+// answer's HTTP status and how much of the body was written before the
+// master closed the connection.
+func postHuge(t *testing.T, addr, path string, size int64) (int, int64) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
+	_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: master\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n", path, size)
+	require.NoError(t, err)
+
+	var (
+		wg      sync.WaitGroup
+		written int64
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n, err := io.WriteString(conn, "data=")
+		written += int64(n)
+		chunk := []byte(strings.Repeat("a", 64<<10))
+		for err == nil && written < size {
+			n, err = conn.Write(chunk[:min(int64(len(chunk)), size-written)])
+			written += int64(n)
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	code := resp.StatusCode
+	var a Answer
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&a))
+	require.NotEmpty(t, a.Error)
+	resp.Body.Close()
+	conn.Close() // ends the writer if the master has not
+	wg.Wait()
+	return code, written
+}
+
+func TestUserAPI(t *testing.T) {
+	f := newFixture(t)
+	get := func(path string) (int, Answer) {
+		resp, err := http.Get(f.srv.URL + path)
+		require.NoError(t, err)
+		return readAnswer(t, resp)
+	}
+	post := func(path, body string) (int, Answer) {
+		resp, err := http.Post(f.srv.URL+path, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		return readAnswer(t, resp)
+	}
+
+	code, a := get("/api/jobs")
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, `[]`, string(a.Data))
+	code, _ = get("/api/jobs/nope")
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = post("/api/jobs/nope/cancel", "")
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = post("/api/jobs", `{"worker":"w"}`)
+	require.Equal(t, http.StatusNotImplemented, code, "no Submit")
+
+	ex := f.executor()
+	f.m.Submit = func(j laboro.Job) error {
+		_, err := ex.Submit(context.Background(), j)
+		return err
+	}
+	code, a = post("/api/jobs", `{"id":"u1","worker":"w","params":{"x":[1,2]}}`)
+	require.Equal(t, http.StatusOK, code, "%+v", a)
+	require.JSONEq(t, `{"id":"u1"}`, string(a.Data))
+	code, a = post("/api/jobs", `{"worker":"w"}`)
+	require.Equal(t, http.StatusOK, code, "%+v", a)
+	var sub struct{ ID string }
+	require.NoError(t, json.Unmarshal(a.Data, &sub))
+	require.NotEmpty(t, sub.ID)
+	f.waitStatus("u1", JobQueued)
+	f.waitStatus(sub.ID, JobQueued)
+	code, _ = post("/api/jobs", `{"id":"u1","worker":"w"}`)
+	require.Equal(t, http.StatusConflict, code)
+	code, a = post("/api/jobs", `{"id":"u2","worker":"w","params":{"jobId":1}}`)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, a.FormErrors, "body")
+	code, _ = post("/api/jobs", `{"id":"u3"`)
+	require.Equal(t, http.StatusBadRequest, code)
+
+	code, a = get("/api/jobs")
+	require.Equal(t, http.StatusOK, code)
+	var list []JobRecord
+	require.NoError(t, json.Unmarshal(a.Data, &list))
+	require.Len(t, list, 2)
+	require.Equal(t, "u1", list[0].ID)
+	require.JSONEq(t, `[1,2]`, string(list[0].Params["x"]))
+
+	code, a = post("/api/jobs/u1/cancel", "")
+	require.Equal(t, http.StatusOK, code)
+	var rec JobRecord
+	require.NoError(t, json.Unmarshal(a.Data, &rec))
+	require.Equal(t, JobCancelled, rec.Status)
+	code, _ = post("/api/jobs/u1/cancel", "")
+	require.Equal(t, http.StatusConflict, code)
+	require.NoError(t, f.m.Cancel(sub.ID))
+}
+
+func TestValidate(t *testing.T) {
+	m := &Master{}
+	require.NoError(t, m.Validate(NewJob("", "w", params("a", "1"))))
+	spec := JobSpec{Worker: "w"}
+	require.NoError(t, m.Validate(laboro.Job{Meta: &spec}))
+	require.Error(t, m.Validate(laboro.Job{Command: "true"}))
+	require.Error(t, m.Validate(NewJob("", "", nil)))
+	require.Error(t, m.Validate(NewJob("", "w", params("worker", `"x"`))))
+	require.Error(t, m.Validate(NewJob("", "w", params("a", "{"))))
+
+	res := m.Run(context.Background(), NewJob("", "w", nil))
+	require.Equal(t, laboro.StatusFailed, res.Status)
+	require.ErrorIs(t, res.Err, laboro.ErrInvalidJob)
+	res = m.Run(context.Background(), NewJob("x", "w", nil))
+	require.Equal(t, laboro.StatusKilled, res.Status, "not open")
+	require.ErrorIs(t, res.Err, ErrMasterClosed)
+}

@@ -1,0 +1,226 @@
+package workerserver
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The master's table lives in one bbolt file:
+//
+//	jobs           job id → jobRow (JSON, without its history)
+//	jobHistory     job id → a bucket: sequence (8 bytes, big-endian) → StatusEvent (JSON)
+//	servers        server id → ServerRecord (JSON, without its history)
+//	serverHistory  server id → a bucket: sequence → StatusEvent
+//	cancels        server id, 0, job id → nothing: cancellations for that server's next ping
+//
+// A history is a bucket of its own so that recording a status appends one
+// key instead of rewriting every status before it.
+var (
+	bucketJobs          = []byte("jobs")
+	bucketJobHistory    = []byte("jobHistory")
+	bucketServers       = []byte("servers")
+	bucketServerHistory = []byte("serverHistory")
+	bucketCancels       = []byte("cancels")
+)
+
+// jobRow is a job as stored: its record without History, and its place in
+// the order of submission.
+type jobRow struct {
+	JobRecord
+	Seq uint64 `json:"seq"`
+}
+
+// openDB opens or creates the table at path, waiting at most timeout for
+// another process's lock on the file.
+func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("workerserver: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketJobs, bucketJobHistory, bucketServers, bucketServerHistory, bucketCancels} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("workerserver: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+func getJob(tx *bolt.Tx, id string) (*jobRow, error) {
+	b := tx.Bucket(bucketJobs).Get([]byte(id))
+	if b == nil {
+		return nil, nil
+	}
+	row := new(jobRow)
+	if err := json.Unmarshal(b, row); err != nil {
+		return nil, fmt.Errorf("workerserver: stored job %q: %w", id, err)
+	}
+	return row, nil
+}
+
+func putJob(tx *bolt.Tx, row *jobRow) error {
+	h := row.History
+	row.History = nil
+	b, err := json.Marshal(row)
+	row.History = h
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketJobs).Put([]byte(row.ID), b)
+}
+
+// newJobSeq returns the next number in the order of submission.
+func newJobSeq(tx *bolt.Tx) (uint64, error) { return tx.Bucket(bucketJobs).NextSequence() }
+
+func allJobs(tx *bolt.Tx, withHistory bool) ([]JobRecord, error) {
+	var rows []jobRow
+	err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+		var row jobRow
+		if err := json.Unmarshal(v, &row); err != nil {
+			return fmt.Errorf("workerserver: stored job %q: %w", k, err)
+		}
+		rows = append(rows, row)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(rows, func(a, b jobRow) int {
+		switch {
+		case a.Seq < b.Seq:
+			return -1
+		case a.Seq > b.Seq:
+			return 1
+		}
+		return 0
+	})
+	recs := make([]JobRecord, len(rows))
+	for i := range rows {
+		recs[i] = rows[i].JobRecord
+		if withHistory {
+			if recs[i].History, err = history(tx, bucketJobHistory, recs[i].ID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return recs, nil
+}
+
+func getServer(tx *bolt.Tx, id string) (*ServerRecord, error) {
+	b := tx.Bucket(bucketServers).Get([]byte(id))
+	if b == nil {
+		return nil, nil
+	}
+	rec := new(ServerRecord)
+	if err := json.Unmarshal(b, rec); err != nil {
+		return nil, fmt.Errorf("workerserver: stored server %q: %w", id, err)
+	}
+	return rec, nil
+}
+
+func putServer(tx *bolt.Tx, rec *ServerRecord) error {
+	h := rec.History
+	rec.History = nil
+	b, err := json.Marshal(rec)
+	rec.History = h
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketServers).Put([]byte(rec.ID), b)
+}
+
+func allServers(tx *bolt.Tx) ([]ServerRecord, error) {
+	var recs []ServerRecord
+	err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
+		var rec ServerRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("workerserver: stored server %q: %w", k, err)
+		}
+		h, err := history(tx, bucketServerHistory, rec.ID)
+		if err != nil {
+			return err
+		}
+		rec.History = h
+		recs = append(recs, rec)
+		return nil
+	})
+	return recs, err
+}
+
+// appendEvent adds ev to the history of id in the history bucket named top.
+func appendEvent(tx *bolt.Tx, top []byte, id string, ev StatusEvent) error {
+	b, err := tx.Bucket(top).CreateBucketIfNotExists([]byte(id))
+	if err != nil {
+		return err
+	}
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return b.Put(binary.BigEndian.AppendUint64(nil, seq), v)
+}
+
+// history returns every event of id in the history bucket named top, in
+// the order they were appended.
+func history(tx *bolt.Tx, top []byte, id string) ([]StatusEvent, error) {
+	b := tx.Bucket(top).Bucket([]byte(id))
+	if b == nil {
+		return nil, nil
+	}
+	var evs []StatusEvent
+	err := b.ForEach(func(_, v []byte) error {
+		var ev StatusEvent
+		if err := json.Unmarshal(v, &ev); err != nil {
+			return fmt.Errorf("workerserver: stored history of %q: %w", id, err)
+		}
+		evs = append(evs, ev)
+		return nil
+	})
+	return evs, err
+}
+
+func cancelKey(server, job string) []byte {
+	k := make([]byte, 0, len(server)+1+len(job))
+	k = append(k, server...)
+	k = append(k, 0)
+	return append(k, job...)
+}
+
+// putCancel asks server to cancel job at its next ping.
+func putCancel(tx *bolt.Tx, server, job string) error {
+	return tx.Bucket(bucketCancels).Put(cancelKey(server, job), []byte{})
+}
+
+func deleteCancel(tx *bolt.Tx, server, job string) error {
+	return tx.Bucket(bucketCancels).Delete(cancelKey(server, job))
+}
+
+// takeCancels removes and returns the jobs server is to cancel.
+func takeCancels(tx *bolt.Tx, server string) ([]string, error) {
+	prefix := append([]byte(server), 0)
+	c := tx.Bucket(bucketCancels).Cursor()
+	var ids []string
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
+		ids = append(ids, string(k[len(prefix):]))
+		if err := c.Delete(); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
