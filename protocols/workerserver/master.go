@@ -860,6 +860,14 @@ func (m *Master) serverStatus(w http.ResponseWriter, req *workerRequest) {
 		if rec == nil {
 			rec = &ServerRecord{ID: req.id}
 		}
+		if req.status == ServerOnline && rec.Status == ServerConnecting {
+			// A worker process that starts says Connecting, then replays
+			// its cache, then Online: a job still Processing at it now
+			// died with its previous process, and goes back in line.
+			if err := requeueServerJobs(tx, req.id, now); err != nil {
+				return err
+			}
+		}
 		rec.Status, rec.Data, rec.Updated = req.status, req.data, now
 		if startup != nil {
 			rec.Startup = startup
@@ -874,6 +882,35 @@ func (m *Master) serverStatus(w http.ResponseWriter, req *workerRequest) {
 	}
 	m.logger().Info("server status", zap.String("server", req.id), zap.String("status", req.status))
 	writeData(w, map[string]string{"status": req.status})
+}
+
+// requeueServerJobs puts back in line the jobs Processing at a server
+// whose process started again.
+func requeueServerJobs(tx *bolt.Tx, server string, now time.Time) error {
+	var lost []*jobRow
+	err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+		row := new(jobRow)
+		if err := json.Unmarshal(v, row); err != nil {
+			return fmt.Errorf("workerserver: stored job %q: %w", k, err)
+		}
+		if row.Status == JobProcessing && row.Server == server {
+			lost = append(lost, row)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, row := range lost {
+		row.Status, row.Server, row.Data, row.Updated = JobQueued, "", nil, now
+		if err := putJob(tx, row); err != nil {
+			return err
+		}
+		if err := appendEvent(tx, bucketJobHistory, row.ID, StatusEvent{Status: JobQueued, At: now, Server: server}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (m *Master) jobStatus(w http.ResponseWriter, req *workerRequest) {

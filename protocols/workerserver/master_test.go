@@ -445,7 +445,9 @@ func TestPingCodes(t *testing.T) {
 	f.waitStatus("jc", JobQueued)
 	pd, _ = f.ping("s3")
 	require.Nil(t, pd.Job)
-	f.online("s3")
+	f.online("s3") // a new process: ja2, which the old one held, goes back in line first
+	order, _ = f.pingForJob("s3")
+	require.Equal(t, "ja2", order.JobID)
 	order, _ = f.pingForJob("s3")
 	require.Equal(t, "jc", order.JobID)
 
@@ -789,4 +791,31 @@ func TestValidate(t *testing.T) {
 	res = m.Run(context.Background(), NewJob("x", "w", nil))
 	require.Equal(t, laboro.StatusKilled, res.Status, "not open")
 	require.ErrorIs(t, res.Err, ErrMasterClosed)
+}
+
+// A worker that reconnects keeps its jobs; one whose process started again
+// (Connecting, then Online) lost them: they go back in line.
+func TestRestartedWorkerLosesItsJobs(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1")
+	h, err := ex.Submit(context.Background(), NewJob("j", "any", nil))
+	require.NoError(t, err)
+	f.waitStatus("j", JobQueued)
+	order, _ := f.pingForJob("s1")
+	require.Equal(t, "j", order.JobID)
+
+	f.serverStatus("s1", ServerReconnecting, nil)
+	f.serverStatus("s1", ServerOnline, Startup{Startup: true})
+	rec, _ := f.m.Job("j")
+	require.Equal(t, JobProcessing, rec.Status, "a reconnection keeps the job")
+	require.Equal(t, "s1", rec.Server)
+
+	f.online("s1")
+	rec, _ = f.m.Job("j")
+	require.Equal(t, JobQueued, rec.Status, "a new process lost it")
+	order, _ = f.pingForJob("s1")
+	require.Equal(t, "j", order.JobID)
+	f.jobStatus("s1", "j", JobDone, nil)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
 }

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro/protocols/workerserver"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+var (
+	binDir    string
+	buildOnce sync.Once
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "ws-bin"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(binDir)
+		os.Exit(code)
+	}))
+}
+
+func build(t testing.TB) (master, worker string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		out, err := exec.Command("go", "build", "-o", binDir+"/",
+			"github.com/laboro-go/laboro/cmd/workerserver-master",
+			"github.com/laboro-go/laboro/cmd/workerserver-worker").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("%w: %s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return filepath.Join(binDir, "workerserver-master"), filepath.Join(binDir, "workerserver-worker")
+}
+
+// process is a running binary whose stderr is collected.
+type process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs strings.Builder
+	eof  chan struct{}
+}
+
+func start(t testing.TB, env []string, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin, args...), eof: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	stderr, err := p.cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		defer close(p.eof)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.logs.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *process) kill() {
+	p.cmd.Process.Kill()
+	<-p.eof
+	p.cmd.Wait()
+}
+
+func (p *process) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// system is a master and its workers, on a port that stays the same
+// across the master's restarts.
+type system struct {
+	t        *testing.T
+	dir      string
+	addr     string
+	master   *process
+	codes    string
+	password string
+}
+
+func newSystem(t *testing.T) *system {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	s := &system{t: t, dir: t.TempDir(), addr: addr, password: "pw-secret"}
+	s.codes = filepath.Join(s.dir, "codes")
+	require.NoError(t, os.MkdirAll(s.codes, 0o755))
+	// echo: the params back, as the job's result.
+	require.NoError(t, os.WriteFile(filepath.Join(s.codes, "echo"), []byte("#!/bin/sh\nread p\nsleep ${DELAY:-0.02}\necho \"{\\\"got\\\": $p}\"\n"), 0o755))
+	var servers strings.Builder
+	for i := 1; i <= 3; i++ {
+		fmt.Fprintf(&servers, "w%d %s\n", i, s.password)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(s.dir, "servers"), []byte(servers.String()), 0o600))
+	return s
+}
+
+func (s *system) startMaster() {
+	masterBin, _ := build(s.t)
+	s.master = start(s.t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers", filepath.Join(s.dir, "servers"))
+	require.Eventually(s.t, func() bool {
+		resp, err := http.Get("http://" + s.addr + "/api/jobs")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "the master did not start")
+}
+
+func (s *system) startWorker(id string, env ...string) *process {
+	_, workerBin := build(s.t)
+	return start(s.t, append(env, "WORKERSERVER_PASSWORD="+s.password), workerBin, "-url", "http://"+s.addr, "-id", id,
+		"-codes", s.codes, "-cache", s.cache(id), "-c", "2", "-ping", "200ms", "-progress", "300ms", "-reconnect", "300ms")
+}
+
+func (s *system) cache(id string) string { return filepath.Join(s.dir, "cache-"+id) }
+
+func (s *system) submit(id string, n int) {
+	body, _ := json.Marshal(map[string]any{"id": id, "worker": "echo", "params": map[string]int{"n": n}})
+	resp, err := http.Post("http://"+s.addr+"/api/jobs", "application/json", bytes.NewReader(body))
+	require.NoError(s.t, err)
+	resp.Body.Close()
+	require.Equal(s.t, http.StatusOK, resp.StatusCode)
+}
+
+func (s *system) jobs() []workerserver.JobRecord {
+	resp, err := http.Get("http://" + s.addr + "/api/jobs")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var a struct{ Data []workerserver.JobRecord }
+	if json.NewDecoder(resp.Body).Decode(&a) != nil {
+		return nil
+	}
+	return a.Data
+}
+
+func (s *system) done() int {
+	n := 0
+	for _, j := range s.jobs() {
+		if j.Status == workerserver.JobDone {
+			n++
+		}
+	}
+	return n
+}
+
+func cached(t *testing.T, dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// checkJobs asserts that every job ended Done once, with its statuses in
+// order and its params echoed.
+func checkJobs(t *testing.T, jobs []workerserver.JobRecord, n int) {
+	require.Len(t, jobs, n)
+	for _, j := range jobs {
+		assert.Equal(t, workerserver.JobDone, j.Status, j.ID)
+		var want, got map[string]any
+		json.Unmarshal([]byte(fmt.Sprintf(`{"got": {"n": %s}}`, strings.TrimPrefix(j.ID, "job-"))), &want)
+		json.Unmarshal(j.Data, &got)
+		assert.Equal(t, want, got, j.ID)
+		firstDone := -1
+		for i, e := range j.History {
+			if e.Status == workerserver.JobDone && firstDone < 0 {
+				firstDone = i
+			}
+			if firstDone >= 0 {
+				assert.NotEqual(t, workerserver.JobProcessing, e.Status, "%s: Processing after Done: %v", j.ID, j.History)
+			}
+		}
+		assert.GreaterOrEqual(t, firstDone, 0, j.ID)
+	}
+}
+
+// 300 jobs over 3 workers; the master is killed with SIGKILL for 20
+// seconds in the middle and restarted. Every job ends Done exactly once in
+// the master's table, per-job statuses arrived in order, and the workers'
+// caches are empty at the end.
+func TestMasterKilledAndRestarted(t *testing.T) {
+	s := newSystem(t)
+	s.startMaster()
+	var workers []*process
+	for i := 1; i <= 3; i++ {
+		workers = append(workers, s.startWorker(fmt.Sprintf("w%d", i)))
+	}
+	const n = 300
+	for i := range n {
+		s.submit(fmt.Sprintf("job-%d", i), i)
+	}
+	require.Eventually(t, func() bool { return s.done() >= n/3 }, 60*time.Second, 20*time.Millisecond)
+	require.NoError(t, s.master.cmd.Process.Signal(syscall.SIGKILL))
+	s.master.kill()
+	time.Sleep(20 * time.Second)
+	cachedWhileDown := 0
+	for i := 1; i <= 3; i++ {
+		cachedWhileDown += len(cached(t, s.cache(fmt.Sprintf("w%d", i))))
+	}
+	s.startMaster()
+	require.Eventually(t, func() bool { return s.done() == n }, 120*time.Second, 50*time.Millisecond,
+		"done %d of %d\n%s", s.done(), n, s.master.log())
+	checkJobs(t, s.jobs(), n)
+	assert.Positive(t, cachedWhileDown, "statuses waited in the workers' caches while the master was down")
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("w%d", i)
+		assert.Eventually(t, func() bool { return len(cached(t, s.cache(id))) == 0 }, 30*time.Second, 50*time.Millisecond, "cache of %s: %v", id, cached(t, s.cache(id)))
+	}
+	for _, w := range workers {
+		assert.NoError(t, w.cmd.Process.Signal(syscall.SIGINT))
+	}
+}
+
+// A worker killed mid-job and restarted: the statuses it cached while the
+// master was away are delivered by its next run.
+func TestWorkerKilledAndRestarted(t *testing.T) {
+	s := newSystem(t)
+	s.startMaster()
+	w := s.startWorker("w1", "DELAY=1")
+	for i := range 2 {
+		s.submit(fmt.Sprintf("job-%d", i), i)
+	}
+	require.Eventually(t, func() bool {
+		processing := 0
+		for _, j := range s.jobs() {
+			if j.Status == workerserver.JobProcessing {
+				processing++
+			}
+		}
+		return processing == 2
+	}, 20*time.Second, 20*time.Millisecond)
+	s.master.kill() // the jobs end while the master is away
+	require.Eventually(t, func() bool { return len(cached(t, s.cache("w1"))) == 2 }, 20*time.Second, 20*time.Millisecond)
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGKILL))
+	w.kill()
+
+	s.startMaster()
+	w = s.startWorker("w1")
+	require.Eventually(t, func() bool { return s.done() == 2 }, 30*time.Second, 20*time.Millisecond, "%s\nworker:\n%s", s.master.log(), w.log())
+	checkJobs(t, s.jobs(), 2)
+	require.Eventually(t, func() bool { return len(cached(t, s.cache("w1"))) == 0 }, 20*time.Second, 20*time.Millisecond)
+}
+
+func TestUsage(t *testing.T) {
+	master, worker := build(t)
+	for _, args := range [][]string{{"frobnicate"}, {"submit"}, {"-bogus"}, {"status", "a", "b"}} {
+		err := exec.Command(master, args...).Run()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v", args)
+		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+	}
+	for _, args := range [][]string{{}, {"-url", "http://x"}, {"-url", "http://x", "-id", "a", "-codes", "c", "-cache", "d", "extra"}} {
+		err := exec.Command(worker, args...).Run()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v", args)
+		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+	}
+}

@@ -1,0 +1,174 @@
+// Command workerserver-master serves workerserver workers over HTTP and
+// keeps its job table in a bbolt file, so that a restarted master loses
+// nothing; it is also how a user submits jobs and follows them.
+//
+//	workerserver-master [-listen ADDR] [-db FILE] [-servers FILE] [-log LEVEL]        serve
+//	workerserver-master submit [-url URL] -worker CODE [-params JSON] [-id ID] [-wait]
+//	workerserver-master status [-url URL] [JOB]
+//	workerserver-master cancel [-url URL] JOB
+//
+// The servers file has one "id password" per line: the workers allowed
+// in. The user commands use the master's /api routes, which ask for no
+// password: listen on a trusted address (127.0.0.1 by default). submit
+// prints the job's id; with -wait it follows the job and exits 0 only if
+// it ends Done. Exit status 2 is a usage error.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/protocols/workerserver"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+func main() {
+	args := os.Args[1:]
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("workerserver-master "+cmd, flag.ContinueOnError)
+	var run func() error
+	switch cmd {
+	case "serve":
+		listen := fs.String("listen", "127.0.0.1:8080", "address to serve on")
+		db := fs.String("db", "workerserver.db", "the job table (a bbolt file)")
+		servers := fs.String("servers", "", `file of "id password" lines: the workers allowed in`)
+		level := zap.InfoLevel
+		fs.Var(&level, "log", "log level: debug, info, warn, error")
+		run = func() error { return serve(*listen, *db, *servers, level) }
+	case "submit", "status", "cancel":
+		run = client(cmd, fs)
+	default:
+		usage()
+	}
+	if err := fs.Parse(args); err != nil {
+		usage()
+	}
+	if err := run(); err != nil {
+		if errors.Is(err, errUsage) {
+			usage()
+		}
+		fmt.Fprintln(os.Stderr, "workerserver-master:", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func usage() {
+	fmt.Fprintln(os.Stderr, `usage: workerserver-master [-listen ADDR] [-db FILE] [-servers FILE] [-log LEVEL]
+       workerserver-master submit [-url URL] -worker CODE [-params JSON] [-id ID] [-wait]
+       workerserver-master status [-url URL] [JOB]
+       workerserver-master cancel [-url URL] JOB`)
+	os.Exit(2)
+}
+
+// serve runs the master until an interrupt. Jobs left unfinished by an
+// earlier run are submitted again, so that workers' replayed statuses and
+// new pings find them.
+func serve(listen, db, serversFile string, level zapcore.Level) error {
+	cfg := zap.NewDevelopmentConfig()
+	cfg.Level, cfg.DisableStacktrace = zap.NewAtomicLevelAt(level), true
+	log, _ := cfg.Build()
+	servers, err := readServers(serversFile)
+	if err != nil {
+		return err
+	}
+	m := &workerserver.Master{Servers: servers, Logger: log}
+	if err := m.Open(db); err != nil {
+		return err
+	}
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(4096), laboro.WithConcurrency(4096),
+		laboro.WithBufferSize(4096), laboro.WithLogger(log))
+	if err != nil {
+		m.Close()
+		return err
+	}
+	// The master closes first: its waiting Runs end and the table stays
+	// as it is (closing the Executor first would cancel the jobs).
+	defer ex.Close()
+	defer m.Close()
+	m.Submit = func(job laboro.Job) error {
+		h, err := ex.Submit(context.Background(), job)
+		if err != nil {
+			return err
+		}
+		// Answer once the job is in the table, so that an accepted job
+		// survives a crash of the master.
+		for {
+			if _, ok := m.Job(job.ID); ok {
+				return nil
+			}
+			select {
+			case <-h.Done():
+				return nil
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	for _, rec := range m.Unfinished() {
+		if _, err := ex.Submit(context.Background(), workerserver.NewJob(rec.ID, rec.Worker, rec.Params)); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("db", db), zap.Int("unfinished jobs", len(m.Unfinished())))
+	hs := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		hs.Shutdown(shut)
+	}()
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped by a signal")
+	return nil
+}
+
+// readServers reads "id password" lines; "" means no file (no worker can
+// log in).
+func readServers(path string) (map[string]string, error) {
+	servers := map[string]string{}
+	if path == "" {
+		return servers, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		id, password, ok := strings.Cut(line, " ")
+		if !ok || id == "" || strings.TrimSpace(password) == "" {
+			return nil, fmt.Errorf("%s:%d: want \"id password\"", path, n)
+		}
+		servers[id] = strings.TrimSpace(password)
+	}
+	return servers, sc.Err()
+}

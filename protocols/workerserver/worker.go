@@ -1,0 +1,333 @@
+package workerserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
+	"go.uber.org/zap"
+)
+
+// Worker is the worker side: it talks to a master over HTTP through a
+// transport.Link (so that no status is lost or sent out of order: what
+// cannot be sent waits in CacheDir), pings it for jobs, and runs each job
+// with the executable CodeDir/<worker> (the job's "worker" field), its
+// params as JSON on standard input, its standard output (JSON) the result.
+// It honours the cancelJobs of ping answers.
+//
+// Set the fields before Run; a Worker runs once.
+type Worker struct {
+	// URL is the master's base URL, like http://master:8080; required.
+	URL string
+	// Paths are the master's routes; zero means DefaultPaths.
+	Paths Paths
+	// ServerID and Password identify the worker; required.
+	ServerID, Password string
+	// CodeDir holds one executable per kind of job; required. Its
+	// entries are announced in the Online status.
+	CodeDir string
+	// Version is announced in the Online status.
+	Version string
+	// CacheDir keeps the statuses that wait for the master; required.
+	CacheDir string
+	// Concurrency is how many jobs run at once; 0 means runtime.NumCPU.
+	Concurrency int
+	// Ping, Progress and Reconnect are the link's intervals; 0 means the
+	// defaults (30 s, 10 s, 10 s).
+	Ping, Progress, Reconnect time.Duration
+	// Client makes the requests; nil means one with a 30 s timeout.
+	Client *http.Client
+	// Logger; nil means none.
+	Logger *zap.Logger
+
+	mu      sync.Mutex
+	running map[string]context.CancelCauseFunc
+	free    int
+}
+
+// errCancelledByMaster ends a job that the master cancelled.
+var errCancelledByMaster = errors.New("workerserver: cancelled by the master")
+
+// Run serves the master until ctx ends; it then stops the link (the
+// statuses of running jobs are cached), kills the running jobs, says
+// Stopping and Offline, and returns ctx.Err().
+func (w *Worker) Run(ctx context.Context) error {
+	if w.URL == "" || w.ServerID == "" || w.CodeDir == "" || w.CacheDir == "" {
+		return errors.New("workerserver: Worker needs URL, ServerID, CodeDir and CacheDir")
+	}
+	if w.Logger == nil {
+		w.Logger = zap.NewNop()
+	}
+	if w.Paths == (Paths{}) {
+		w.Paths = DefaultPaths
+	}
+	if w.Client == nil {
+		w.Client = &http.Client{Timeout: 30 * time.Second}
+	}
+	n := w.Concurrency
+	if n <= 0 {
+		n = runtime.NumCPU()
+	}
+	w.running, w.free = map[string]context.CancelCauseFunc{}, n
+	ex, err := laboro.New(laboro.WithRunner(cancellable{}), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
+		laboro.WithBufferSize(n), laboro.WithLogger(w.Logger))
+	if err != nil {
+		return err
+	}
+	link, err := transport.New(&masterAPI{w: w}, transport.Config{
+		CacheDir: w.CacheDir, Reconnect: w.Reconnect, Progress: w.Progress, Ping: w.Ping, Logger: w.Logger,
+	})
+	if err != nil {
+		ex.Close()
+		return err
+	}
+	var jobs sync.WaitGroup
+	var pinger *transport.Pinger
+	pinger = link.NewPinger(func(ctx context.Context) (bool, error) {
+		return w.ping(ctx, ex, link, pinger, &jobs)
+	})
+	link.Start()
+	<-ctx.Done()
+	// Jobs still running end as killed; their last statuses go to the
+	// cache if the link cannot send them.
+	ex.Close()
+	jobs.Wait()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := link.Stop(stopCtx); err != nil {
+		w.Logger.Warn("stopping the link", zap.Error(err))
+	}
+	return ctx.Err()
+}
+
+// ping asks the master for a job, cancels what it says, and starts the
+// job it gives, if any.
+func (w *Worker) ping(ctx context.Context, ex *laboro.Executor, link *transport.Link, pinger *transport.Pinger, jobs *sync.WaitGroup) (bool, error) {
+	w.mu.Lock()
+	free := w.free
+	w.mu.Unlock()
+	if free <= 0 {
+		// Every slot is busy: a job would only wait here. The next ping
+		// comes when a job ends (and brings any cancelJobs then).
+		return false, nil
+	}
+	var answer PingData
+	if err := w.post(ctx, w.Paths.Ping+url.PathEscape(w.ServerID), nil, &answer); err != nil {
+		return false, err
+	}
+	for _, id := range answer.CancelJobs {
+		w.mu.Lock()
+		cancel := w.running[id]
+		w.mu.Unlock()
+		if cancel != nil {
+			w.Logger.Info("job cancelled by the master", zap.String("job", id))
+			cancel(errCancelledByMaster)
+		}
+	}
+	if answer.Job == nil {
+		return false, nil
+	}
+	w.start(ctx, ex, link, pinger, jobs, *answer.Job)
+	return true, nil
+}
+
+// start runs one job and sends its statuses through the link.
+func (w *Worker) start(ctx context.Context, ex *laboro.Executor, link *transport.Link, pinger *transport.Pinger, jobs *sync.WaitGroup, order JobOrder) {
+	jobCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	w.mu.Lock()
+	w.running[order.JobID] = cancel
+	w.free--
+	w.mu.Unlock()
+	stream := link.Job(order.JobID)
+	stream.Progress(statusBody(JobProcessing, Progress{Progress: ProgressCount{Total: 1}}))
+	jobs.Go(func() {
+		defer func() {
+			cancel(nil)
+			w.mu.Lock()
+			delete(w.running, order.JobID)
+			w.free++
+			w.mu.Unlock()
+			pinger.JobDone()
+		}()
+		status, data := w.runJob(jobCtx, ex, order)
+		w.Logger.Info("job ended", zap.String("job", order.JobID), zap.String("status", status))
+		stream.Complete(statusBody(status, data))
+	})
+}
+
+// runJob runs the job's executable and returns its final status and data.
+func (w *Worker) runJob(ctx context.Context, ex *laboro.Executor, order JobOrder) (string, any) {
+	fail := func(name string, err error) (string, any) {
+		return JobFailed, ErrorData{Error: ErrorDetail{Name: name, Message: err.Error()}}
+	}
+	if order.Worker == "" || strings.ContainsAny(order.Worker, `/\`) || order.Worker[0] == '.' {
+		return fail("UnknownWorker", fmt.Errorf("no worker %q", order.Worker))
+	}
+	exe := filepath.Join(w.CodeDir, order.Worker)
+	if _, err := os.Stat(exe); err != nil {
+		return fail("UnknownWorker", err)
+	}
+	params, err := json.Marshal(order.Params)
+	if err != nil {
+		return fail("BadParams", err)
+	}
+	h, err := ex.Submit(ctx, laboro.Job{Args: []string{exe}, Stdin: bytes.NewReader(params), Meta: ctx})
+	if err != nil {
+		return fail("NotStarted", err)
+	}
+	res, err := h.Wait(context.WithoutCancel(ctx))
+	if err != nil {
+		return fail("NotStarted", err)
+	}
+	defer res.Output.Close()
+	if errors.Is(context.Cause(ctx), errCancelledByMaster) {
+		return JobCancelled, ErrorData{Error: ErrorDetail{Name: "Cancelled", Message: "cancelled by the master"}}
+	}
+	if res.Status != laboro.StatusSucceeded {
+		msg := fmt.Sprint(res.Err)
+		if len(res.Stderr) > 0 {
+			msg += ": " + strings.TrimSpace(string(res.Stderr))
+		}
+		return JobFailed, ErrorData{Error: ErrorDetail{Name: res.Status.String(), Message: msg}}
+	}
+	out, err := res.Output.ReadAll()
+	if err != nil {
+		return fail("OutputLost", err)
+	}
+	if len(bytes.TrimSpace(out)) == 0 {
+		return JobDone, nil
+	}
+	if !json.Valid(out) {
+		return JobDone, string(out) // not JSON: sent as a string
+	}
+	return JobDone, json.RawMessage(out)
+}
+
+// statusBody is a job message as the link carries it: {status, data}.
+func statusBody(status string, data any) []byte {
+	b, _ := json.Marshal(struct {
+		Status string `json:"status"`
+		Data   any    `json:"data"`
+	}{status, data})
+	return b
+}
+
+// cancellable runs a job's process with the context its Meta carries, so
+// that the master's cancelJobs can kill it.
+type cancellable struct{}
+
+func (cancellable) Run(ctx context.Context, job laboro.Job) laboro.Result {
+	if jobCtx, ok := job.Meta.(context.Context); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(jobCtx, cancel)
+		defer stop()
+	}
+	return (&laboro.ProcessRunner{}).Run(ctx, job)
+}
+
+// post sends one form POST to path and decodes the answer's data into
+// out (when not nil).
+func (w *Worker) post(ctx context.Context, path string, form url.Values, out any) error {
+	if form == nil {
+		form = url.Values{}
+	}
+	form.Set(FieldServerID, w.ServerID)
+	form.Set(FieldPassword, w.Password)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(w.URL, "/")+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	resp, err := w.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var a Answer
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&a); err != nil {
+		return fmt.Errorf("workerserver: %s: HTTP %d, answer not JSON: %w", path, resp.StatusCode, err)
+	}
+	if err := a.Err(); err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("workerserver: %s: HTTP %d", path, resp.StatusCode)
+	}
+	if out != nil && len(a.Data) > 0 {
+		return json.Unmarshal(a.Data, out)
+	}
+	return nil
+}
+
+// codes lists the kinds of job the worker can run: CodeDir's executables.
+func (w *Worker) codes() []WorkerCode {
+	entries, _ := os.ReadDir(w.CodeDir)
+	codes := []WorkerCode{}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
+			codes = append(codes, WorkerCode{Code: e.Name(), Version: w.Version})
+		}
+	}
+	return codes
+}
+
+// masterAPI is the master as the link sees it.
+type masterAPI struct{ w *Worker }
+
+func (m *masterAPI) status(ctx context.Context, status string, data any) error {
+	form := url.Values{FieldStatus: {status}}
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return err
+		}
+		form.Set(FieldData, string(b))
+	}
+	return m.w.post(ctx, m.w.Paths.Status+url.PathEscape(m.w.ServerID), form, nil)
+}
+
+func (m *masterAPI) Hello(ctx context.Context, reconnect bool) error {
+	if reconnect {
+		return m.status(ctx, ServerReconnecting, nil)
+	}
+	return m.status(ctx, ServerConnecting, nil)
+}
+
+func (m *masterAPI) Online(ctx context.Context) error {
+	return m.status(ctx, ServerOnline, Startup{Startup: true, Version: m.w.Version, Workers: m.w.codes()})
+}
+
+func (m *masterAPI) Send(ctx context.Context, msg transport.Message) error {
+	var body struct {
+		Status string          `json:"status"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(msg.Body, &body); err != nil {
+		return fmt.Errorf("workerserver: a cached message is not {status, data}: %w", err)
+	}
+	form := url.Values{FieldStatus: {body.Status}}
+	if len(body.Data) > 0 && string(body.Data) != "null" {
+		form.Set(FieldData, string(body.Data))
+	}
+	return m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), form, nil)
+}
+
+func (m *masterAPI) Goodbye(ctx context.Context) error {
+	return errors.Join(m.status(ctx, ServerStopping, nil), m.status(ctx, ServerOffline, nil))
+}
