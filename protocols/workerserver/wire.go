@@ -108,9 +108,22 @@ func (a Answer) Err() error {
 	return nil
 }
 
-// RefusedError is a master's refusal, with its reason.
+// RefusedError is a master's refusal, with its reason and the HTTP status
+// it came with (0 when unknown).
 type RefusedError struct {
 	Reason string
+	Code   int
+}
+
+// Permanent reports whether sending the same request again cannot help:
+// the master refused it for what it is (a malformed request, an unknown
+// job), not for who sent it or when.
+func (e *RefusedError) Permanent() bool {
+	switch e.Code {
+	case 400, 404, 409, 413:
+		return true
+	}
+	return false
 }
 
 func (e *RefusedError) Error() string { return "workerserver: refused: " + e.Reason }

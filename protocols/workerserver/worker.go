@@ -264,6 +264,10 @@ func (w *Worker) post(ctx context.Context, path string, form url.Values, out any
 		return fmt.Errorf("workerserver: %s: HTTP %d, answer not JSON: %w", path, resp.StatusCode, err)
 	}
 	if err := a.Err(); err != nil {
+		var re *RefusedError
+		if errors.As(err, &re) {
+			re.Code = resp.StatusCode
+		}
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
@@ -325,7 +329,16 @@ func (m *masterAPI) Send(ctx context.Context, msg transport.Message) error {
 	if len(body.Data) > 0 && string(body.Data) != "null" {
 		form.Set(FieldData, string(body.Data))
 	}
-	return m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), form, nil)
+	err := m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), form, nil)
+	var re *RefusedError
+	if errors.As(err, &re) && re.Permanent() {
+		// Sending it again would be refused again (and would hold back
+		// the cache): it is dropped, and said so.
+		m.w.Logger.Warn("the master refused a job status for good; dropped", zap.String("job", msg.Key),
+			zap.String("status", body.Status), zap.Error(err))
+		return nil
+	}
+	return err
 }
 
 func (m *masterAPI) Goodbye(ctx context.Context) error {

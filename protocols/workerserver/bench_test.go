@@ -1,0 +1,161 @@
+package workerserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
+	"go.uber.org/zap"
+)
+
+// benchMaster is a Master with its Executor and HTTP server.
+type benchMaster struct {
+	m   *Master
+	ex  *laboro.Executor
+	srv *httptest.Server
+}
+
+func newBenchMaster(b *testing.B) *benchMaster {
+	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: b.TempDir()}
+	if err := m.Open(filepath.Join(b.TempDir(), "table.db")); err != nil {
+		b.Fatal(err)
+	}
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(4096), laboro.WithConcurrency(4096), laboro.WithBufferSize(4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchMaster{m: m, ex: ex, srv: httptest.NewServer(m.Handler())}
+}
+
+func (bm *benchMaster) close() {
+	bm.srv.Close()
+	bm.m.Close()
+	bm.ex.Close()
+}
+
+// submit submits n jobs and returns their handles.
+func (bm *benchMaster) submit(b *testing.B, n int) []*laboro.Handle {
+	hs := make([]*laboro.Handle, n)
+	for i := range hs {
+		h, err := bm.ex.Submit(context.Background(), NewJob(fmt.Sprintf("j%d", i), "echo", nil))
+		if err != nil {
+			b.Fatal(err)
+		}
+		hs[i] = h
+	}
+	return hs
+}
+
+func waitAll(b *testing.B, hs []*laboro.Handle) {
+	for _, h := range hs {
+		res, err := h.Wait(context.Background())
+		if err != nil || res.Status != laboro.StatusSucceeded {
+			b.Fatal(res.Status, err, res.Err)
+		}
+		res.Output.Close()
+	}
+}
+
+// BenchmarkJobs measures jobs through a master and one worker running 4
+// at once, over loopback HTTP, for a trivial executable (cat: the params
+// back as the result), against the same executable and input spawned by
+// the core at concurrency 4.
+func BenchmarkJobs(b *testing.B) {
+	codes := b.TempDir()
+	if err := os.WriteFile(filepath.Join(codes, "echo"), []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("core", func(b *testing.B) {
+		ex, err := laboro.New(laboro.WithOutputDir(b.TempDir()), laboro.WithPoolSize(4), laboro.WithConcurrency(4), laboro.WithBufferSize(4096))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ex.Close()
+		hs := make([]*laboro.Handle, b.N)
+		for i := range hs {
+			if hs[i], err = ex.Submit(context.Background(), laboro.Job{Args: []string{filepath.Join(codes, "echo")}, Stdin: strings.NewReader("{}")}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		waitAll(b, hs)
+	})
+	b.Run("workerserver", func(b *testing.B) {
+		bm := newBenchMaster(b)
+		defer bm.close()
+		ctx, cancel := context.WithCancel(context.Background())
+		w := &Worker{URL: bm.srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: b.TempDir(),
+			Concurrency: 4, Ping: 20 * time.Millisecond}
+		var wg sync.WaitGroup
+		wg.Go(func() { w.Run(ctx) })
+		defer func() { cancel(); wg.Wait() }()
+		b.ResetTimer()
+		waitAll(b, bm.submit(b, b.N))
+	})
+}
+
+// BenchmarkReplay measures how long a worker takes, once the master is
+// back, to deliver 500 Done statuses it cached while the master was away
+// (one operation: all 500, until every job's Run has returned).
+func BenchmarkReplay(b *testing.B) {
+	const n = 500
+	for range b.N {
+		b.StopTimer()
+		bm := newBenchMaster(b)
+		hs := bm.submit(b, n)
+		w := &Worker{URL: bm.srv.URL, ServerID: "w1", Password: "pw", Logger: nil, Paths: DefaultPaths, Client: http.DefaultClient}
+		w.Logger = zap.NewNop()
+		// The jobs go out to w1, as if it had pinged for them.
+		for i := 0; i < n; {
+			var pd PingData
+			if err := w.post(context.Background(), DefaultPaths.Ping+"w1", nil, &pd); err != nil {
+				b.Fatal(err)
+			}
+			if pd.Job != nil {
+				i++
+			}
+		}
+		// Their Done statuses wait in a cache, written while the master
+		// was away.
+		cache := b.TempDir()
+		down, err := transport.New(unreachable{}, transport.Config{CacheDir: cache})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			down.Send(context.Background(), transport.Message{Key: fmt.Sprintf("j%d", i), Final: true, Body: statusBody(JobDone, map[string]int{"n": i})})
+		}
+		down.Stop(context.Background())
+		link, err := transport.New(&masterAPI{w: w}, transport.Config{CacheDir: cache})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		link.Start()
+		waitAll(b, hs)
+		b.StopTimer()
+		link.Stop(context.Background())
+		bm.close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "statuses/s")
+}
+
+// unreachable is a master that is never there.
+type unreachable struct{}
+
+var errDown = errors.New("master down")
+
+func (unreachable) Hello(context.Context, bool) error             { return errDown }
+func (unreachable) Online(context.Context) error                  { return errDown }
+func (unreachable) Send(context.Context, transport.Message) error { return errDown }
+func (unreachable) Goodbye(context.Context) error                 { return errDown }

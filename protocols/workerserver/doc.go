@@ -1,0 +1,58 @@
+// Package workerserver is the HTTP system of the project's worker–master
+// scheduling model: workers ask a master for jobs, run them, and report
+// their progress and ends; the master keeps its job table on disk.
+//
+// Master serves the workers' three routes and a small user API, keeps
+// every job, status and history in a bbolt file (a restarted master loses
+// nothing and accepts what workers replay from their caches), and is a
+// laboro.Runner, so the core's queue, Stop, Queued and drain apply to its
+// jobs. Worker is the HTTP client: its messages go through a
+// transport.Link (connect and reconnect, a file cache while the master is
+// away, per-job ordering, pinging), and its jobs run through a local
+// Executor as processes. cmd/workerserver-master and
+// cmd/workerserver-worker are the binaries.
+//
+//	m := &workerserver.Master{Servers: map[string]string{"w1": "secret"}}
+//	m.Open("jobs.db")
+//	ex, _ := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(256), laboro.WithConcurrency(256))
+//	go http.ListenAndServe("127.0.0.1:8080", m.Handler())
+//	h, _ := ex.Submit(ctx, workerserver.NewJob("", "resize", params))
+//
+// # The wire
+//
+// A worker POSTs application/x-www-form-urlencoded forms, with Accept:
+// application/json, to three configurable routes (Paths): its own status
+// (Paths.Status + serverId), a job's status (Paths.Job + jobId) and a ping
+// (Paths.Ping + serverId). Every form carries serverId and serverPassword;
+// status forms carry status and data (a JSON document as a string). The
+// answer is JSON (Answer): the worker uses data; error, formErrors or a
+// redirect to /login is a failure. A worker's statuses are Connecting (or
+// Reconnecting), Online with {"startup":true,"version":…,"workers":[{code,
+// version}]}, then Stopping and Offline. A job's are Processing with
+// {"progress":{total,done,percent}}, then Done with the result, or Failed
+// or Cancelled with {"error":{message,name,stack}}. A ping's answer is
+// {data:{job:{jobId, worker, …params}, cancelJobs:[ids]}}.
+//
+// A job's "worker" names the code that runs it: the reference loads
+// workers/<worker>.js; a Worker here runs the executable CodeDir/<worker>
+// with the params as JSON on standard input, and its standard output (JSON;
+// other text is sent as a JSON string) is the Done data.
+//
+// # Choices
+//
+//   - A worker process that starts says Connecting, replays its cache,
+//     then says Online. At that Online the master puts back in line the
+//     jobs still Processing at that worker: they died with its previous
+//     process (a worker that only reconnects says Reconnecting and keeps
+//     them).
+//   - A final status (Done, Failed, Cancelled) is never replaced; later
+//     statuses, such as a Done replayed twice, are kept in the job's
+//     history and answered with success, so that workers' caches drain.
+//   - A status the master refuses for what it is (400, 404, 409, 413) is
+//     dropped by the worker with a log line instead of being retried
+//     forever; a refusal for who sent it (401, 403) is kept and retried.
+//   - A worker pings only when it has a free slot; cancelJobs thus reach a
+//     full worker at its next ping, when a job ends.
+//   - The user API (/api/jobs, /api/servers) asks for no password: serve
+//     the master on a trusted address.
+package workerserver
