@@ -1,0 +1,106 @@
+package workerserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A Worker against a real Master over loopback HTTP: a job's result, a
+// failing executable, an unknown code, and a job cancelled by the master
+// (its process killed, its status Cancelled).
+func TestWorkerAgainstMaster(t *testing.T) {
+	codes := t.TempDir()
+	for name, body := range map[string]string{
+		"double": "#!/bin/sh\nread p\necho \"{\\\"twice\\\": [$p, $p]}\"\n",
+		"broken": "#!/bin/sh\necho 'no such input' >&2\nexit 3\n",
+		"slow":   "#!/bin/sh\nexec sleep 30\n",
+	} {
+		require.NoError(t, os.WriteFile(filepath.Join(codes, name), []byte(body), 0o755))
+	}
+	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir()}
+	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(8), laboro.WithConcurrency(8))
+	require.NoError(t, err)
+	srv := httptest.NewServer(m.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(),
+		Concurrency: 4, Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond}
+	var wg sync.WaitGroup
+	wg.Go(func() { assert.ErrorIs(t, w.Run(ctx), context.Canceled) })
+	defer func() {
+		cancel()
+		wg.Wait()
+		srv.Close()
+		m.Close()
+		ex.Close()
+	}()
+
+	run := func(id, code string, params string) laboro.Result {
+		var p map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(params), &p))
+		h, err := ex.Submit(ctx, NewJob(id, code, p))
+		require.NoError(t, err)
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer wcancel()
+		res, err := h.Wait(wctx)
+		require.NoError(t, err)
+		return res
+	}
+
+	res := run("a", "double", `{"n": 21}`)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	out, err := res.Output.ReadAll()
+	require.NoError(t, err)
+	res.Output.Close()
+	assert.JSONEq(t, `{"twice": [{"n": 21}, {"n": 21}]}`, string(out))
+	recA, _ := m.Job("a")
+	assert.Equal(t, JobDone, recA.Status)
+	assert.Equal(t, "w1", recA.Server)
+	srvRec, _ := m.Server("w1")
+	require.NotNil(t, srvRec.Startup)
+	assert.ElementsMatch(t, []WorkerCode{{"broken", ""}, {"double", ""}, {"slow", ""}}, srvRec.Startup.Workers)
+
+	res = run("b", "broken", `{}`)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorContains(t, res.Err, "no such input")
+
+	// A code the worker did not announce is never handed to it.
+	hc, err := ex.Submit(ctx, NewJob("c", "nonexistent", nil))
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond) // ten pings
+	rec, _ := m.Job("c")
+	assert.Equal(t, JobQueued, rec.Status)
+	require.NoError(t, m.Cancel("c"))
+	res, err = hc.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusKilled, res.Status)
+
+	h, err := ex.Submit(ctx, NewJob("d", "slow", nil))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { r, _ := m.Job("d"); return r.Status == JobProcessing }, 10*time.Second, time.Millisecond)
+	require.NoError(t, m.Cancel("d"))
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	res, err = h.Wait(wctx)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusKilled, res.Status)
+	rec, _ = m.Job("d")
+	assert.Equal(t, JobCancelled, rec.Status, "the worker said Cancelled")
+	var je *JobError
+	assert.True(t, errors.As(res.Err, &je))
+	assert.Eventually(t, func() bool {
+		entries, _ := os.ReadDir(w.CacheDir)
+		return len(entries) == 0
+	}, 10*time.Second, 10*time.Millisecond, "nothing left in the cache")
+}
