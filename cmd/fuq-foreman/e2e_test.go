@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,101 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-var (
-	binDir    string
-	buildOnce sync.Once
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	var err error
-	if binDir, err = os.MkdirTemp("", "fuq-bin"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(binDir)
-		os.Exit(code)
-	}))
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 func build(t testing.TB) (foreman, worker string) {
-	t.Helper()
-	buildOnce.Do(func() {
-		out, err := exec.Command("go", "build", "-o", binDir+"/",
-			"github.com/laboro-go/laboro/cmd/fuq-foreman",
-			"github.com/laboro-go/laboro/cmd/fuq-worker").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("%w: %s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(binDir, "fuq-foreman"), filepath.Join(binDir, "fuq-worker")
-}
-
-// process is a running binary whose stderr is collected.
-type process struct {
-	cmd  *exec.Cmd
-	out  strings.Builder
-	mu   sync.Mutex
-	logs strings.Builder
-	eof  chan struct{}
-	addr chan string
-}
-
-func start(t testing.TB, bin string, args ...string) *process {
-	t.Helper()
-	p := &process{cmd: exec.Command(bin, args...), eof: make(chan struct{}), addr: make(chan string, 1)}
-	p.cmd.Stdout = &p.out
-	stderr, err := p.cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
-	re := regexp.MustCompile(`serving.*"addr": "([^"]+)"`)
-	go func() {
-		defer close(p.eof)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.logs.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				p.addr <- m[1]
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.eof
-		p.cmd.Wait()
-	})
-	return p
-}
-
-func (p *process) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
-func (p *process) wait(t testing.TB, within time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.eof:
-	case <-time.After(within):
-		t.Fatalf("%s did not end:\n%s", filepath.Base(p.cmd.Path), p.log())
-	}
-	err := p.cmd.Wait()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	require.NoError(t, err)
-	return 0
+	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-foreman"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-worker")
 }
 
 // proxy relays TCP connections to target; it can cut them all and refuse
@@ -194,34 +106,29 @@ func TestFiveHundredTasks(t *testing.T) {
 	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\necho task $1 in $(pwd)\nsleep 0.05\n"), 0o755))
 	control := filepath.Join(dir, "control.sock")
 
-	foreman := start(t, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-grace", "5s")
-	var addr string
-	select {
-	case addr = <-foreman.addr:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the foreman did not start:\n%s", foreman.log())
-	}
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-grace", "5s")
+	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
 	flaky := newProxy(t, addr)
-	worker := func(name, via string) *process {
-		return start(t, workerBin, "-connect", via, "-np", "2", "-spool", filepath.Join(dir, "spool-"+name), "-reconnect", "200ms")
+	worker := func(name, via string) *e2e.Process {
+		return e2e.Start(t, nil, workerBin, "-connect", via, "-np", "2", "-spool", filepath.Join(dir, "spool-"+name), "-reconnect", "200ms")
 	}
 	steady := worker("steady", addr)
 	cut := worker("cut", flaky.ln.Addr().String())
 	killed := worker("killed", addr)
 
-	submit := start(t, foremanBin, "submit", "-control", control, "-wait", "-name", "j", "-command", task,
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "j", "-command", task,
 		"-tasks", "500", "-wd", dir, "-logdir", logDir)
 
 	require.Eventually(t, func() bool { return len(logs(t, logDir)) >= 150 }, 60*time.Second, 10*time.Millisecond)
-	require.NoError(t, killed.cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, killed.Cmd.Process.Signal(syscall.SIGKILL))
 	require.Eventually(t, func() bool { return len(logs(t, logDir)) >= 250 }, 60*time.Second, 10*time.Millisecond)
 	flaky.down.Store(true)
 	flaky.cut()
 	time.Sleep(time.Second) // tasks end while the connection is down
 	flaky.down.Store(false)
 
-	require.Equal(t, 0, submit.wait(t, 120*time.Second), "submit -wait: %s\nforeman:\n%s", submit.out.String(), foreman.log())
-	assert.Regexp(t, `^job_1\njob_1\tj\tsucceeded\tdone 500/500\tfailed 0\trunning 0\tpending 0\tcancelled 0\n$`, submit.out.String())
+	require.Equal(t, 0, submit.Wait(t, 120*time.Second), "submit -wait: %s\nforeman:\n%s", submit.Stdout.String(), foreman.Log())
+	assert.Regexp(t, `^job_1\njob_1\tj\tsucceeded\tdone 500/500\tfailed 0\trunning 0\tpending 0\tcancelled 0\n$`, submit.Stdout.String())
 
 	names := logs(t, logDir)
 	require.Len(t, names, 500, "one log file per task")
@@ -238,19 +145,19 @@ func TestFiveHundredTasks(t *testing.T) {
 	for _, l := range lines[1:] {
 		assert.Regexp(t, `^\t\d+\tdone\tworker-\d+\tdone$`, l)
 	}
-	log := foreman.log()
+	log := foreman.Log()
 	assert.Contains(t, log, "worker gone; its tasks wait for it")
 	assert.Contains(t, log, "task given to another worker", "the killed worker's tasks ran elsewhere")
 	assert.Equal(t, 4, strings.Count(log, "worker joined"), "the cut worker came back")
 
-	for _, w := range []*process{steady, cut} {
-		assert.Contains(t, w.log(), "connected")
+	for _, w := range []*e2e.Process{steady, cut} {
+		assert.Contains(t, w.Log(), "connected")
 	}
-	assert.Regexp(t, `"updates to send": [1-9]`, cut.log(), "outcomes kept while disconnected were delivered")
+	assert.Regexp(t, `"updates to send": [1-9]`, cut.Log(), "outcomes kept while disconnected were delivered")
 	out, err = exec.Command(foremanBin, "stop", "-control", control, "0").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	for _, w := range []*process{steady, cut} {
-		assert.Equal(t, 0, w.wait(t, 30*time.Second), w.log())
+	for _, w := range []*e2e.Process{steady, cut} {
+		assert.Equal(t, 0, w.Wait(t, 30*time.Second), w.Log())
 	}
 }
 

@@ -18,43 +18,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-var (
-	binDir    string // where the binaries are built, once per test run
-	buildOnce sync.Once
-	buildErr  error
-)
+func TestMain(m *testing.M) { e2e.Main(m) }
 
-func TestMain(m *testing.M) {
-	var err error
-	if binDir, err = os.MkdirTemp("", "jobexec-bin"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(binDir)
-		os.Exit(code)
-	}))
-}
-
-// build compiles both binaries once per test run.
+// build compiles both binaries, once per test run.
 func build(t testing.TB) (server, commander string) {
-	t.Helper()
-	dir := binDir
-	buildOnce.Do(func() {
-		out, err := exec.Command("go", "build", "-o", dir+"/",
-			"github.com/laboro-go/laboro/cmd/jobExecutorServer",
-			"github.com/laboro-go/laboro/cmd/jobCommander").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("%w: %s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(dir, "jobExecutorServer"), filepath.Join(dir, "jobCommander")
+	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/jobExecutorServer"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/jobCommander")
 }
 
 // server is a running jobExecutorServer process.

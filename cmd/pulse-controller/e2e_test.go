@@ -1,56 +1,27 @@
 package main
 
 import (
-	"bufio"
 	"crypto/md5"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-var (
-	binDir    string
-	buildOnce sync.Once
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	var err error
-	if binDir, err = os.MkdirTemp("", "pulse-bin"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(binDir)
-		os.Exit(code)
-	}))
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 func build(t testing.TB) (controller, worker string) {
-	t.Helper()
-	buildOnce.Do(func() {
-		out, err := exec.Command("go", "build", "-o", binDir+"/",
-			"github.com/laboro-go/laboro/cmd/pulse-controller",
-			"github.com/laboro-go/laboro/cmd/pulse-worker").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("%w: %s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(binDir, "pulse-controller"), filepath.Join(binDir, "pulse-worker")
+	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/pulse-controller"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/pulse-worker")
 }
 
 // socketDir is a short directory for Unix sockets (their paths are
@@ -60,62 +31,6 @@ func socketDir(t *testing.T) string {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return filepath.Join(dir, "ctl")
-}
-
-// process is a running binary whose stderr is collected.
-type process struct {
-	cmd  *exec.Cmd
-	out  strings.Builder
-	mu   sync.Mutex
-	logs strings.Builder
-	eof  chan struct{}
-}
-
-func start(t testing.TB, bin string, args ...string) *process {
-	t.Helper()
-	p := &process{cmd: exec.Command(bin, args...), eof: make(chan struct{})}
-	p.cmd.Stdout = &p.out
-	stderr, err := p.cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		defer close(p.eof)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.logs.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGCONT)
-		p.cmd.Process.Kill()
-		<-p.eof
-		p.cmd.Wait()
-	})
-	return p
-}
-
-func (p *process) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
-func (p *process) wait(t testing.TB, within time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.eof:
-	case <-time.After(within):
-		t.Fatalf("%s did not end:\n%s", filepath.Base(p.cmd.Path), p.log())
-	}
-	err := p.cmd.Wait()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	require.NoError(t, err)
-	return 0
 }
 
 // writeTasks writes the tasks and returns the md5 of each, by name.
@@ -164,23 +79,23 @@ func TestKilledAndStalledWorkers(t *testing.T) {
 				flags = append(flags, "-later")
 			}
 			out := filepath.Join(base, fmt.Sprintf("out-%v", later))
-			controller := start(t, controllerBin, append(flags, "-in", filepath.Join(base, "in"), "-out", out)...)
+			controller := e2e.Start(t, nil, controllerBin, append(flags, "-in", filepath.Join(base, "in"), "-out", out)...)
 			require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "main.sock")); return err == nil }, 20*time.Second, 10*time.Millisecond)
 			slow := []string{"--", "sh", "-c", "sleep 0.5; md5sum"}
-			killed := start(t, workerBin, append(append(flags, "-pulse", "2s"), slow...)...)
-			stalled := start(t, workerBin, append(append(flags, "-pulse", "2s"), slow...)...)
+			killed := e2e.Start(t, nil, workerBin, append(append(flags, "-pulse", "2s"), slow...)...)
+			stalled := e2e.Start(t, nil, workerBin, append(append(flags, "-pulse", "2s"), slow...)...)
 			require.Eventually(t, func() bool {
-				return strings.Count(controller.log(), "worker registered") == 2
+				return strings.Count(controller.Log(), "worker registered") == 2
 			}, 20*time.Second, 10*time.Millisecond)
 			time.Sleep(200 * time.Millisecond) // both have a task
-			require.NoError(t, killed.cmd.Process.Signal(syscall.SIGKILL))
-			require.NoError(t, stalled.cmd.Process.Signal(syscall.SIGSTOP))
-			start(t, workerBin, append(append(flags, "-pulse", "2s"), "--", "md5sum")...)
+			require.NoError(t, killed.Cmd.Process.Signal(syscall.SIGKILL))
+			require.NoError(t, stalled.Cmd.Process.Signal(syscall.SIGSTOP))
+			e2e.Start(t, nil, workerBin, append(append(flags, "-pulse", "2s"), "--", "md5sum")...)
 
-			require.Equal(t, 0, controller.wait(t, 60*time.Second), controller.log())
+			require.Equal(t, 0, controller.Wait(t, 60*time.Second), controller.Log())
 			checkResults(t, out, sums)
-			assert.Equal(t, 2, strings.Count(controller.log(), "no pulse in time"), controller.log())
-			assert.Equal(t, 2, strings.Count(controller.log(), "its task goes to another"), controller.log())
+			assert.Equal(t, 2, strings.Count(controller.Log(), "no pulse in time"), controller.Log())
+			assert.Equal(t, 2, strings.Count(controller.Log(), "its task goes to another"), controller.Log())
 		})
 	}
 }
@@ -195,7 +110,7 @@ func TestStdin(t *testing.T) {
 	cmd.Stdout = &out
 	require.NoError(t, cmd.Start())
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "main.sock")); return err == nil }, 20*time.Second, 10*time.Millisecond)
-	start(t, workerBin, "-dir", dir, "--", "tr", "a-z", "A-Z")
+	e2e.Start(t, nil, workerBin, "-dir", dir, "--", "tr", "a-z", "A-Z")
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -225,12 +140,12 @@ func TestTwentyWorkersThousandTasks(t *testing.T) {
 	sizes[0], sizes[500], sizes[999] = 8<<20, 8<<20, 0
 	sums := writeTasks(t, filepath.Join(base, "in"), sizes)
 	out := filepath.Join(base, "out")
-	controller := start(t, controllerBin, "-dir", dir, "-in", filepath.Join(base, "in"), "-out", out, "-log", "warn")
+	controller := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", filepath.Join(base, "in"), "-out", out, "-log", "warn")
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "main.sock")); return err == nil }, 20*time.Second, 10*time.Millisecond)
 	for range 20 {
-		start(t, workerBin, "-dir", dir, "-log", "warn", "--", "md5sum")
+		e2e.Start(t, nil, workerBin, "-dir", dir, "-log", "warn", "--", "md5sum")
 	}
-	require.Equal(t, 0, controller.wait(t, 300*time.Second), controller.log())
+	require.Equal(t, 0, controller.Wait(t, 300*time.Second), controller.Log())
 	checkResults(t, out, sums)
 }
 

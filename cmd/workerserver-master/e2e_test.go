@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -11,87 +10,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/laboro-go/laboro/protocols/workerserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-var (
-	binDir    string
-	buildOnce sync.Once
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	var err error
-	if binDir, err = os.MkdirTemp("", "ws-bin"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(binDir)
-		os.Exit(code)
-	}))
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 func build(t testing.TB) (master, worker string) {
-	t.Helper()
-	buildOnce.Do(func() {
-		out, err := exec.Command("go", "build", "-o", binDir+"/",
-			"github.com/laboro-go/laboro/cmd/workerserver-master",
-			"github.com/laboro-go/laboro/cmd/workerserver-worker").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("%w: %s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(binDir, "workerserver-master"), filepath.Join(binDir, "workerserver-worker")
-}
-
-// process is a running binary whose stderr is collected.
-type process struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs strings.Builder
-	eof  chan struct{}
-}
-
-func start(t testing.TB, env []string, bin string, args ...string) *process {
-	t.Helper()
-	p := &process{cmd: exec.Command(bin, args...), eof: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
-	stderr, err := p.cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		defer close(p.eof)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.logs.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-		}
-	}()
-	t.Cleanup(p.kill)
-	return p
-}
-
-func (p *process) kill() {
-	p.cmd.Process.Kill()
-	<-p.eof
-	p.cmd.Wait()
-}
-
-func (p *process) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
+	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/workerserver-master"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/workerserver-worker")
 }
 
 // system is a master and its workers, on a port that stays the same
@@ -100,7 +32,7 @@ type system struct {
 	t        *testing.T
 	dir      string
 	addr     string
-	master   *process
+	master   *e2e.Process
 	codes    string
 	password string
 }
@@ -125,7 +57,7 @@ func newSystem(t *testing.T) *system {
 
 func (s *system) startMaster() {
 	masterBin, _ := build(s.t)
-	s.master = start(s.t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers", filepath.Join(s.dir, "servers"))
+	s.master = e2e.Start(s.t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers", filepath.Join(s.dir, "servers"))
 	require.Eventually(s.t, func() bool {
 		resp, err := http.Get("http://" + s.addr + "/api/jobs")
 		if err == nil {
@@ -135,9 +67,9 @@ func (s *system) startMaster() {
 	}, 20*time.Second, 20*time.Millisecond, "the master did not start")
 }
 
-func (s *system) startWorker(id string, env ...string) *process {
+func (s *system) startWorker(id string, env ...string) *e2e.Process {
 	_, workerBin := build(s.t)
-	return start(s.t, append(env, "WORKERSERVER_PASSWORD="+s.password), workerBin, "-url", "http://"+s.addr, "-id", id,
+	return e2e.Start(s.t, append(env, "WORKERSERVER_PASSWORD="+s.password), workerBin, "-url", "http://"+s.addr, "-id", id,
 		"-codes", s.codes, "-cache", s.cache(id), "-c", "2", "-ping", "200ms", "-progress", "300ms", "-reconnect", "300ms")
 }
 
@@ -215,7 +147,7 @@ func checkJobs(t *testing.T, jobs []workerserver.JobRecord, n int) {
 func TestMasterKilledAndRestarted(t *testing.T) {
 	s := newSystem(t)
 	s.startMaster()
-	var workers []*process
+	var workers []*e2e.Process
 	for i := 1; i <= 3; i++ {
 		workers = append(workers, s.startWorker(fmt.Sprintf("w%d", i)))
 	}
@@ -224,8 +156,8 @@ func TestMasterKilledAndRestarted(t *testing.T) {
 		s.submit(fmt.Sprintf("job-%d", i), i)
 	}
 	require.Eventually(t, func() bool { return s.done() >= n/3 }, 60*time.Second, 20*time.Millisecond)
-	require.NoError(t, s.master.cmd.Process.Signal(syscall.SIGKILL))
-	s.master.kill()
+	require.NoError(t, s.master.Cmd.Process.Signal(syscall.SIGKILL))
+	s.master.Kill()
 	time.Sleep(20 * time.Second)
 	cachedWhileDown := 0
 	for i := 1; i <= 3; i++ {
@@ -233,7 +165,7 @@ func TestMasterKilledAndRestarted(t *testing.T) {
 	}
 	s.startMaster()
 	require.Eventually(t, func() bool { return s.done() == n }, 120*time.Second, 50*time.Millisecond,
-		"done %d of %d\n%s", s.done(), n, s.master.log())
+		"done %d of %d\n%s", s.done(), n, s.master.Log())
 	checkJobs(t, s.jobs(), n)
 	assert.Positive(t, cachedWhileDown, "statuses waited in the workers' caches while the master was down")
 	for i := 1; i <= 3; i++ {
@@ -241,7 +173,7 @@ func TestMasterKilledAndRestarted(t *testing.T) {
 		assert.Eventually(t, func() bool { return len(cached(t, s.cache(id))) == 0 }, 30*time.Second, 50*time.Millisecond, "cache of %s: %v", id, cached(t, s.cache(id)))
 	}
 	for _, w := range workers {
-		assert.NoError(t, w.cmd.Process.Signal(syscall.SIGINT))
+		assert.NoError(t, w.Cmd.Process.Signal(syscall.SIGINT))
 	}
 }
 
@@ -263,14 +195,14 @@ func TestWorkerKilledAndRestarted(t *testing.T) {
 		}
 		return processing == 2
 	}, 20*time.Second, 20*time.Millisecond)
-	s.master.kill() // the jobs end while the master is away
+	s.master.Kill() // the jobs end while the master is away
 	require.Eventually(t, func() bool { return len(cached(t, s.cache("w1"))) == 2 }, 20*time.Second, 20*time.Millisecond)
-	require.NoError(t, w.cmd.Process.Signal(syscall.SIGKILL))
-	w.kill()
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGKILL))
+	w.Kill()
 
 	s.startMaster()
 	w = s.startWorker("w1")
-	require.Eventually(t, func() bool { return s.done() == 2 }, 30*time.Second, 20*time.Millisecond, "%s\nworker:\n%s", s.master.log(), w.log())
+	require.Eventually(t, func() bool { return s.done() == 2 }, 30*time.Second, 20*time.Millisecond, "%s\nworker:\n%s", s.master.Log(), w.Log())
 	checkJobs(t, s.jobs(), 2)
 	require.Eventually(t, func() bool { return len(cached(t, s.cache("w1"))) == 0 }, 20*time.Second, 20*time.Millisecond)
 }

@@ -1,0 +1,170 @@
+// Package e2e runs the project's binaries in end-to-end tests: it builds
+// them once per test binary, starts them as processes whose standard error
+// is collected, and cleans up after them.
+package e2e
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+var (
+	binDir string
+	builds sync.Map // import path → *build
+)
+
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Main runs a package's tests under goleak, and removes the binaries they
+// built once they are done. Call it from TestMain.
+func Main(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "laboro-e2e"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(binDir)
+		os.Exit(code)
+	}))
+}
+
+// Build builds the command with the given import path, once per test
+// binary, and returns the binary's path.
+func Build(t testing.TB, pkg string) string {
+	t.Helper()
+	v, _ := builds.LoadOrStore(pkg, new(build))
+	b := v.(*build)
+	b.once.Do(func() {
+		if binDir == "" {
+			b.err = errors.New("e2e: call e2e.Main from TestMain")
+			return
+		}
+		b.path = binDir + "/" + path.Base(pkg)
+		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("%w: %s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// Process is a running binary. Its standard output goes to Stdout, its
+// standard error is collected line by line (Log).
+type Process struct {
+	Cmd    *exec.Cmd
+	Stdout strings.Builder // read it only after Wait
+
+	mu   sync.Mutex
+	logs strings.Builder
+	eof  chan struct{}
+}
+
+// Start runs bin with args (and env added to this process's environment);
+// the process is killed when the test ends.
+func Start(t testing.TB, env []string, bin string, args ...string) *Process {
+	t.Helper()
+	p := &Process{Cmd: exec.Command(bin, args...), eof: make(chan struct{})}
+	p.Cmd.Env = append(os.Environ(), env...)
+	p.Cmd.Stdout = &p.Stdout
+	stderr, err := p.Cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.eof)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.logs.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// Log returns what the process wrote to standard error so far.
+func (p *Process) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// Logged counts the lines of standard error that contain text.
+func (p *Process) Logged(text string) int {
+	return strings.Count(p.Log(), text)
+}
+
+// Kill kills the process (waking it first, should it be stopped) and
+// waits for it.
+func (p *Process) Kill() {
+	p.Cmd.Process.Signal(syscall.SIGCONT)
+	p.Cmd.Process.Kill()
+	<-p.eof
+	p.Cmd.Wait()
+}
+
+// Wait waits at most within for the process to end, and returns its exit
+// status.
+func (p *Process) Wait(t testing.TB, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.eof:
+	case <-time.After(within):
+		t.Fatalf("%s did not end:\n%s", path.Base(p.Cmd.Path), p.Log())
+	}
+	err := p.Cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// Await waits at most within for a line of standard error that re
+// matches, and returns its first submatch (or the whole match).
+func (p *Process) Await(t testing.TB, re *regexp.Regexp, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if m := re.FindStringSubmatch(p.Log()); m != nil {
+			return m[len(m)-1]
+		}
+		select {
+		case <-p.eof:
+			if m := re.FindStringSubmatch(p.Log()); m != nil {
+				return m[len(m)-1]
+			}
+			t.Fatalf("%s ended:\n%s", path.Base(p.Cmd.Path), p.Log())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no line matching %v:\n%s", path.Base(p.Cmd.Path), re, p.Log())
+		}
+	}
+}
