@@ -2,15 +2,11 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,59 +20,6 @@ func TestMain(m *testing.M) { e2e.Main(m) }
 
 func build(t testing.TB) (foreman, worker string) {
 	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-foreman"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-worker")
-}
-
-// proxy relays TCP connections to target; it can cut them all and refuse
-// new ones for a while, as a network that fails would.
-type proxy struct {
-	ln     net.Listener
-	target string
-	down   atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &proxy{ln: ln, target: target}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
-	return p
-}
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.down.Load() {
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		p.wg.Go(func() { io.Copy(up, c); up.Close() })
-		p.wg.Go(func() { io.Copy(c, up); c.Close() })
-	}
-}
-
-// cut closes every relayed connection.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }
 
 // logs lists the task logs of job name in dir.
@@ -108,12 +51,12 @@ func TestFiveHundredTasks(t *testing.T) {
 
 	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-grace", "5s")
 	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
-	flaky := newProxy(t, addr)
+	flaky := e2e.NewRelay(t, addr)
 	worker := func(name, via string) *e2e.Process {
 		return e2e.Start(t, nil, workerBin, "-connect", via, "-np", "2", "-spool", filepath.Join(dir, "spool-"+name), "-reconnect", "200ms")
 	}
 	steady := worker("steady", addr)
-	cut := worker("cut", flaky.ln.Addr().String())
+	cut := worker("cut", flaky.Addr())
 	killed := worker("killed", addr)
 
 	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "j", "-command", task,
@@ -122,10 +65,10 @@ func TestFiveHundredTasks(t *testing.T) {
 	require.Eventually(t, func() bool { return len(logs(t, logDir)) >= 150 }, 60*time.Second, 10*time.Millisecond)
 	require.NoError(t, killed.Cmd.Process.Signal(syscall.SIGKILL))
 	require.Eventually(t, func() bool { return len(logs(t, logDir)) >= 250 }, 60*time.Second, 10*time.Millisecond)
-	flaky.down.Store(true)
-	flaky.cut()
+	flaky.Down.Store(true)
+	flaky.Cut()
 	time.Sleep(time.Second) // tasks end while the connection is down
-	flaky.down.Store(false)
+	flaky.Down.Store(false)
 
 	require.Equal(t, 0, submit.Wait(t, 120*time.Second), "submit -wait: %s\nforeman:\n%s", submit.Stdout.String(), foreman.Log())
 	assert.Regexp(t, `^job_1\njob_1\tj\tsucceeded\tdone 500/500\tfailed 0\trunning 0\tpending 0\tcancelled 0\n$`, submit.Stdout.String())

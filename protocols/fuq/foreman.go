@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/netutil"
 	"go.uber.org/zap"
 )
 
@@ -107,7 +108,6 @@ type Foreman struct {
 	pending    []*ftask
 	workers    map[*fworker]bool
 	nextWorker int
-	conns      sync.WaitGroup
 }
 
 type fjob struct {
@@ -397,19 +397,5 @@ func (f *Foreman) kick() {
 // or the listener's error.
 func (f *Foreman) Serve(ctx context.Context, ln net.Listener) error {
 	f.init()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var err error
-	for {
-		var c net.Conn
-		if c, err = ln.Accept(); err != nil {
-			break
-		}
-		f.conns.Go(func() { f.serveConn(ctx, c) })
-	}
-	f.conns.Wait()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
+	return netutil.Serve(ctx, ln, f.serveConn)
 }

@@ -3,17 +3,16 @@ package fuq
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -200,70 +199,23 @@ func TestForemanStopsWorkers(t *testing.T) {
 	}
 }
 
-// relay is a TCP relay that can be cut and refuse connections for a while.
-type relay struct {
-	ln    net.Listener
-	down  atomic.Bool
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func newRelay(t *testing.T, target string) *relay {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	r := &relay{ln: ln}
-	r.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil || r.down.Load() {
-				c.Close()
-				if up != nil {
-					up.Close()
-				}
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, up)
-			r.mu.Unlock()
-			r.wg.Go(func() { io.Copy(up, c); up.Close() })
-			r.wg.Go(func() { io.Copy(c, up); c.Close() })
-		}
-	})
-	t.Cleanup(func() { ln.Close(); r.cut(); r.wg.Wait() })
-	return r
-}
-
-func (r *relay) cut() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.conns = nil
-}
-
 // A worker whose connection drops runs its tasks on, keeps their UPDATEs
 // on disk, and delivers them once connected again; it announces the tasks
 // it still runs, so that none runs twice.
 func TestWorkerReconnects(t *testing.T) {
 	s := startSystem(t, &Foreman{Grace: 10 * time.Second})
-	r := newRelay(t, s.addr)
-	w, _ := s.worker(r.ln.Addr().String(), 4)
+	r := e2e.NewRelay(t, s.addr)
+	w, _ := s.worker(r.Addr(), 4)
 	h, logDir := s.submit("r", s.script("sleep 0.$(( $1 * 2 ))\necho $1\n"), 4)
 	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(h.ID()); return info.Running == 4 }, 10*time.Second, time.Millisecond)
 
-	r.down.Store(true)
-	r.cut()
+	r.Down.Store(true)
+	r.Cut()
 	require.Eventually(t, func() bool {
 		entries, _ := os.ReadDir(w.SpoolDir)
 		return len(entries) >= 2
 	}, 10*time.Second, time.Millisecond, "UPDATEs wait on disk")
-	r.down.Store(false)
+	r.Down.Store(false)
 
 	res := wait(t, h)
 	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
@@ -283,12 +235,12 @@ func TestWorkerReconnects(t *testing.T) {
 // the grace period is over.
 func TestVanishedWorkersTasksGoElsewhere(t *testing.T) {
 	s := startSystem(t, &Foreman{Grace: 200 * time.Millisecond})
-	r := newRelay(t, s.addr)
-	s.worker(r.ln.Addr().String(), 2)
+	r := e2e.NewRelay(t, s.addr)
+	s.worker(r.Addr(), 2)
 	h, _ := s.submit("v", s.script("exec sleep 2\n"), 2)
 	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(h.ID()); return info.Running == 2 }, 10*time.Second, time.Millisecond)
-	r.down.Store(true) // gone for good
-	r.cut()
+	r.Down.Store(true) // gone for good
+	r.Cut()
 	s.worker(s.addr, 2)
 	res := wait(t, h)
 	assert.Equal(t, laboro.StatusSucceeded, res.Status)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/netutil"
 	"go.uber.org/zap"
 )
 
@@ -83,7 +84,6 @@ type Manager struct {
 	idle    chan struct{}      // closed when no runner is connected; nil while some are
 	done    int                // results received
 	failed  int                // of which failures
-	conns   sync.WaitGroup     // Serve's connection goroutines
 }
 
 // assignment is one job inside the Manager: waiting for a runner, or out at one.
@@ -282,21 +282,7 @@ func (m *Manager) Idle() <-chan struct{} {
 // goroutines it started. It returns ctx.Err(), or the listener's error.
 func (m *Manager) Serve(ctx context.Context, ln net.Listener) error {
 	m.init()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var err error
-	for {
-		var c net.Conn
-		if c, err = ln.Accept(); err != nil {
-			break
-		}
-		m.conns.Go(func() { m.serveConn(ctx, c) })
-	}
-	m.conns.Wait()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
+	return netutil.Serve(ctx, ln, m.serveConn)
 }
 
 // remote is one connected runner, seen by the manager.
