@@ -1,0 +1,38 @@
+// Package jetstream runs laboro jobs on NATS JetStream, so that jobs
+// survive a manager's restart and reach workers on many machines.
+//
+// A Manager is a laboro.Runner: give it to an Executor with
+// laboro.WithRunner, and each job the Executor runs is published to the
+// JOBS work-queue stream (file storage; the job id as Nats-Msg-Id, so a
+// re-submitted job is not duplicated) while Run waits for its result on the
+// RESULTS stream. The Executor's buffer, Stop, Queued and concurrency keep
+// their meaning on top of it: a job reaches the stream only once the
+// Executor runs it. Workers, in any number of processes, pull jobs with one
+// durable consumer, run each through a local laboro.Executor as a process,
+// keep long jobs alive with in-progress acknowledgements, publish the
+// result (in chunks when the output is large) and only then acknowledge the
+// job.
+//
+// Delivery is at least once: a worker that dies mid-job has its job
+// redelivered after Config.AckWait; a job delivered Config.MaxDeliver times
+// without a result ends StatusFailed with an error matching ErrMaxDeliver
+// (the Manager listens for JetStream's max-deliveries advisory); duplicate
+// results are dropped by job id and attempt, the first complete one wins.
+//
+// With no NATS URL, StartEmbedded runs a server with JetStream inside the
+// process, so that one program runs everything on one machine:
+//
+//	srv, err := jetstream.StartEmbedded(dataDir, "127.0.0.1", -1)
+//	if err != nil { ... }
+//	defer srv.Shutdown()
+//	nc, err := nats.Connect(srv.URL())
+//	if err != nil { ... }
+//	defer nc.Close()
+//	m, err := jetstream.NewManager(ctx, nc, jetstream.Config{})
+//	if err != nil { ... }
+//	defer m.Close()
+//	w := &jetstream.Worker{Conn: nc, Concurrency: 4}
+//	go w.Run(ctx) // or in other processes, on other machines
+//	ex, err := laboro.New(laboro.WithRunner(m))
+//	...
+package jetstream

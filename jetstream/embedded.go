@@ -1,0 +1,56 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Embedded is a NATS server with JetStream running inside this process,
+// the default when the user gives no NATS URL. Its methods are safe for
+// concurrent use.
+type Embedded struct {
+	srv *server.Server
+}
+
+// StartEmbedded starts an in-process NATS server with JetStream, its file
+// storage under dir, listening on host:port (port -1 picks a free port). It
+// returns once the server accepts connections. Call Shutdown to stop it.
+func StartEmbedded(dir, host string, port int) (*Embedded, error) {
+	if dir == "" {
+		return nil, errors.New("jetstream: the embedded server needs a data directory")
+	}
+	opts := &server.Options{
+		ServerName: "laboro-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: embedded server: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, errors.New("jetstream: embedded server not ready after 10 s")
+	}
+	return &Embedded{srv: srv}, nil
+}
+
+// URL returns the URL clients connect to, for example "nats://127.0.0.1:4222".
+func (e *Embedded) URL() string { return e.srv.ClientURL() }
+
+// Shutdown stops the server and waits until it has stopped. Its data stays
+// in the directory, for the next StartEmbedded. It is safe to call more
+// than once.
+func (e *Embedded) Shutdown() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}

@@ -1,0 +1,294 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// setup starts an embedded server with file storage in a temporary
+// directory and connects to it; both are stopped at the end of the test.
+func setup(t *testing.T) *nats.Conn {
+	t.Helper()
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1)
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newManager(t *testing.T, nc *nats.Conn, cfg Config) *Manager {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	m, err := NewManager(testCtx(t, 10*time.Second), nc, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// startWorker runs a Worker until the returned stop is called (or the test
+// ends); stop waits for it.
+func startWorker(t *testing.T, nc *nats.Conn, cfg Config, concurrency int) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Worker{Conn: nc, Config: cfg, Concurrency: concurrency, OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t)}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func output(t *testing.T, res laboro.Result) []byte {
+	t.Helper()
+	require.NotNil(t, res.Output)
+	b, err := res.Output.ReadAll()
+	require.NoError(t, err)
+	require.NoError(t, res.Output.Close())
+	return b
+}
+
+func streamMsgs(t *testing.T, nc *nats.Conn, name string) uint64 {
+	t.Helper()
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	s, err := js.Stream(testCtx(t, 5*time.Second), name)
+	require.NoError(t, err)
+	info, err := s.Info(testCtx(t, 5*time.Second))
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+func TestResult(t *testing.T) {
+	nc := setup(t)
+	m := newManager(t, nc, Config{})
+	startWorker(t, nc, Config{}, 2)
+	ctx := testCtx(t, 30*time.Second)
+
+	res := m.Run(ctx, laboro.Job{ID: "ok", Script: "printf 'hello\\nworld'"})
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.Equal(t, "ok", res.ID)
+	require.Equal(t, 0, res.ExitCode)
+	require.NoError(t, res.Err)
+	require.NotZero(t, res.PID)
+	require.False(t, res.Started.IsZero())
+	require.Equal(t, "hello\nworld", string(output(t, res)))
+
+	res = m.Run(ctx, laboro.Job{ID: "bad", Script: "echo partial; echo oops >&2; exit 1"})
+	require.Equal(t, laboro.StatusFailed, res.Status)
+	require.Equal(t, 1, res.ExitCode)
+	var re *RemoteError
+	require.ErrorAs(t, res.Err, &re)
+	require.Contains(t, string(res.Stderr), "oops")
+	require.Equal(t, "partial\n", string(output(t, res)))
+
+	res = m.Run(ctx, laboro.Job{ID: "cmd", Command: "echo 'two words' x"})
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.Equal(t, "two words x\n", string(output(t, res)))
+
+	res = m.Run(ctx, laboro.Job{ID: "slow", Command: "sleep 5", Timeout: 200 * time.Millisecond})
+	require.Equal(t, laboro.StatusTimedOut, res.Status)
+	require.ErrorIs(t, res.Err, laboro.ErrTimeout)
+	res.Output.Close()
+
+	res = m.Run(ctx, laboro.Job{ID: "bad.id", Command: "true"})
+	require.ErrorIs(t, res.Err, laboro.ErrInvalidJob)
+}
+
+func TestManyJobsThreeWorkers(t *testing.T) {
+	nc := setup(t)
+	m := newManager(t, nc, Config{})
+	for range 3 {
+		startWorker(t, nc, Config{}, 4)
+	}
+	ctx := testCtx(t, 90*time.Second)
+	const n = 200
+	results := make([]laboro.Result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			results[i] = m.Run(ctx, laboro.Job{ID: fmt.Sprintf("job_%d", i), Args: []string{"echo", fmt.Sprint(i)}})
+		})
+	}
+	wg.Wait()
+	for i, res := range results {
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "job %d: %v", i, res.Err)
+		require.Equal(t, fmt.Sprintf("%d\n", i), string(output(t, res)))
+	}
+	// One result message per job, and no job left in the work queue.
+	require.Equal(t, uint64(n), streamMsgs(t, nc, "LABORO_RESULTS"))
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 0 },
+		10*time.Second, 50*time.Millisecond)
+}
+
+func TestExecutorOverManager(t *testing.T) {
+	nc := setup(t)
+	m := newManager(t, nc, Config{})
+	startWorker(t, nc, Config{}, 2)
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithConcurrency(4), laboro.WithPoolSize(4))
+	require.NoError(t, err)
+	var hs []*laboro.Handle
+	for i := range 10 {
+		h, err := ex.Submit(testCtx(t, 5*time.Second), laboro.Job{Args: []string{"echo", fmt.Sprint(i)}})
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	for i, h := range hs {
+		res, err := h.Wait(testCtx(t, 30*time.Second))
+		require.NoError(t, err)
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		require.Equal(t, fmt.Sprintf("%d\n", i), string(output(t, res)))
+	}
+	require.NoError(t, ex.Shutdown(testCtx(t, 10*time.Second)))
+}
+
+func TestWorkerStoppedMidJobRedelivered(t *testing.T) {
+	nc := setup(t)
+	cfg := Config{AckWait: time.Second}
+	m := newManager(t, nc, cfg)
+	marks := t.TempDir()
+	stopA := startWorker(t, nc, cfg, 1)
+
+	ctx := testCtx(t, 60*time.Second)
+	done := make(chan laboro.Result, 1)
+	script := fmt.Sprintf("echo run >> %s/runs; sleep 1.5; echo finished", marks)
+	go func() { done <- m.Run(ctx, laboro.Job{ID: "long", Script: script}) }()
+
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(marks, "runs"))
+		return err == nil
+	}, 20*time.Second, 10*time.Millisecond)
+	stopA() // kills the job; it is not acknowledged
+	startWorker(t, nc, cfg, 1)
+
+	res := <-done
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.Equal(t, "finished\n", string(output(t, res)))
+	runs, err := os.ReadFile(filepath.Join(marks, "runs"))
+	require.NoError(t, err)
+	require.Equal(t, 2, strings.Count(string(runs), "run"), "one run killed, one finished")
+	// The stopped worker published nothing: one result message.
+	require.Equal(t, uint64(1), streamMsgs(t, nc, "LABORO_RESULTS"))
+}
+
+func TestMaxDeliverFails(t *testing.T) {
+	nc := setup(t)
+	cfg := Config{AckWait: time.Second, MaxDeliver: 2}
+	m := newManager(t, nc, cfg)
+
+	// A worker that dies with every job it takes: it fetches and never
+	// acknowledges nor publishes.
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	cons, err := js.Consumer(testCtx(t, 5*time.Second), "LABORO_JOBS", consumerName)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	deliveries := 0
+	cc, err := cons.Consume(func(msg natsjs.Msg) {
+		mu.Lock()
+		deliveries++
+		mu.Unlock()
+	})
+	require.NoError(t, err)
+	defer cc.Stop()
+
+	start := time.Now()
+	res := m.Run(testCtx(t, 30*time.Second), laboro.Job{ID: "crasher", Command: "true"})
+	require.Equal(t, laboro.StatusFailed, res.Status)
+	require.ErrorIs(t, res.Err, ErrMaxDeliver)
+	require.Nil(t, res.Output)
+	require.Less(t, time.Since(start), 15*time.Second)
+	mu.Lock()
+	require.Equal(t, 2, deliveries)
+	mu.Unlock()
+	// The job is gone from the work queue.
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 0 },
+		5*time.Second, 50*time.Millisecond)
+}
+
+func TestLargeOutputInChunks(t *testing.T) {
+	nc := setup(t)
+	m := newManager(t, nc, Config{})
+	startWorker(t, nc, Config{}, 1)
+	const size = 3 << 20
+	res := m.Run(testCtx(t, 60*time.Second), laboro.Job{ID: "big", Script: fmt.Sprintf("yes abcdefgh | head -c %d", size)})
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	want := bytes.Repeat([]byte("abcdefgh\n"), size/9+1)[:size]
+	require.Equal(t, int64(size), res.Output.Size())
+	require.True(t, bytes.Equal(want, output(t, res)))
+	require.Equal(t, uint64(6), streamMsgs(t, nc, "LABORO_RESULTS"), "3 MiB in 512 KiB chunks")
+}
+
+func TestManagerRestart(t *testing.T) {
+	nc := setup(t)
+	marks := t.TempDir()
+	m1, err := NewManager(testCtx(t, 10*time.Second), nc, Config{Dir: t.TempDir()})
+	require.NoError(t, err)
+	stopW := startWorker(t, nc, Config{}, 1)
+	done := laboro.Job{ID: "done", Script: fmt.Sprintf("echo x >> %s/done; echo stored", marks)}
+	res := m1.Run(testCtx(t, 30*time.Second), done)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.Equal(t, "stored\n", string(output(t, res)))
+	stopW()
+	require.NoError(t, m1.Close())
+	require.NoError(t, m1.Close())
+	res = m1.Run(testCtx(t, time.Second), done)
+	require.ErrorIs(t, res.Err, laboro.ErrClosed)
+
+	m2 := newManager(t, nc, Config{})
+	// No worker runs: the stored result comes back at once.
+	res = m2.Run(testCtx(t, 5*time.Second), done)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.Equal(t, "stored\n", string(output(t, res)))
+	require.Equal(t, uint64(0), streamMsgs(t, nc, "LABORO_JOBS"), "not published again")
+
+	// An unfinished job submitted twice is published once.
+	pending := laboro.Job{ID: "pending", Script: fmt.Sprintf("echo x >> %s/pending; echo ran", marks)}
+	for range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		res = m2.Run(ctx, pending)
+		cancel()
+		require.Equal(t, laboro.StatusKilled, res.Status)
+		require.True(t, errors.Is(res.Err, context.DeadlineExceeded))
+	}
+	require.Equal(t, uint64(1), streamMsgs(t, nc, "LABORO_JOBS"))
+	startWorker(t, nc, Config{}, 2)
+	res = m2.Run(testCtx(t, 30*time.Second), pending)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.Equal(t, "ran\n", string(output(t, res)))
+	for _, name := range []string{"done", "pending"} {
+		b, err := os.ReadFile(filepath.Join(marks, name))
+		require.NoError(t, err)
+		require.Equal(t, "x\n", string(b), "%s ran once", name)
+	}
+}

@@ -1,0 +1,226 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// fetchWait bounds each pull request, and so how long a stopping worker
+// waits for the ones it has out.
+const fetchWait = 500 * time.Millisecond
+
+// publishTimeout bounds the publication of a finished job's result and its
+// acknowledgement.
+const publishTimeout = 30 * time.Second
+
+// Worker pulls jobs with the workers' durable consumer, runs each through a
+// local laboro.Executor as a process (its output in <pid>.output), sends
+// in-progress acknowledgements every AckWait/3 while it runs, publishes the
+// result (the output in chunks of at most ChunkSize) and only then
+// acknowledges the job. Set the fields, then call Run once.
+type Worker struct {
+	// Conn is the connection to NATS; it stays the caller's.
+	Conn *nats.Conn
+	// Config must agree with the Manager's on Stream, AckWait and MaxDeliver.
+	Config Config
+	// Concurrency is how many jobs run at once; 0 means 1.
+	Concurrency int
+	// OutputDir receives the jobs' <pid>.output files; "" means a
+	// directory of the Executor's own.
+	OutputDir string
+	// Logger; nil means Config.Logger.
+	Logger *zap.Logger
+}
+
+// Run pulls and runs jobs until ctx ends. Jobs still running then are
+// killed and not acknowledged, so that they are redelivered. It returns nil
+// after ctx ends, or an error if it could not start.
+func (w *Worker) Run(ctx context.Context) error {
+	cfg := w.Config.withDefaults()
+	log := w.Logger
+	if log == nil {
+		log = cfg.Logger
+	}
+	if max := int(w.Conn.MaxPayload()) - 16<<10; max > 0 && cfg.ChunkSize > max {
+		cfg.ChunkSize = max
+	}
+	n := max(w.Concurrency, 1)
+	js, err := natsjs.New(w.Conn)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	_, _, cons, err := ensure(ctx, js, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	opts := []laboro.Option{laboro.WithPoolSize(n), laboro.WithConcurrency(n),
+		laboro.WithBufferSize(n), laboro.WithLogger(log)}
+	if w.OutputDir != "" {
+		opts = append(opts, laboro.WithOutputDir(w.OutputDir))
+	}
+	ex, err := laboro.New(opts...)
+	if err != nil {
+		return err
+	}
+	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { r.loop(ctx) })
+	}
+	<-ctx.Done()
+	ex.Close() // kills the running jobs
+	wg.Wait()
+	return nil
+}
+
+type workerRun struct {
+	js   natsjs.JetStream
+	cfg  Config
+	log  *zap.Logger
+	ex   *laboro.Executor
+	cons natsjs.Consumer
+}
+
+// loop pulls one job at a time and runs it.
+func (r *workerRun) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		batch, err := r.cons.Fetch(1, natsjs.FetchMaxWait(fetchWait))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn("fetching a job", zap.Error(err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(fetchWait):
+			}
+			continue
+		}
+		for msg := range batch.Messages() {
+			r.handle(ctx, msg)
+		}
+	}
+}
+
+func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
+	attempt := uint64(1)
+	if md, err := msg.Metadata(); err == nil {
+		attempt = md.NumDelivered
+	}
+	var wj wireJob
+	if err := json.Unmarshal(msg.Data(), &wj); err != nil || validID(wj.ID) != nil {
+		r.log.Error("undecodable job dropped", zap.Error(err), zap.String("id", wj.ID))
+		msg.Term()
+		return
+	}
+	log := r.log.With(zap.String("job", wj.ID), zap.Uint64("attempt", attempt))
+	h, err := r.ex.Submit(ctx, wj.job())
+	if err != nil {
+		// Stopping, or the same job redelivered while it still runs here.
+		log.Debug("job not run", zap.Error(err))
+		return
+	}
+	tick := time.NewTicker(r.cfg.AckWait / 3)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-h.Done():
+			break wait
+		case <-tick.C:
+			if err := msg.InProgress(); err != nil {
+				log.Warn("in-progress acknowledgement", zap.Error(err))
+			}
+		}
+	}
+	res, _ := h.Result()
+	defer res.Output.Close()
+	if ctx.Err() != nil {
+		log.Info("job left for redelivery: the worker stops", zap.Stringer("status", res.Status))
+		return
+	}
+	// The job finished: publish and acknowledge it even if the worker is
+	// told to stop meanwhile.
+	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if err := r.publish(pubCtx, wj.ID, attempt, res); err != nil {
+		log.Warn("publishing the result; the job will be redelivered", zap.Error(err))
+		return
+	}
+	if err := msg.DoubleAck(pubCtx); err != nil {
+		log.Warn("acknowledging the job", zap.Error(err))
+	}
+	log.Debug("job done", zap.Stringer("status", res.Status))
+}
+
+// publish sends res, its output in chunks, to the RESULTS stream.
+func (r *workerRun) publish(ctx context.Context, id string, attempt uint64, res laboro.Result) error {
+	var src io.Reader
+	var size int64
+	if res.Output != nil {
+		f, err := res.Output.Open()
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		src, size = f, res.Output.Size()
+	}
+	chunks := int((size + int64(r.cfg.ChunkSize) - 1) / int64(r.cfg.ChunkSize))
+	if res.Output != nil && chunks == 0 {
+		chunks = 1 // an empty output
+	}
+	buf := make([]byte, min(int64(r.cfg.ChunkSize), max(size, 1)))
+	for i := 0; i < max(chunks, 1); i++ {
+		msg := nats.NewMsg(r.cfg.resultsSubject(id))
+		setResultHeaders(msg.Header, id, attempt, res)
+		msg.Header.Set(hdrChunk, strconv.Itoa(i))
+		msg.Header.Set(hdrChunks, strconv.Itoa(chunks))
+		if src != nil {
+			n, err := io.ReadFull(src, buf)
+			if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+				return err
+			}
+			msg.Data = buf[:n]
+		}
+		msgID := id + "." + strconv.FormatUint(attempt, 10) + "." + strconv.Itoa(i)
+		if _, err := r.js.PublishMsg(ctx, msg, natsjs.WithMsgID(msgID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setResultHeaders(h nats.Header, id string, attempt uint64, res laboro.Result) {
+	h.Set(hdrJob, id)
+	h.Set(hdrAttempt, strconv.FormatUint(attempt, 10))
+	h.Set(hdrStatus, strconv.Itoa(int(res.Status)))
+	h.Set(hdrExit, strconv.Itoa(res.ExitCode))
+	if res.Err != nil {
+		h.Set(hdrError, headerText(res.Err.Error()))
+	}
+	if res.PID != 0 {
+		h.Set(hdrPID, strconv.Itoa(res.PID))
+	}
+	if !res.Started.IsZero() {
+		h.Set(hdrStarted, res.Started.Format(time.RFC3339Nano))
+		h.Set(hdrEnded, res.Ended.Format(time.RFC3339Nano))
+	}
+	if len(res.Stderr) > 0 {
+		h.Set(hdrStderr, base64.StdEncoding.EncodeToString(res.Stderr))
+	}
+}
