@@ -157,7 +157,14 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 			if ctx.Err() != nil {
 				return m.interrupted(ctx, job, nil)
 			}
+			if errors.Is(err, natsjs.ErrMsgIteratorClosed) || m.nc.IsClosed() {
+				return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
+			}
 			m.log.Warn("reading results", zap.String("job", job.ID), zap.Error(err))
+			select { // do not spin on a lasting error
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
 			continue
 		}
 		res, ok, err := asm.add(msg.Headers(), msg.Data())
