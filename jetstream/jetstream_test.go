@@ -22,6 +22,12 @@ import (
 // setup starts an embedded server with file storage in a temporary
 // directory and connects to it; both are stopped at the end of the test.
 func setup(t *testing.T) *nats.Conn {
+	nc, _ := setupURL(t)
+	return nc
+}
+
+// setupURL is setup that also returns the server's URL.
+func setupURL(t *testing.T) (*nats.Conn, string) {
 	t.Helper()
 	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1)
 	require.NoError(t, err)
@@ -29,7 +35,7 @@ func setup(t *testing.T) *nats.Conn {
 	nc, err := nats.Connect(srv.URL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	return nc
+	return nc, srv.URL()
 }
 
 func testCtx(t *testing.T, d time.Duration) context.Context {
