@@ -113,6 +113,7 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 		Description: "laboro job results",
 		Subjects:    []string{c.Stream + ".results.>"},
 		Retention:   natsjs.LimitsPolicy,
+		AllowDirect: true, // fast lookups of a job's stored result
 		Storage:     natsjs.FileStorage,
 		Replicas:    c.Replicas,
 		Duplicates:  DuplicateWindow,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laboro-go/laboro"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 )
@@ -17,11 +18,19 @@ import (
 const (
 	envWorkerURL = "LABORO_JS_TEST_WORKER_URL"
 	envWorkerDir = "LABORO_JS_TEST_WORKER_DIR"
+	// A test binary started as a manager process runs managerJobs jobs
+	// (see managerJob) through an Executor over a Manager, until killed.
+	envManagerURL   = "LABORO_JS_TEST_MANAGER_URL"
+	envManagerMarks = "LABORO_JS_TEST_MANAGER_MARKS"
+	managerJobs     = 500
 )
 
 func TestMain(m *testing.M) {
 	if url := os.Getenv(envWorkerURL); url != "" {
 		os.Exit(workerProcess(url, os.Getenv(envWorkerDir)))
+	}
+	if url := os.Getenv(envManagerURL); url != "" {
+		os.Exit(managerProcess(url, os.Getenv(envManagerMarks)))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -42,5 +51,49 @@ func workerProcess(url, dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	return 0
+}
+
+// managerJob is the i-th job of a manager process: it appends its number to
+// marks, so that the test counts how many times each job ran.
+func managerJob(i int, marks string) laboro.Job {
+	return laboro.Job{ID: fmt.Sprintf("m%d", i), Script: fmt.Sprintf("echo %d >> %s; sleep 0.02; echo %d", i, marks, i)}
+}
+
+// managerProcess queues managerJobs jobs in an Executor over a Manager (64
+// out at a time) and waits for them.
+func managerProcess(url, marks string) int {
+	ctx := context.Background()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer nc.Close()
+	m, err := NewManager(ctx, nc, Config{AckWait: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer m.Close()
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(64),
+		laboro.WithConcurrency(64), laboro.WithBufferSize(managerJobs))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var handles []*laboro.Handle
+	for i := range managerJobs {
+		h, err := ex.Submit(ctx, managerJob(i, marks))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		handles = append(handles, h)
+	}
+	for _, h := range handles { // Shutdown would drop the queued jobs
+		h.Wait(ctx)
+	}
+	ex.Shutdown(ctx)
 	return 0
 }

@@ -39,6 +39,20 @@ type Manager struct {
 	adv    chan *nats.Msg
 	done   chan struct{} // closed when the advisory goroutine has returned
 	once   sync.Once
+
+	// One ordered consumer reads every new result and hands it to the Run
+	// waiting for it.
+	feed     natsjs.MessagesContext
+	feedDone chan struct{} // closed when dispatch has returned
+	mu       sync.Mutex
+	waiting  map[string]*waiter // by job id
+}
+
+// waiter is a Run waiting for its result.
+type waiter struct {
+	asm      *assembler
+	result   chan laboro.Result // buffered: the first complete result
+	finished bool               // a result was sent
 }
 
 var (
@@ -65,12 +79,30 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
 	}
-	if err := nc.FlushWithContext(ctx); err != nil {
+	// Be subscribed before the first job goes out. FlushWithContext
+	// requires a deadline.
+	flushCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(flushCtx); err != nil {
 		m.sub.Unsubscribe()
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
 	}
+	cons, err := js.OrderedConsumer(ctx, cfg.resultsStream(), natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{cfg.Stream + ".results.>"},
+		DeliverPolicy:  natsjs.DeliverNewPolicy,
+	})
+	if err == nil {
+		m.feed, err = cons.Messages()
+	}
+	if err != nil {
+		m.sub.Unsubscribe()
+		return nil, fmt.Errorf("jetstream: results: %w", err)
+	}
+	m.waiting = map[string]*waiter{}
+	m.feedDone = make(chan struct{})
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	go m.advisories()
+	go m.dispatch()
 	return m, nil
 }
 
@@ -81,7 +113,9 @@ func (m *Manager) Close() error {
 	m.once.Do(func() {
 		m.cancel()
 		m.sub.Unsubscribe()
+		m.feed.Stop()
 		<-m.done
+		<-m.feedDone
 	})
 	return nil
 }
@@ -125,10 +159,92 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	defer stop()
 
 	subject := m.cfg.resultsSubject(job.ID)
-	// Read the job's results from the start of the stream: what a previous
-	// Manager left there, then what comes.
+	w := &waiter{asm: &assembler{dir: m.cfg.Dir}, result: make(chan laboro.Result, 1)}
+	m.mu.Lock()
+	if m.waiting[job.ID] != nil {
+		m.mu.Unlock()
+		return fail(fmt.Errorf("%w: %q is already running", laboro.ErrDuplicateID, job.ID))
+	}
+	m.waiting[job.ID] = w
+	m.mu.Unlock()
+	defer m.forget(job.ID, w)
+
+	// From here on dispatch hands over any new result. One stored before
+	// is read from the stream instead, and the job is not published again.
+	switch _, err := m.results.GetLastMsgForSubject(ctx, subject); {
+	case errors.Is(err, natsjs.ErrMsgNotFound):
+		if err := m.publish(ctx, job); err != nil {
+			return m.interrupted(ctx, job, err)
+		}
+	case err != nil:
+		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
+	default:
+		m.forget(job.ID, w)
+		return m.stored(ctx, job)
+	}
+	select {
+	case res := <-w.result:
+		res.ID = job.ID
+		return res
+	case <-ctx.Done():
+		return m.interrupted(ctx, job, nil)
+	}
+}
+
+// forget takes w out of the waiting Runs and drops what it holds: partial
+// attempts, and a result that came too late.
+func (m *Manager) forget(id string, w *waiter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.waiting[id] == w {
+		delete(m.waiting, id)
+	}
+	w.asm.discard()
+	select {
+	case res := <-w.result:
+		res.Output.Close()
+	default:
+	}
+	w.finished = true
+}
+
+// dispatch hands each new result message to the Run waiting for it.
+func (m *Manager) dispatch() {
+	defer close(m.feedDone)
+	for {
+		msg, err := m.feed.Next()
+		if err != nil {
+			if errors.Is(err, natsjs.ErrMsgIteratorClosed) || m.nc.IsClosed() {
+				return
+			}
+			m.log.Warn("reading results", zap.Error(err))
+			select { // do not spin on a lasting error
+			case <-m.ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		id := msg.Headers().Get(hdrJob)
+		m.mu.Lock()
+		if w := m.waiting[id]; w != nil && !w.finished {
+			res, ok, err := w.asm.add(msg.Headers(), msg.Data())
+			switch {
+			case err != nil:
+				m.log.Warn("bad result message dropped", zap.String("job", id), zap.Error(err))
+			case ok:
+				w.finished = true
+				w.result <- res
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// stored reads the job's result that is already in the RESULTS stream.
+func (m *Manager) stored(ctx context.Context, job laboro.Job) laboro.Result {
 	cons, err := m.js.OrderedConsumer(ctx, m.cfg.resultsStream(), natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
+		FilterSubjects: []string{m.cfg.resultsSubject(job.ID)},
 		DeliverPolicy:  natsjs.DeliverAllPolicy,
 	})
 	if err != nil {
@@ -139,25 +255,12 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
 	}
 	defer it.Stop()
-
-	switch _, err := m.results.GetLastMsgForSubject(ctx, subject); {
-	case errors.Is(err, natsjs.ErrMsgNotFound):
-		if err := m.publish(ctx, job); err != nil {
-			return m.interrupted(ctx, job, err)
-		}
-	case err != nil:
-		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
-	}
-
 	asm := &assembler{dir: m.cfg.Dir}
 	defer asm.discard()
 	for {
 		msg, err := it.Next(natsjs.NextContext(ctx))
 		if err != nil {
-			if ctx.Err() != nil {
-				return m.interrupted(ctx, job, nil)
-			}
-			if errors.Is(err, natsjs.ErrMsgIteratorClosed) || m.nc.IsClosed() {
+			if ctx.Err() != nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) || m.nc.IsClosed() {
 				return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
 			}
 			m.log.Warn("reading results", zap.String("job", job.ID), zap.Error(err))
@@ -182,6 +285,9 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 // interrupted is Run's result when ctx ended, or else a failure with err.
 func (m *Manager) interrupted(ctx context.Context, job laboro.Job, err error) laboro.Result {
 	res := laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: err}
+	if ctx.Err() == nil {
+		m.log.Warn("job failed in the manager", zap.String("job", job.ID), zap.Error(err))
+	}
 	if ctx.Err() != nil {
 		res.Status, res.Err = laboro.StatusKilled, context.Cause(ctx)
 		if errors.Is(res.Err, laboro.ErrTimeout) {

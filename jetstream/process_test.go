@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -91,4 +92,66 @@ func TestWorkerProcessKilled(t *testing.T) {
 		require.NoError(t, w.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, w.Wait())
 	}
+}
+
+func TestManagerProcessKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a manager process")
+	}
+	nc, url := setupURL(t)
+	cfg := Config{AckWait: time.Second}
+	marks := filepath.Join(t.TempDir(), "started")
+
+	mgr := exec.Command(os.Args[0], "-test.run=^$")
+	mgr.Env = append(os.Environ(), envManagerURL+"="+url, envManagerMarks+"="+marks)
+	mgr.Stderr = os.Stderr
+	require.NoError(t, mgr.Start())
+	t.Cleanup(func() {
+		mgr.Process.Kill()
+		mgr.Wait()
+	})
+	// Kill the manager while most of its jobs are still queued.
+	for range 3 {
+		startWorker(t, nc, cfg, 4)
+	}
+	require.Eventually(t, func() bool {
+		js, err := natsjs.New(nc)
+		if err != nil {
+			return false
+		}
+		s, err := js.Stream(testCtx(t, time.Second), "LABORO_RESULTS")
+		if err != nil {
+			return false // not created yet
+		}
+		info, err := s.Info(testCtx(t, time.Second))
+		return err == nil && info.State.Msgs >= managerJobs/5
+	}, 60*time.Second, 5*time.Millisecond)
+	require.NoError(t, mgr.Process.Signal(syscall.SIGKILL))
+	mgr.Wait()
+	before := streamMsgs(t, nc, "LABORO_RESULTS")
+
+	// A new manager runs the same jobs: nothing lost, nothing run twice.
+	m := newManager(t, nc, cfg)
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(64), laboro.WithConcurrency(64))
+	require.NoError(t, err)
+	defer ex.Close()
+	ctx := testCtx(t, 2*time.Minute)
+	var handles []*laboro.Handle
+	for i := range managerJobs {
+		h, err := ex.Submit(ctx, managerJob(i, marks))
+		require.NoError(t, err)
+		handles = append(handles, h)
+	}
+	for i, h := range handles {
+		res, err := h.Wait(ctx)
+		require.NoError(t, err)
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "job %d: %v", i, res.Err)
+		require.Equal(t, fmt.Sprintf("%d\n", i), string(output(t, res)))
+	}
+	require.NoError(t, ex.Shutdown(ctx))
+	started, err := os.ReadFile(marks)
+	require.NoError(t, err)
+	t.Logf("%d results before the restart", before)
+	require.Equal(t, managerJobs, strings.Count(string(started), "\n"), "every job ran once")
+	require.Equal(t, uint64(managerJobs), streamMsgs(t, nc, "LABORO_RESULTS"))
 }
