@@ -87,9 +87,13 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 		m.sub.Unsubscribe()
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
 	}
+	// Start after the results stored now, by sequence rather than with
+	// DeliverNewPolicy: an ordered consumer reset before its first message
+	// would start at "new" again and skip what came in between.
 	cons, err := js.OrderedConsumer(ctx, cfg.resultsStream(), natsjs.OrderedConsumerConfig{
 		FilterSubjects: []string{cfg.Stream + ".results.>"},
-		DeliverPolicy:  natsjs.DeliverNewPolicy,
+		DeliverPolicy:  natsjs.DeliverByStartSequencePolicy,
+		OptStartSeq:    results.CachedInfo().State.LastSeq + 1,
 	})
 	if err == nil {
 		m.feed, err = cons.Messages()
