@@ -508,6 +508,9 @@ func (c *Controller) setTask(w *cworker, t *ctask) {
 		t.attempts--
 		c.pending = append([]*ctask{t}, c.pending...)
 		c.Logger.Info("worker busy; the task goes to another", zap.Uint64("worker", w.id), zap.Uint64("task", t.id))
+		// No task is offered to it again before its next pulse: a worker
+		// that stays busy would otherwise be asked in a tight loop.
+		w.ready = false
 		w.busy = true
 		c.bg.Go(func() { c.confirm(w) })
 	case resp.Error != pulsepb.WorkerError_WORKER_ERR_OK:

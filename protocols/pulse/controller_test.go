@@ -87,11 +87,12 @@ type scriptedWorker struct {
 	mu     sync.Mutex
 	answer func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte)
 	got    chan *pulsepb.ControlMsg
+	quit   chan struct{}
 	wg     sync.WaitGroup
 }
 
 func (tc *testController) worker(t *testing.T) *scriptedWorker {
-	w := &scriptedWorker{t: t, codec: tc.c.Codec, dir: tc.c.Dir, got: make(chan *pulsepb.ControlMsg, 16)}
+	w := &scriptedWorker{t: t, codec: tc.c.Codec, dir: tc.c.Dir, got: make(chan *pulsepb.ControlMsg, 16), quit: make(chan struct{})}
 	w.answer = func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte) {
 		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_OK, TaskId: m.GetTaskId()}, nil
 	}
@@ -103,7 +104,7 @@ func (tc *testController) worker(t *testing.T) *scriptedWorker {
 	require.NoError(t, err)
 	w.ln = ln
 	w.wg.Go(w.serve)
-	t.Cleanup(func() { ln.Close(); w.wg.Wait() })
+	t.Cleanup(func() { close(w.quit); ln.Close(); w.wg.Wait() })
 	return w
 }
 
@@ -140,7 +141,11 @@ func (w *scriptedWorker) serve() {
 		w.codec.WriteMessage(conn, resp)
 		conn.Write(out)
 		conn.Close()
-		w.got <- m
+		select {
+		case w.got <- m:
+		case <-w.quit:
+			return
+		}
 	}
 }
 
