@@ -176,7 +176,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		if tail != nil {
 			tail.abort()
 		}
-		if st, cause := interruption(ctx); st != 0 {
+		if st, cause := Interruption(ctx); st != 0 {
 			res.Ended = time.Now()
 			res.Status, res.Err = st, cause
 			return res
@@ -209,7 +209,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	if tail != nil {
 		res.Stderr = tail.finish()
 	}
-	switch st, cause := interruption(ctx); {
+	switch st, cause := Interruption(ctx); {
 	case st != 0:
 		res.Status, res.Err = st, cause
 	case err == nil, errors.Is(err, exec.ErrWaitDelay) && res.ExitCode == 0:

@@ -65,7 +65,7 @@ func (r FuncRunner) Run(ctx context.Context, job Job) (res Result) {
 	res.Status, res.Err = StatusSucceeded, err
 	if err != nil {
 		res.Status = StatusFailed
-		if st, cause := interruption(ctx); st != 0 {
+		if st, cause := Interruption(ctx); st != 0 {
 			res.Status, res.Err = st, cause
 		}
 	}
@@ -95,10 +95,12 @@ func jobContext(ctx context.Context, timeout time.Duration) (context.Context, co
 	return context.WithTimeoutCause(ctx, timeout, ErrTimeout)
 }
 
-// interruption tells why ctx ended: StatusTimedOut for a job timeout,
-// StatusKilled otherwise (Close, or the caller's cancellation). It returns
-// 0 while ctx is live.
-func interruption(ctx context.Context) (Status, error) {
+// Interruption tells how a job ends whose context ended: StatusTimedOut
+// with ErrTimeout after its Job.Timeout, else StatusKilled with an error
+// matching ErrKilled and the context's cause. It returns 0 and nil while
+// ctx is live. Runners use it, so that every runner reports an
+// interruption the same way.
+func Interruption(ctx context.Context) (Status, error) {
 	if ctx.Err() == nil {
 		return 0, nil
 	}

@@ -293,10 +293,7 @@ func (m *Manager) interrupted(ctx context.Context, job laboro.Job, err error) la
 		m.log.Warn("job failed in the manager", zap.String("job", job.ID), zap.Error(err))
 	}
 	if ctx.Err() != nil {
-		res.Status, res.Err = laboro.StatusKilled, context.Cause(ctx)
-		if errors.Is(res.Err, laboro.ErrTimeout) {
-			res.Status = laboro.StatusTimedOut
-		}
+		res.Status, res.Err = laboro.Interruption(ctx)
 	}
 	return res
 }

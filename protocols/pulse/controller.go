@@ -190,10 +190,8 @@ func (c *Controller) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		// The worker goes on with it; its result will be thrown away.
 		w.task = nil
 	}
-	res.Status, res.Err, res.Ended = laboro.StatusKilled, context.Cause(ctx), time.Now()
-	if errors.Is(res.Err, laboro.ErrTimeout) {
-		res.Status = laboro.StatusTimedOut
-	}
+	res.Status, res.Err = laboro.Interruption(ctx)
+	res.Ended = time.Now()
 	return res
 }
 

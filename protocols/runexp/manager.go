@@ -200,10 +200,8 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	}
 	t.dropped = true
 	m.removePending(t)
-	res := laboro.Result{Status: laboro.StatusKilled, ExitCode: -1, Err: context.Cause(ctx)}
-	if errors.Is(res.Err, laboro.ErrTimeout) {
-		res.Status = laboro.StatusTimedOut
-	}
+	res := laboro.Result{ExitCode: -1}
+	res.Status, res.Err = laboro.Interruption(ctx)
 	return res
 }
 
