@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
@@ -86,10 +87,19 @@ func (c Config) withDefaults() Config {
 
 func (c Config) jobsStream() string    { return c.Stream + "_JOBS" }
 func (c Config) resultsStream() string { return c.Stream + "_RESULTS" }
-func (c Config) jobsSubject() string   { return c.Stream + ".jobs" }
+func (c Config) submitStream() string  { return c.Stream + "_SUBMITTED" }
+func (c Config) jobsSubject(id string) string {
+	return c.Stream + ".jobs." + id
+}
 func (c Config) resultsSubject(id string) string {
 	return c.Stream + ".results." + id
 }
+func (c Config) submitSubject(batch string) string {
+	return c.Stream + ".submit." + batch
+}
+
+// statusSubject is where a Service answers status requests.
+func (c Config) statusSubject() string { return c.Stream + ".api.status" }
 func (c Config) advisorySubject() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.jobsStream() + "." + consumerName
 }
@@ -99,8 +109,9 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 	jobs, err = js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
 		Name:        c.jobsStream(),
 		Description: "laboro jobs waiting for a worker",
-		Subjects:    []string{c.jobsSubject()},
+		Subjects:    []string{c.Stream + ".jobs.>"},
 		Retention:   natsjs.WorkQueuePolicy,
+		AllowDirect: true, // fast lookups of a job still waiting
 		Storage:     natsjs.FileStorage,
 		Replicas:    c.Replicas,
 		Duplicates:  DuplicateWindow,
@@ -189,4 +200,29 @@ const (
 // headerText makes s fit on one header line.
 func headerText(s string) string {
 	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+}
+
+// attemptTimeout bounds one attempt to publish a message.
+const attemptTimeout = 5 * time.Second
+
+// publish stores msg with id as its Nats-Msg-Id. An attempt that gets no
+// acknowledgement within attemptTimeout (a server restarting, a cluster
+// electing a leader, a connection being re-established) is made again until
+// ctx ends: the server drops the copies by id. A refusal from the server is
+// returned at once.
+func publish(ctx context.Context, js natsjs.JetStream, msg *nats.Msg, id string) (*natsjs.PubAck, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		ack, err := js.PublishMsg(actx, msg, natsjs.WithMsgID(id))
+		cancel()
+		var apiErr *natsjs.APIError
+		if err == nil || ctx.Err() != nil || errors.As(err, &apiErr) || js.Conn().IsClosed() {
+			return ack, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -177,8 +177,17 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	// is read from the stream instead, and the job is not published again.
 	switch _, err := m.results.GetLastMsgForSubject(ctx, subject); {
 	case errors.Is(err, natsjs.ErrMsgNotFound):
-		if err := m.publish(ctx, job); err != nil {
-			return m.interrupted(ctx, job, err)
+		// A job published before (by a Manager that was stopped) and still
+		// waiting for, or running on, a worker is not published again.
+		switch _, err := m.jobs.GetLastMsgForSubject(ctx, m.cfg.jobsSubject(job.ID)); {
+		case errors.Is(err, natsjs.ErrMsgNotFound):
+			if err := m.publish(ctx, job); err != nil {
+				return m.interrupted(ctx, job, err)
+			}
+		case err != nil:
+			return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err))
+		default:
+			m.log.Debug("job already in the stream", zap.String("job", job.ID))
 		}
 	case err != nil:
 		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
@@ -247,27 +256,38 @@ func (m *Manager) dispatch() {
 
 // stored reads the job's result that is already in the RESULTS stream.
 func (m *Manager) stored(ctx context.Context, job laboro.Job) laboro.Result {
-	cons, err := m.js.OrderedConsumer(ctx, m.cfg.resultsStream(), natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{m.cfg.resultsSubject(job.ID)},
+	res, err := readResult(ctx, m.js, m.cfg, job.ID)
+	if err != nil {
+		return m.interrupted(ctx, job, err)
+	}
+	return res
+}
+
+// readResult reads the first complete result of job id from the RESULTS
+// stream, waiting for one to be stored. Its Output, if any, is the
+// caller's.
+func readResult(ctx context.Context, js natsjs.JetStream, cfg Config, id string) (laboro.Result, error) {
+	cons, err := js.OrderedConsumer(ctx, cfg.resultsStream(), natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{cfg.resultsSubject(id)},
 		DeliverPolicy:  natsjs.DeliverAllPolicy,
 	})
 	if err != nil {
-		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
+		return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
+		return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
 	}
 	defer it.Stop()
-	asm := &assembler{dir: m.cfg.Dir}
+	asm := &assembler{dir: cfg.Dir}
 	defer asm.discard()
 	for {
 		msg, err := it.Next(natsjs.NextContext(ctx))
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) || m.nc.IsClosed() {
-				return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
+			if ctx.Err() != nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) || js.Conn().IsClosed() {
+				return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
 			}
-			m.log.Warn("reading results", zap.String("job", job.ID), zap.Error(err))
+			cfg.Logger.Warn("reading results", zap.String("job", id), zap.Error(err))
 			select { // do not spin on a lasting error
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -276,12 +296,12 @@ func (m *Manager) stored(ctx context.Context, job laboro.Job) laboro.Result {
 		}
 		res, ok, err := asm.add(msg.Headers(), msg.Data())
 		if err != nil {
-			m.log.Warn("bad result message dropped", zap.String("job", job.ID), zap.Error(err))
+			cfg.Logger.Warn("bad result message dropped", zap.String("job", id), zap.Error(err))
 			continue
 		}
 		if ok {
-			res.ID = job.ID
-			return res
+			res.ID = id
+			return res, nil
 		}
 	}
 }
@@ -303,10 +323,10 @@ func (m *Manager) publish(ctx context.Context, job laboro.Job) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: encode job %s: %w", job.ID, err)
 	}
-	msg := nats.NewMsg(m.cfg.jobsSubject())
+	msg := nats.NewMsg(m.cfg.jobsSubject(job.ID))
 	msg.Header.Set(hdrJob, job.ID)
 	msg.Data = data
-	ack, err := m.js.PublishMsg(ctx, msg, natsjs.WithMsgID(job.ID))
+	ack, err := publish(ctx, m.js, msg, job.ID)
 	if err != nil {
 		return fmt.Errorf("jetstream: publish job %s: %w", job.ID, err)
 	}
@@ -358,7 +378,7 @@ func (m *Manager) maxDelivered(msg *nats.Msg) {
 	res.Header.Set(hdrError, fmt.Sprintf("delivered %d times", adv.Deliveries))
 	res.Header.Set(hdrChunk, "0")
 	res.Header.Set(hdrChunks, "0")
-	if _, err := m.js.PublishMsg(ctx, res, natsjs.WithMsgID(id+".max-deliver")); err != nil {
+	if _, err := publish(ctx, m.js, res, id+".max-deliver"); err != nil {
 		m.log.Warn("publish the failure of a job past its delivery limit", zap.String("job", id), zap.Error(err))
 		return
 	}

@@ -162,8 +162,8 @@ wait:
 		log.Warn("publishing the result; the job will be redelivered", zap.Error(err))
 		return
 	}
-	if err := msg.DoubleAck(pubCtx); err != nil {
-		log.Warn("acknowledging the job", zap.Error(err))
+	if err := ack(pubCtx, r.js.Conn(), msg); err != nil {
+		log.Warn("acknowledging the job; it may run again", zap.Error(err))
 	}
 	log.Debug("job done", zap.Stringer("status", res.Status))
 }
@@ -198,7 +198,7 @@ func (r *workerRun) publish(ctx context.Context, id string, attempt uint64, res 
 			msg.Data = buf[:n]
 		}
 		msgID := id + "." + strconv.FormatUint(attempt, 10) + "." + strconv.Itoa(i)
-		if _, err := r.js.PublishMsg(ctx, msg, natsjs.WithMsgID(msgID)); err != nil {
+		if _, err := publish(ctx, r.js, msg, msgID); err != nil {
 			return err
 		}
 	}
@@ -223,4 +223,21 @@ func setResultHeaders(h nats.Header, id string, attempt uint64, res laboro.Resul
 	if len(res.Stderr) > 0 {
 		h.Set(hdrStderr, base64.StdEncoding.EncodeToString(res.Stderr))
 	}
+}
+
+// ack acknowledges msg and waits at most attemptTimeout for the server to
+// confirm it, once the connection is up. An acknowledgement that is lost
+// (the server restarted meanwhile) is not made again: the job is then
+// redelivered, and its second result dropped as a duplicate.
+func ack(ctx context.Context, nc *nats.Conn, msg natsjs.Msg) error {
+	for nc.IsReconnecting() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	return msg.DoubleAck(actx)
 }

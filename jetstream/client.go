@@ -1,0 +1,207 @@
+package jetstream
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNoService is returned by Client.Status when no Service serves the
+// streams.
+var ErrNoService = errors.New("jetstream: no service serves these streams (is `laboro serve` running?)")
+
+// publishWindow is how many submissions a Client has unacknowledged at once.
+const publishWindow = 256
+
+// statusTimeout bounds a status request whose context has no deadline.
+const statusTimeout = 5 * time.Second
+
+// Client submits jobs to a Service through the SUBMITTED stream, asks it
+// for their status, and reads their results from the RESULTS stream. A
+// Client needs no Service to submit: jobs wait in the stream until one
+// runs. It is safe for concurrent use.
+type Client struct {
+	// Conn is the connection to NATS; it stays the caller's.
+	Conn *nats.Conn
+	// Config must agree with the Service's on Stream; its Dir receives the
+	// outputs that Result reads.
+	Config Config
+}
+
+// NewBatch returns a new batch name, for example "20261122-041500-3fa2c1":
+// the time in UTC and a random part.
+func NewBatch() string {
+	var r [3]byte
+	rand.Read(r[:])
+	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(r[:])
+}
+
+// Submit stores jobs in the SUBMITTED stream as part of batch (which must be
+// usable as a subject token; see NewBatch) and returns their ids once the
+// server has them on disk. A job without an ID gets "<batch>-<n>", n
+// counting the batch's jobs from 1; a job whose ID was submitted before is
+// not run again (the first submission stands). Jobs need a Command, Args or
+// Script.
+func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([]string, error) {
+	cfg := c.Config.withDefaults()
+	if err := validID(batch); err != nil {
+		return nil, fmt.Errorf("jetstream: batch name: %w", err)
+	}
+	if err := ensureSubmitted(ctx, c.Conn, cfg); err != nil {
+		return nil, err
+	}
+	js, err := natsjs.New(c.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	subject := cfg.submitSubject(batch)
+	offset := 0
+	if slices.ContainsFunc(jobs, func(j laboro.Job) bool { return j.ID == "" }) {
+		// Number after the jobs the batch has.
+		s, err := js.Stream(ctx, cfg.submitStream())
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
+		}
+		info, err := s.Info(ctx, natsjs.WithSubjectFilter(subject))
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
+		}
+		offset = int(info.State.Subjects[subject])
+	}
+	ids := make([]string, len(jobs))
+	pending := make([]natsjs.PubAckFuture, 0, publishWindow)
+	flush := func() error {
+		for _, f := range pending {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("jetstream: submit %s: %w", f.Msg().Header.Get(hdrJob), err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		pending = pending[:0]
+		return nil
+	}
+	for i, job := range jobs {
+		if job.ID == "" {
+			offset++
+			job.ID = batch + "-" + strconv.Itoa(offset)
+		}
+		if err := validID(job.ID); err != nil {
+			return nil, err
+		}
+		if job.Command == "" && job.Script == "" && len(job.Args) == 0 {
+			return nil, fmt.Errorf("jetstream: job %s needs a Command, Args or Script", job.ID)
+		}
+		if job.Func != nil || job.Stdin != nil {
+			return nil, fmt.Errorf("jetstream: job %s: Func and Stdin cannot be sent to a worker", job.ID)
+		}
+		data, err := json.Marshal(toWire(job))
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: encode job %s: %w", job.ID, err)
+		}
+		msg := nats.NewMsg(subject)
+		msg.Header.Set(hdrJob, job.ID)
+		msg.Data = data
+		f, err := js.PublishMsgAsync(msg, natsjs.WithMsgID(job.ID))
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: submit %s: %w", job.ID, err)
+		}
+		ids[i] = job.ID
+		if pending = append(pending, f); len(pending) == publishWindow {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// Status asks the Service about batches and jobs. It returns ErrNoService
+// when no Service answers.
+func (c *Client) Status(ctx context.Context, req StatusRequest) (StatusReply, error) {
+	cfg := c.Config.withDefaults()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, statusTimeout)
+		defer cancel()
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return StatusReply{}, err
+	}
+	msg, err := c.Conn.RequestWithContext(ctx, cfg.statusSubject(), data)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return StatusReply{}, ErrNoService
+	}
+	if err != nil {
+		return StatusReply{}, fmt.Errorf("jetstream: status: %w", err)
+	}
+	var reply StatusReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		return StatusReply{}, fmt.Errorf("jetstream: status reply: %w", err)
+	}
+	if reply.Error != "" {
+		return reply, fmt.Errorf("jetstream: status: %s", reply.Error)
+	}
+	return reply, nil
+}
+
+// Wait asks the Service about batch every interval until n of its jobs (or,
+// with n ≤ 0, all the jobs it has read) have ended, calling progress (if
+// not nil) with each answer. It returns the last answer.
+func (c *Client) Wait(ctx context.Context, batch string, n int, interval time.Duration, progress func(BatchStatus)) (BatchStatus, error) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		reply, err := c.Status(ctx, StatusRequest{Batches: []string{batch}})
+		if err != nil && ctx.Err() != nil {
+			return BatchStatus{}, ctx.Err()
+		}
+		if err != nil {
+			return BatchStatus{}, err
+		}
+		b := BatchStatus{Batch: batch}
+		if len(reply.Batches) == 1 {
+			b = reply.Batches[0]
+		}
+		if progress != nil {
+			progress(b)
+		}
+		if want := max(n, b.Jobs); b.Jobs > 0 && b.Done() >= want {
+			return b, nil
+		}
+		select {
+		case <-ctx.Done():
+			return b, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// Result reads job id's result from the RESULTS stream, waiting until
+// there is one. Its Output (in Config.Dir) is the caller's to Close.
+func (c *Client) Result(ctx context.Context, id string) (laboro.Result, error) {
+	if err := validID(id); err != nil {
+		return laboro.Result{}, err
+	}
+	js, err := natsjs.New(c.Conn)
+	if err != nil {
+		return laboro.Result{}, fmt.Errorf("jetstream: %w", err)
+	}
+	return readResult(ctx, js, c.Config.withDefaults(), id)
+}

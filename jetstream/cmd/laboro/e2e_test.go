@@ -1,0 +1,259 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) { e2e.Main(m) }
+
+func build(t testing.TB) string {
+	return e2e.Build(t, "github.com/laboro-go/laboro/jetstream/cmd/laboro")
+}
+
+var urlLine = regexp.MustCompile(`embedded NATS server.*"url": "(nats://[^"]+)"`)
+
+// system is `laboro serve` with its embedded server, on an address and a
+// data directory that stay the same across its restarts.
+type system struct {
+	t      *testing.T
+	bin    string
+	data   string
+	listen string
+	url    string
+	serve  *e2e.Process
+}
+
+func newSystem(t *testing.T) *system {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	listen := ln.Addr().String()
+	ln.Close()
+	return &system{t: t, bin: build(t), data: t.TempDir(), listen: listen, url: "nats://" + listen}
+}
+
+// start runs `laboro serve` with args and waits for it to serve.
+func (s *system) start(args ...string) {
+	s.t.Helper()
+	args = append([]string{"serve", "-data", s.data, "-listen", s.listen}, args...)
+	s.serve = e2e.Start(s.t, []string{"LABORO_NATS="}, s.bin, args...)
+	require.Equal(s.t, s.url, s.serve.Await(s.t, urlLine, 20*time.Second))
+	s.serve.Await(s.t, regexp.MustCompile(`serving`), 20*time.Second)
+}
+
+// run runs a laboro command against the system and returns its standard
+// output, standard error and exit status.
+func (s *system) run(args ...string) (string, string, int) {
+	s.t.Helper()
+	p := e2e.Start(s.t, []string{"LABORO_NATS=" + s.url}, s.bin, args...)
+	code := p.Wait(s.t, 2*time.Minute)
+	return p.Stdout.String(), p.Log(), code
+}
+
+func TestOneMachine(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "2")
+
+	// One job, waited for: its output and its exit status.
+	out, _, code := s.run("submit", "-wait", `printf 'a  b\n'; exit 3`)
+	assert.Equal(t, "a  b\n", out)
+	assert.Equal(t, 3, code)
+
+	// One job, not waited for: its id, then its output.
+	out, _, code = s.run("submit", "-id", "greeting", "echo", "hello", "world")
+	require.Equal(t, 0, code)
+	require.Equal(t, "greeting\n", out)
+	out, _, code = s.run("output", "greeting")
+	assert.Equal(t, "hello world\n", out)
+	assert.Equal(t, 0, code)
+
+	// A batch from a file, with a failing job, a comment and blank lines.
+	jobs := filepath.Join(t.TempDir(), "jobs.txt")
+	var text strings.Builder
+	text.WriteString("# fifty jobs\n\n")
+	for i := range 49 {
+		fmt.Fprintf(&text, "echo job %d\n", i)
+	}
+	text.WriteString("echo broken >&2; exit 4\n")
+	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
+	out, _, code = s.run("submit", "-batch", "nightly", "-wait", "-f", jobs)
+	assert.Equal(t, 1, code)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3, out)
+	assert.Equal(t, "batch nightly: 50 jobs, 49 succeeded, 1 failed", lines[0])
+	assert.Regexp(t, `^nightly-50\s+failed\s+4\s+.*exit status 4`, lines[2])
+
+	out, _, code = s.run("output", "nightly-7")
+	assert.Equal(t, "job 6\n", out)
+	assert.Equal(t, 0, code)
+
+	// status: every batch; a batch with its failures; jobs by id.
+	out, _, code = s.run("status")
+	assert.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^nightly\s+50\s+0\s+0\s+49\s+1\s`, out)
+	assert.Contains(t, out, "in the stream: 0, on workers: 0")
+	out, _, code = s.run("status", "-failed", "nightly")
+	assert.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^nightly-50\s+failed\s+4\s`, out)
+	out, _, code = s.run("status", "greeting", "nosuch")
+	assert.Equal(t, 1, code)
+	assert.Regexp(t, `(?m)^greeting\s+succeeded\s+0`, out)
+	assert.Regexp(t, `(?m)^nosuch\s+unknown\s+-`, out)
+
+	// A job submitted again with the same id is not run again.
+	out, _, code = s.run("submit", "-id", "greeting", "-wait", "echo", "again")
+	assert.Equal(t, "hello world\n", out)
+	assert.Equal(t, 0, code)
+
+	// A second service on the same streams is refused.
+	other := e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "serve", "-workers", "0")
+	assert.Equal(t, 1, other.Wait(t, 30*time.Second))
+	assert.Contains(t, other.Log(), "another service already serves these streams")
+
+	require.NoError(t, s.serve.Cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, s.serve.Wait(t, 30*time.Second))
+}
+
+// The service killed mid-batch (its embedded NATS server with it) and
+// started again, with two worker processes, one of them killed mid-job:
+// every job ends with exactly one result, and none is lost.
+func TestRestartAndWorkerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills processes")
+	}
+	s := newSystem(t)
+	s.start("-workers", "0", "-ack-wait", "2s")
+	var workers []*e2e.Process
+	for range 2 {
+		workers = append(workers, e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin,
+			"worker", "-c", "4", "-ack-wait", "2s", "-dir", t.TempDir()))
+	}
+
+	const n = 300
+	dir := t.TempDir()
+	marks := filepath.Join(dir, "marks")
+	jobs := filepath.Join(dir, "jobs.txt")
+	var text strings.Builder
+	for i := range n {
+		fmt.Fprintf(&text, "echo %d >> %s; sleep 0.02; echo %d\n", i, marks, i)
+	}
+	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
+	out, _, code := s.run("submit", "-batch", "big", "-f", jobs)
+	require.Equal(t, 0, code)
+	require.Equal(t, "big\n", out)
+
+	ran := func() int {
+		b, _ := os.ReadFile(marks)
+		return strings.Count(string(b), "\n")
+	}
+	require.Eventually(t, func() bool { return ran() >= n/5 }, time.Minute, 5*time.Millisecond)
+	s.serve.Kill() // SIGKILL, with the NATS server inside
+	t.Logf("service killed after %d runs", ran())
+	s.start("-workers", "0", "-ack-wait", "2s")
+
+	require.Eventually(t, func() bool { return ran() >= n/2 }, time.Minute, 5*time.Millisecond)
+	require.NoError(t, workers[0].Cmd.Process.Signal(syscall.SIGKILL))
+	t.Logf("worker killed after %d runs", ran())
+
+	out, _, code = s.run("status", "-watch", "big")
+	require.Equal(t, 0, code, out)
+	assert.Equal(t, fmt.Sprintf("batch big: %d jobs, %d succeeded, 0 failed\n", n, n), out)
+
+	// Every job ran, and its output is its own.
+	b, err := os.ReadFile(marks)
+	require.NoError(t, err)
+	seen := map[int]int{}
+	for _, l := range strings.Fields(string(b)) {
+		i, err := strconv.Atoi(l)
+		require.NoError(t, err)
+		seen[i]++
+	}
+	require.Len(t, seen, n)
+	t.Logf("%d jobs, %d runs", n, ran())
+	for _, i := range []int{0, 149, 299} {
+		out, _, code := s.run("output", fmt.Sprintf("big-%d", i+1))
+		assert.Equal(t, fmt.Sprintf("%d\n", i), out)
+		assert.Equal(t, 0, code)
+	}
+
+	require.NoError(t, workers[1].Cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, workers[1].Wait(t, 30*time.Second))
+	assert.Contains(t, workers[1].Log(), "reconnected to NATS")
+}
+
+// A job that kills the worker running it is failed after its delivery
+// limit, and the batch ends.
+func TestJobKillsItsWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills processes")
+	}
+	s := newSystem(t)
+	s.start("-workers", "0", "-ack-wait", "1s", "-max-deliver", "2")
+	worker := func() *e2e.Process {
+		return e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-c", "1", "-ack-wait", "1s", "-max-deliver", "2")
+	}
+	// The job kills its worker (its parent) each time it runs.
+	w := worker()
+	out, _, code := s.run("submit", "-id", "deadly", "kill -9 $PPID")
+	require.Equal(t, 0, code)
+	require.Equal(t, "deadly\n", out)
+	w.Wait(t, 30*time.Second)
+	w = worker()
+	w.Wait(t, 30*time.Second)
+	worker() // it runs the other jobs
+
+	out, _, code = s.run("output", "deadly")
+	assert.Equal(t, "", out)
+	assert.Equal(t, 1, code)
+	out, _, code = s.run("status", "deadly")
+	assert.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^deadly\s+failed\s+-\s+.*delivered the maximum number of times`, out)
+}
+
+func TestUsage(t *testing.T) {
+	bin := build(t)
+	for _, args := range [][]string{
+		{},
+		{"nosuch"},
+		{"submit"},
+		{"submit", "-f", "jobs.txt", "echo"},
+		{"submit", "-nosuchflag", "echo"},
+		{"status", "-watch"},
+		{"serve", "-c", "0"},
+		{"serve", "extra"},
+		{"worker", "-c", "0"},
+		{"output"},
+	} {
+		p := e2e.Start(t, nil, bin, args...)
+		assert.Equal(t, 2, p.Wait(t, 10*time.Second), "laboro %q", args)
+		assert.Contains(t, p.Log(), "usage:", "laboro %q", args)
+	}
+	p := e2e.Start(t, nil, bin, "-h")
+	assert.Equal(t, 0, p.Wait(t, 10*time.Second))
+	assert.Contains(t, p.Stdout.String(), "laboro submit")
+}
+
+func TestNoServer(t *testing.T) {
+	bin := build(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "nats://" + ln.Addr().String()
+	ln.Close()
+	for _, args := range [][]string{{"submit", "echo", "x"}, {"status"}, {"output", "x"}} {
+		p := e2e.Start(t, []string{"LABORO_NATS=" + url}, bin, args...)
+		assert.Equal(t, 1, p.Wait(t, 30*time.Second), "laboro %q", args)
+		assert.Contains(t, p.Log(), "is `laboro serve` running?", "laboro %q", args)
+	}
+}

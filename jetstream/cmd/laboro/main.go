@@ -1,0 +1,643 @@
+// Command laboro runs shell jobs on NATS JetStream, on one machine or many.
+//
+//	laboro serve  [-nats URL,…] [-data DIR] [-listen HOST:PORT] [-workers N] [-c N]
+//	laboro worker [-nats URL,…] [-c N] [-dir DIR]
+//	laboro submit [-nats URL,…] [-batch NAME] [-wait] (-f FILE | COMMAND…)
+//	laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
+//	laboro output [-nats URL,…] ID…
+//
+// serve runs the service that dispatches submitted jobs. With no -nats it
+// starts a NATS server with JetStream inside the process, storing its data
+// under -data and listening on -listen (127.0.0.1:4222), and runs -workers
+// jobs at a time itself (the number of CPUs): one command runs everything
+// on one machine. With -nats it connects to an existing NATS cluster
+// instead, and workers run wherever `laboro worker` runs.
+//
+// worker runs jobs on this machine, -c at a time, until interrupted. It
+// waits for the server when it is not up yet, and reconnects when it goes
+// away.
+//
+// submit stores jobs: the COMMAND words, joined by spaces, as one shell
+// command line; or, with -f, each non-empty line of FILE ("-" is standard
+// input) that does not start with '#'. It prints the job's id, or the
+// batch's name, on standard output. With -wait it waits for the jobs,
+// showing progress on a terminal: a single job's output is printed and its
+// exit status returned; for a batch, a summary line and the jobs that did
+// not succeed are printed, and the exit status is 1 if any did not.
+//
+// status prints every batch, or the batches and jobs named; -watch follows
+// one batch until it is done, -failed lists the jobs that did not succeed.
+// output prints the output of finished jobs, waiting for those still
+// running.
+//
+// The other commands reach NATS at -nats, $LABORO_NATS, or
+// nats://127.0.0.1:4222. Logs go to standard error. Exit status: 0 on
+// success, 1 when a job failed or NATS or the service cannot be reached, 2
+// for a usage error, 130 when interrupted.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/jetstream"
+	"github.com/nats-io/nats.go"
+	"github.com/schollz/progressbar/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/term"
+)
+
+// defaultURL is where the commands other than serve look for NATS, the
+// address of serve's embedded server.
+const defaultURL = "nats://127.0.0.1:4222"
+
+// Exit statuses.
+const (
+	exitFailed      = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+var commands = map[string]func(args []string) int{
+	"serve":  serve,
+	"worker": worker,
+	"submit": submit,
+	"status": status,
+	"output": output,
+}
+
+const usage = `usage:
+  laboro serve  [-nats URL,…] [-data DIR] [-listen HOST:PORT] [-workers N] [-c N]
+  laboro worker [-nats URL,…] [-c N] [-dir DIR]
+  laboro submit [-nats URL,…] [-batch NAME] [-wait] (-f FILE | COMMAND…)
+  laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
+  laboro output [-nats URL,…] ID…
+Run 'laboro COMMAND -h' for a command's flags.`
+
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, usage)
+		return exitUsage
+	}
+	cmd := commands[args[0]]
+	if cmd == nil {
+		if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+			fmt.Println(usage)
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "laboro: unknown command %q\n%s\n", args[0], usage)
+		return exitUsage
+	}
+	return cmd(args[1:])
+}
+
+// common holds the flags every command has.
+type common struct {
+	fs         *flag.FlagSet
+	url        string
+	stream     string
+	ackWait    time.Duration
+	maxDeliver int
+	level      zapcore.Level
+	log        *zap.Logger
+}
+
+func newCommon(name, synopsis string) *common {
+	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), level: zap.InfoLevel}
+	c.fs.Usage = func() {
+		fmt.Fprintf(c.fs.Output(), "usage: laboro %s %s\n", name, synopsis)
+		c.fs.PrintDefaults()
+	}
+	c.fs.StringVar(&c.url, "nats", os.Getenv("LABORO_NATS"), "NATS server URLs, comma-separated ($LABORO_NATS)")
+	c.fs.StringVar(&c.stream, "stream", jetstream.DefaultStream, "name of the streams to use")
+	c.fs.Var(&c.level, "log", "log level: debug, info, warn, error")
+	return c
+}
+
+// deliveryFlags adds the flags that the service and the workers must agree on.
+func (c *common) deliveryFlags() {
+	c.fs.DurationVar(&c.ackWait, "ack-wait", jetstream.DefaultAckWait, "redeliver a job whose worker is silent this long")
+	c.fs.IntVar(&c.maxDeliver, "max-deliver", jetstream.DefaultMaxDeliver, "fail a job delivered this many times without a result")
+}
+
+// parse parses args; it returns false and the exit status when the command
+// should not go on.
+func (c *common) parse(args []string) (int, bool) {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return exitUsage, false
+	}
+	cfg := zap.NewDevelopmentConfig()
+	cfg.Level, cfg.DisableStacktrace, cfg.DisableCaller = zap.NewAtomicLevelAt(c.level), true, true
+	log, err := cfg.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro:", err)
+		return exitFailed, false
+	}
+	c.log = log.Named("laboro")
+	return 0, true
+}
+
+func (c *common) config() jetstream.Config {
+	return jetstream.Config{Stream: c.stream, AckWait: c.ackWait, MaxDeliver: c.maxDeliver, Logger: c.log}
+}
+
+// connect connects to url (or defaultURL). A worker waits for a server
+// that is not up yet; the other commands fail at once.
+func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
+	if url == "" {
+		url = defaultURL
+	}
+	opts := []nats.Option{
+		nats.Name("laboro"),
+		nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				c.log.Warn("disconnected from NATS", zap.Error(err))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			c.log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrl()))
+		}),
+	}
+	if waitForServer {
+		opts = append(opts, nats.RetryOnFailedConnect(true))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach NATS at %s (is `laboro serve` running?): %w", url, err)
+	}
+	return nc, nil
+}
+
+// interruptible returns a context that ends at SIGINT or SIGTERM.
+func interruptible() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func serve(args []string) int {
+	c := newCommon("serve", "[flags]")
+	c.deliveryFlags()
+	data := c.fs.String("data", defaultDataDir(), "data directory of the embedded NATS server")
+	listen := c.fs.String("listen", "127.0.0.1:4222", "address of the embedded NATS server")
+	workers := c.fs.Int("workers", runtime.NumCPU(), "jobs this process runs at once itself (0: none)")
+	concurrency := c.fs.Int("c", jetstream.DefaultServiceConcurrency, "jobs out at once (published, waiting for a result)")
+	dir := c.fs.String("dir", "", "directory for the <pid>.output files of the jobs run here")
+	replicas := c.fs.Int("replicas", 1, "stream replicas on a NATS cluster (3 for production)")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if c.fs.NArg() > 0 || *workers < 0 || *concurrency <= 0 || *replicas <= 0 {
+		c.fs.Usage()
+		return exitUsage
+	}
+	defer c.log.Sync()
+	ctx, stop := interruptible()
+	defer stop()
+
+	url := c.url
+	if url == "" {
+		host, port, err := splitHostPort(*listen)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "laboro serve: -listen:", err)
+			return exitUsage
+		}
+		if err := os.MkdirAll(*data, 0o700); err != nil {
+			c.log.Error("data directory", zap.Error(err))
+			return exitFailed
+		}
+		srv, err := jetstream.StartEmbedded(*data, host, port)
+		if err != nil {
+			c.log.Error("embedded NATS server", zap.Error(err))
+			return exitFailed
+		}
+		defer srv.Shutdown()
+		url = srv.URL()
+		c.log.Info("embedded NATS server", zap.String("url", url), zap.String("data", *data))
+	}
+	nc, err := c.connect(url, false)
+	if err != nil {
+		c.log.Error("connect", zap.Error(err))
+		return exitFailed
+	}
+	defer nc.Close()
+	cfg := c.config()
+	cfg.Replicas = *replicas
+	cfg.Dir = *dir
+
+	errs := make(chan error, 2)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		errs <- (&jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency}).Run(ctx)
+	}()
+	running := 1
+	if *workers > 0 {
+		running++
+		go func() {
+			errs <- (&jetstream.Worker{Conn: nc, Config: cfg, Concurrency: *workers, OutputDir: *dir}).Run(ctx)
+		}()
+	}
+	code := 0
+	for range running {
+		if err := <-errs; err != nil {
+			c.log.Error("stopped", zap.Error(err))
+			code = exitFailed
+			cancel()
+		}
+	}
+	if code == 0 {
+		c.log.Info("stopped; the jobs not finished stay in the streams")
+	}
+	return code
+}
+
+func worker(args []string) int {
+	c := newCommon("worker", "[flags]")
+	c.deliveryFlags()
+	n := c.fs.Int("c", runtime.NumCPU(), "jobs run at once")
+	dir := c.fs.String("dir", "", "directory for the jobs' <pid>.output files")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if c.fs.NArg() > 0 || *n <= 0 {
+		c.fs.Usage()
+		return exitUsage
+	}
+	defer c.log.Sync()
+	ctx, stop := interruptible()
+	defer stop()
+	nc, err := c.connect(c.url, true)
+	if err != nil {
+		c.log.Error("connect", zap.Error(err))
+		return exitFailed
+	}
+	defer nc.Close()
+	c.log.Info("worker", zap.String("nats", or(c.url, defaultURL)), zap.Int("concurrency", *n))
+	if err := (&jetstream.Worker{Conn: nc, Config: c.config(), Concurrency: *n, OutputDir: *dir}).Run(ctx); err != nil {
+		c.log.Error("worker stopped", zap.Error(err))
+		return exitFailed
+	}
+	c.log.Info("worker stopped; its unfinished jobs go to other workers")
+	return 0
+}
+
+func submit(args []string) int {
+	c := newCommon("submit", "[flags] (-f FILE | COMMAND…)")
+	file := c.fs.String("f", "", "file of jobs, one shell command line per line (- for standard input)")
+	batch := c.fs.String("batch", "", "batch name (default: a new one)")
+	id := c.fs.String("id", "", "id of the job (COMMAND only; default: BATCH-N)")
+	wait := c.fs.Bool("wait", false, "wait for the jobs; print a single job's output")
+	workDir := c.fs.String("C", "", "directory the jobs run in, on the workers")
+	timeout := c.fs.Duration("timeout", 0, "kill each job after this long (0: no limit)")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if (*file == "") == (c.fs.NArg() == 0) || (*id != "" && *file != "") || *timeout < 0 {
+		c.fs.Usage()
+		return exitUsage
+	}
+	defer c.log.Sync()
+	var lines []string
+	if *file != "" {
+		var err error
+		if lines, err = readJobs(*file); err != nil {
+			fmt.Fprintln(os.Stderr, "laboro submit:", err)
+			return exitFailed
+		}
+		if len(lines) == 0 {
+			fmt.Fprintln(os.Stderr, "laboro submit: no jobs in", *file)
+			return exitFailed
+		}
+	} else {
+		lines = []string{strings.Join(c.fs.Args(), " ")}
+	}
+	jobs := make([]laboro.Job, len(lines))
+	for i, l := range lines {
+		jobs[i] = laboro.Job{Script: l, Dir: *workDir, Timeout: *timeout}
+	}
+	jobs[0].ID = *id
+	if *batch == "" {
+		*batch = jetstream.NewBatch()
+	}
+
+	ctx, stop := interruptible()
+	defer stop()
+	nc, err := c.connect(c.url, false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro submit:", err)
+		return exitFailed
+	}
+	defer nc.Close()
+	dir, err := os.MkdirTemp("", "laboro-submit-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro submit:", err)
+		return exitFailed
+	}
+	defer os.RemoveAll(dir)
+	cfg := c.config()
+	cfg.Dir = dir
+	cl := &jetstream.Client{Conn: nc, Config: cfg}
+	ids, err := cl.Submit(ctx, *batch, jobs)
+	if err != nil {
+		return failed(ctx, "submit", err)
+	}
+	single := *file == ""
+	c.log.Debug("submitted", zap.String("batch", *batch), zap.Int("jobs", len(ids)))
+	if !*wait {
+		if single {
+			fmt.Println(ids[0])
+		} else {
+			fmt.Println(*batch)
+		}
+		return 0
+	}
+	if single {
+		res, err := cl.Result(ctx, ids[0])
+		if err != nil {
+			return failed(ctx, "submit", err)
+		}
+		return printResult(res, true)
+	}
+	return watch(ctx, cl, *batch, len(ids))
+}
+
+// readJobs reads job lines from name ("-": standard input).
+func readJobs(name string) ([]string, error) {
+	var r io.Reader = os.Stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	var lines []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	return lines, sc.Err()
+}
+
+// watch follows batch until n of its jobs (all, for n ≤ 0) ended, with a
+// progress bar on a terminal, then prints a summary and the jobs that did
+// not succeed.
+func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
+	var bar *progressbar.ProgressBar
+	progress := func(b jetstream.BatchStatus) {
+		if !term.IsTerminal(int(os.Stderr.Fd())) {
+			return
+		}
+		total := max(n, b.Jobs)
+		if bar == nil && total > 0 {
+			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
+				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth(),
+				progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
+		}
+		if bar != nil {
+			bar.ChangeMax(total)
+			bar.Describe(fmt.Sprintf("waiting %d, dispatched %d, failed %d", b.Waiting, b.Dispatched, b.Failed))
+			bar.Set(b.Done())
+		}
+	}
+	b, err := cl.Wait(ctx, batch, n, 200*time.Millisecond, progress)
+	if err != nil {
+		return failed(ctx, "wait", err)
+	}
+	fmt.Printf("batch %s: %d jobs, %d succeeded, %d failed\n", b.Batch, b.Jobs, b.Succeeded, b.Failed)
+	if b.Failed == 0 {
+		return 0
+	}
+	reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: []string{batch}, Unsuccessful: true})
+	if err != nil {
+		return failed(ctx, "status", err)
+	}
+	printJobs(os.Stdout, reply.Jobs, reply.Truncated)
+	return exitFailed
+}
+
+func status(args []string) int {
+	c := newCommon("status", "[flags] [BATCH|ID…]")
+	follow := c.fs.Bool("watch", false, "follow one batch until it is done, with progress on a terminal")
+	unsuccessful := c.fs.Bool("failed", false, "list the jobs that did not succeed")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if *follow && c.fs.NArg() != 1 {
+		c.fs.Usage() // -watch follows one batch
+		return exitUsage
+	}
+	defer c.log.Sync()
+	ctx, stop := interruptible()
+	defer stop()
+	nc, err := c.connect(c.url, false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro status:", err)
+		return exitFailed
+	}
+	defer nc.Close()
+	cl := &jetstream.Client{Conn: nc, Config: c.config()}
+	if *follow {
+		return watch(ctx, cl, c.fs.Arg(0), 0)
+	}
+	reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: c.fs.Args(), Unsuccessful: *unsuccessful})
+	if err != nil {
+		return failed(ctx, "status", err)
+	}
+	// The names that are no batch are job ids.
+	var ids []string
+	for _, a := range c.fs.Args() {
+		if !hasBatch(reply.Batches, a) {
+			ids = append(ids, a)
+		}
+	}
+	if len(ids) > 0 {
+		jobs, err := cl.Status(ctx, jetstream.StatusRequest{IDs: ids})
+		if err != nil {
+			return failed(ctx, "status", err)
+		}
+		reply.Jobs = append(jobs.Jobs, reply.Jobs...)
+	}
+	if len(reply.Batches) > 0 || c.fs.NArg() == 0 {
+		w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(w, "BATCH\tJOBS\tWAITING\tDISPATCHED\tSUCCEEDED\tFAILED\tSUBMITTED")
+		for _, b := range reply.Batches {
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", b.Batch, b.Jobs, b.Waiting, b.Dispatched,
+				b.Succeeded, b.Failed, b.Submitted.Local().Format(time.DateTime))
+		}
+		w.Flush()
+		if c.fs.NArg() == 0 {
+			fmt.Printf("in the stream: %d, on workers: %d\n", reply.InStream, reply.OnWorkers)
+		}
+	}
+	printJobs(os.Stdout, reply.Jobs, reply.Truncated)
+	for _, j := range reply.Jobs {
+		if j.State == jetstream.StateUnknown {
+			return exitFailed
+		}
+	}
+	return 0
+}
+
+func hasBatch(bs []jetstream.BatchStatus, name string) bool {
+	for _, b := range bs {
+		if b.Batch == name {
+			return true
+		}
+	}
+	return false
+}
+
+// printJobs prints one line per job: id, state, exit status, error.
+func printJobs(out io.Writer, jobs []jetstream.JobStatus, truncated bool) {
+	if len(jobs) == 0 {
+		return
+	}
+	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "JOB\tSTATE\tEXIT\tERROR")
+	for _, j := range jobs {
+		exit := "-"
+		if j.ExitCode >= 0 {
+			exit = fmt.Sprint(j.ExitCode)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", j.ID, j.State, exit, j.Error)
+	}
+	w.Flush()
+	if truncated {
+		fmt.Fprintln(out, "(more jobs not listed)")
+	}
+}
+
+func output(args []string) int {
+	c := newCommon("output", "[flags] ID…")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if c.fs.NArg() == 0 {
+		c.fs.Usage()
+		return exitUsage
+	}
+	defer c.log.Sync()
+	ctx, stop := interruptible()
+	defer stop()
+	nc, err := c.connect(c.url, false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro output:", err)
+		return exitFailed
+	}
+	defer nc.Close()
+	dir, err := os.MkdirTemp("", "laboro-output-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro output:", err)
+		return exitFailed
+	}
+	defer os.RemoveAll(dir)
+	cfg := c.config()
+	cfg.Dir = dir
+	cl := &jetstream.Client{Conn: nc, Config: cfg}
+	code := 0
+	for _, id := range c.fs.Args() {
+		res, err := cl.Result(ctx, id)
+		if err != nil {
+			return failed(ctx, "output", err)
+		}
+		if printResult(res, c.fs.NArg() == 1) != 0 {
+			code = exitFailed
+		}
+	}
+	return code
+}
+
+// printResult writes res's output to standard output and, when it did not
+// succeed, a line to standard error. It returns the exit status for it: the
+// job's own with exitCode, else 0 or 1.
+func printResult(res laboro.Result, exitCode bool) int {
+	if res.Output != nil {
+		_, err := res.Output.WriteTo(os.Stdout)
+		res.Output.Close()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "laboro:", err)
+			return exitFailed
+		}
+	}
+	if res.Status == laboro.StatusSucceeded {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "laboro: job %s %s: %v\n", res.ID, res.Status, res.Err)
+	if exitCode && res.ExitCode > 0 {
+		return res.ExitCode
+	}
+	return exitFailed
+}
+
+// failed reports err of the named step, and returns 130 when the user
+// interrupted it.
+func failed(ctx context.Context, step string, err error) int {
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "laboro: interrupted")
+		return exitInterrupted
+	}
+	fmt.Fprintf(os.Stderr, "laboro %s: %v\n", step, err)
+	return exitFailed
+}
+
+// defaultDataDir is $XDG_STATE_HOME/laboro, or ~/.local/state/laboro.
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "laboro")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "laboro")
+	}
+	return filepath.Join(os.TempDir(), "laboro")
+}
+
+// splitHostPort splits the -listen address; port 0 picks a free port.
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	if port == 0 {
+		port = -1 // the NATS server's "any free port"
+	}
+	return host, port, nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

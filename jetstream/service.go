@@ -1,0 +1,408 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// DefaultServiceConcurrency is how many jobs a Service has out at once
+// (published and waiting for a result) when its Concurrency is 0.
+const DefaultServiceConcurrency = 256
+
+// maxListed caps the jobs listed in one StatusReply, to stay below the
+// server's payload limit.
+const maxListed = 1000
+
+// ErrServiceRunning is returned by Service.Run when another Service already
+// serves the same streams.
+var ErrServiceRunning = errors.New("jetstream: another service already serves these streams")
+
+// Service is the manager side of the laboro command (`laboro serve`): it
+// reads the jobs that Clients submit to the <Stream>_SUBMITTED stream, runs
+// each through an Executor over a Manager (so that at most Concurrency jobs
+// are out at once), and answers Clients' status requests.
+//
+// Everything it needs is in the streams. A Service stopped, or killed, and
+// started again reads the submissions from the start: a job whose result is
+// stored is counted as done, one still in the JOBS stream is waited for
+// without being published again, and the others are published. No job is
+// lost and none is run again because the Service restarted.
+//
+// Only one Service may serve a set of streams; Run refuses to start when
+// another one answers.
+type Service struct {
+	// Conn is the connection to NATS; it stays the caller's.
+	Conn *nats.Conn
+	// Config must agree with the Workers' on Stream, AckWait and MaxDeliver.
+	Config Config
+	// Concurrency is how many jobs are out at once; 0 means
+	// DefaultServiceConcurrency.
+	Concurrency int
+}
+
+// Run serves until ctx ends, then stops at once: jobs out stay in the
+// streams, their results are stored, and the next Run picks them up. It
+// returns nil after ctx ends, or an error if it could not start.
+func (s *Service) Run(ctx context.Context) error {
+	cfg := s.Config.withDefaults()
+	log := cfg.Logger
+	n := s.Concurrency
+	if n <= 0 {
+		n = DefaultServiceConcurrency
+	}
+	if err := ensureSubmitted(ctx, s.Conn, cfg); err != nil {
+		return err
+	}
+	if _, err := s.Conn.Request(cfg.statusSubject(), []byte("{}"), time.Second); err == nil {
+		return fmt.Errorf("%w (stream %s)", ErrServiceRunning, cfg.Stream)
+	}
+	m, err := NewManager(ctx, s.Conn, cfg)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+
+	t := newTracker()
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
+		laboro.WithBufferSize(n), laboro.WithLogger(log),
+		laboro.WithObserver(func(ev laboro.Event) {
+			if ev.Kind == laboro.EventStarted {
+				t.dispatched(ev.Job.ID)
+			}
+		}))
+	if err != nil {
+		return err
+	}
+	defer ex.Close()
+
+	workers, err := m.jobs.Consumer(ctx, consumerName)
+	if err != nil {
+		return fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
+	}
+	sub, err := s.Conn.Subscribe(cfg.statusSubject(), func(msg *nats.Msg) {
+		s.answer(ctx, t, workers, msg)
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: status requests: %w", err)
+	}
+	defer sub.Unsubscribe()
+
+	js, err := natsjs.New(s.Conn)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	cons, err := js.OrderedConsumer(ctx, cfg.submitStream(), natsjs.OrderedConsumerConfig{
+		DeliverPolicy: natsjs.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: submissions: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("jetstream: submissions: %w", err)
+	}
+	stopReading := context.AfterFunc(ctx, it.Stop)
+	defer stopReading()
+	log.Info("serving", zap.String("stream", cfg.Stream), zap.Int("concurrency", n))
+
+	var waits sync.WaitGroup
+	defer waits.Wait() // after ex.Close (deferred later, run first) ended every job
+	defer ex.Close()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) || s.Conn.IsClosed() {
+				return nil
+			}
+			log.Warn("reading submissions", zap.Error(err))
+			select { // do not spin on a lasting error
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		var wj wireJob
+		batch := strings.TrimPrefix(msg.Subject(), cfg.submitSubject(""))
+		if err := json.Unmarshal(msg.Data(), &wj); err != nil || validID(wj.ID) != nil || validID(batch) != nil {
+			log.Warn("undecodable submission dropped", zap.String("subject", msg.Subject()), zap.Error(err))
+			continue
+		}
+		var when time.Time
+		if md, err := msg.Metadata(); err == nil {
+			when = md.Timestamp
+		}
+		if !t.add(wj.ID, batch, when) {
+			log.Debug("job submitted again; the first submission stands", zap.String("job", wj.ID))
+			continue
+		}
+		// A job that ended before a restart is only counted.
+		raw, err := m.results.GetLastMsgForSubject(ctx, cfg.resultsSubject(wj.ID))
+		if err == nil {
+			t.finish(wj.ID, decodeResult(raw.Header, nil))
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		h, err := ex.Submit(ctx, wj.job()) // waits while n jobs are queued
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			t.finish(wj.ID, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
+			continue
+		}
+		waits.Go(func() {
+			<-h.Done()
+			res, _ := h.Result()
+			res.Output.Close() // Clients read outputs from the stream
+			if ctx.Err() != nil {
+				return // stopped by Run's end, not finished
+			}
+			if b, last := t.finish(wj.ID, res); last {
+				log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
+					zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
+			}
+		})
+	}
+}
+
+// ensureSubmitted creates or updates the stream of submitted jobs.
+func ensureSubmitted(ctx context.Context, nc *nats.Conn, cfg Config) error {
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	_, err = js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+		Name:        cfg.submitStream(),
+		Description: "laboro jobs submitted to the service",
+		Subjects:    []string{cfg.submitSubject(">")},
+		Retention:   natsjs.LimitsPolicy,
+		Storage:     natsjs.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  DuplicateWindow,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
+	}
+	return nil
+}
+
+// answer replies to one status request.
+func (s *Service) answer(ctx context.Context, t *tracker, workers natsjs.Consumer, msg *nats.Msg) {
+	var req StatusRequest
+	reply := StatusReply{}
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		reply.Error = "bad status request: " + err.Error()
+	} else {
+		reply = t.status(req)
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if info, err := workers.Info(ictx); err == nil {
+			reply.InStream = info.NumPending
+			reply.OnWorkers = info.NumAckPending
+		}
+		cancel()
+	}
+	data, err := json.Marshal(reply)
+	if err == nil {
+		err = msg.Respond(data)
+	}
+	if err != nil {
+		s.Config.withDefaults().Logger.Warn("answering a status request", zap.Error(err))
+	}
+}
+
+// StatusRequest asks a Service about batches and jobs.
+type StatusRequest struct {
+	// Batches names the batches to report; none means all.
+	Batches []string `json:"batches,omitempty"`
+	// IDs names jobs to report one by one, in Jobs.
+	IDs []string `json:"ids,omitempty"`
+	// Unsuccessful adds to Jobs the jobs of the reported batches that ended
+	// otherwise than StatusSucceeded (at most 1,000).
+	Unsuccessful bool `json:"unsuccessful,omitempty"`
+}
+
+// StatusReply is a Service's answer to a StatusRequest.
+type StatusReply struct {
+	// Batches are the batches asked about (those that exist), in order of
+	// submission.
+	Batches []BatchStatus `json:"batches"`
+	// Jobs are the jobs asked about by id, then the unsuccessful ones.
+	Jobs []JobStatus `json:"jobs,omitempty"`
+	// Truncated says that more jobs matched than Jobs lists.
+	Truncated bool `json:"truncated,omitempty"`
+	// InStream is how many jobs wait in the JOBS stream for a worker.
+	InStream uint64 `json:"in_stream"`
+	// OnWorkers is how many jobs workers have taken and not yet finished.
+	OnWorkers int `json:"on_workers"`
+	// Error is set when the request could not be answered.
+	Error string `json:"error,omitempty"`
+}
+
+// BatchStatus counts the jobs of one batch by state.
+type BatchStatus struct {
+	Batch string `json:"batch"`
+	// Submitted is when its first job was submitted.
+	Submitted time.Time `json:"submitted"`
+	// Jobs is how many jobs the Service has read.
+	Jobs int `json:"jobs"`
+	// Waiting jobs are queued in the Service; Dispatched ones are published
+	// (waiting in the stream or running on a worker).
+	Waiting    int `json:"waiting"`
+	Dispatched int `json:"dispatched"`
+	// Succeeded and Failed jobs ended; Failed counts every status but
+	// StatusSucceeded.
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+}
+
+// Done is how many of the batch's jobs ended.
+func (b BatchStatus) Done() int { return b.Succeeded + b.Failed }
+
+// JobStatus is the state of one job.
+type JobStatus struct {
+	ID    string `json:"id"`
+	Batch string `json:"batch,omitempty"`
+	// State is "waiting", "dispatched", a laboro.Status in words once the
+	// job ended ("succeeded", "failed", "timed out", …), or "unknown".
+	State string `json:"state"`
+	// ExitCode is the process's exit status once it ended, -1 when it did
+	// not exit normally.
+	ExitCode int `json:"exit_code"`
+	// Error explains every ending but success.
+	Error string `json:"error,omitempty"`
+}
+
+// Job states before a result.
+const (
+	StateWaiting    = "waiting"
+	StateDispatched = "dispatched"
+	StateUnknown    = "unknown"
+)
+
+// tracker is what a Service knows of its batches and jobs.
+type tracker struct {
+	mu      sync.Mutex
+	jobs    map[string]*JobStatus
+	batches map[string]*batchEntry
+	order   []string // batch names, in order of first submission
+}
+
+type batchEntry struct {
+	BatchStatus
+	ids []string
+}
+
+func newTracker() *tracker {
+	return &tracker{jobs: map[string]*JobStatus{}, batches: map[string]*batchEntry{}}
+}
+
+// add records a submitted job, unless its id is known already.
+func (t *tracker) add(id, batch string, when time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.jobs[id] != nil {
+		return false
+	}
+	t.jobs[id] = &JobStatus{ID: id, Batch: batch, State: StateWaiting, ExitCode: -1}
+	b := t.batches[batch]
+	if b == nil {
+		b = &batchEntry{BatchStatus: BatchStatus{Batch: batch, Submitted: when}}
+		t.batches[batch] = b
+		t.order = append(t.order, batch)
+	}
+	b.ids = append(b.ids, id)
+	b.Jobs++
+	b.Waiting++
+	return true
+}
+
+func (t *tracker) dispatched(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j := t.jobs[id]; j != nil && j.State == StateWaiting {
+		j.State = StateDispatched
+		b := t.batches[j.Batch]
+		b.Waiting--
+		b.Dispatched++
+	}
+}
+
+// finish records a job's result. It returns the batch's counts when this
+// was its last job.
+func (t *tracker) finish(id string, res laboro.Result) (BatchStatus, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jobs[id]
+	if j == nil || (j.State != StateWaiting && j.State != StateDispatched) {
+		return BatchStatus{}, false
+	}
+	b := t.batches[j.Batch]
+	if j.State == StateWaiting {
+		b.Waiting--
+	} else {
+		b.Dispatched--
+	}
+	j.State, j.ExitCode = res.Status.String(), res.ExitCode
+	if res.Status == laboro.StatusSucceeded {
+		b.Succeeded++
+	} else {
+		b.Failed++
+		if res.Err != nil {
+			j.Error = res.Err.Error()
+		}
+	}
+	return b.BatchStatus, b.Done() == b.Jobs
+}
+
+func (t *tracker) status(req StatusRequest) StatusReply {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var reply StatusReply
+	names := req.Batches
+	if len(names) == 0 {
+		names = t.order
+	}
+	for _, id := range req.IDs {
+		if j := t.jobs[id]; j != nil {
+			reply.Jobs = append(reply.Jobs, *j)
+		} else {
+			reply.Jobs = append(reply.Jobs, JobStatus{ID: id, State: StateUnknown, ExitCode: -1})
+		}
+	}
+	for _, name := range names {
+		b := t.batches[name]
+		if b == nil {
+			continue
+		}
+		reply.Batches = append(reply.Batches, b.BatchStatus)
+		if !req.Unsuccessful || b.Failed == 0 {
+			continue
+		}
+		for _, id := range b.ids {
+			j := t.jobs[id]
+			if j.State == StateWaiting || j.State == StateDispatched || j.State == laboro.StatusSucceeded.String() {
+				continue
+			}
+			if len(reply.Jobs) >= maxListed {
+				reply.Truncated = true
+				break
+			}
+			reply.Jobs = append(reply.Jobs, *j)
+		}
+	}
+	reply.Jobs = slices.Clip(reply.Jobs)
+	return reply
+}
