@@ -48,8 +48,9 @@ func NewBatch() string {
 
 // Submit stores jobs in the SUBMITTED stream as part of batch (which must be
 // usable as a subject token; see NewBatch) and returns their ids once the
-// server has them on disk. A job without an ID gets "<batch>-<n>", n
-// counting the batch's jobs from 1; a job whose ID was submitted before is
+// server has them on disk. A job without an ID gets "<batch>-<n>", n its
+// place in the batch counting from 1 (after the jobs submitted to it
+// before); a job whose ID was submitted before is
 // not run again (the first submission stands). Jobs need a Command, Args or
 // Script.
 func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([]string, error) {
@@ -78,25 +79,12 @@ func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([
 		}
 		offset = int(info.State.Subjects[subject])
 	}
+	// Every job is checked before any is stored.
 	ids := make([]string, len(jobs))
-	pending := make([]natsjs.PubAckFuture, 0, publishWindow)
-	flush := func() error {
-		for _, f := range pending {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return fmt.Errorf("jetstream: submit %s: %w", f.Msg().Header.Get(hdrJob), err)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		pending = pending[:0]
-		return nil
-	}
+	msgs := make([]*nats.Msg, len(jobs))
 	for i, job := range jobs {
 		if job.ID == "" {
-			offset++
-			job.ID = batch + "-" + strconv.Itoa(offset)
+			job.ID = batch + "-" + strconv.Itoa(offset+i+1)
 		}
 		if err := validID(job.ID); err != nil {
 			return nil, err
@@ -111,14 +99,33 @@ func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([
 		if err != nil {
 			return nil, fmt.Errorf("jetstream: encode job %s: %w", job.ID, err)
 		}
-		msg := nats.NewMsg(subject)
-		msg.Header.Set(hdrJob, job.ID)
-		msg.Data = data
-		f, err := js.PublishMsgAsync(msg, natsjs.WithMsgID(job.ID))
-		if err != nil {
-			return nil, fmt.Errorf("jetstream: submit %s: %w", job.ID, err)
+		if max := c.Conn.MaxPayload() - 1024; int64(len(data)) > max {
+			return nil, fmt.Errorf("jetstream: job %s takes %d bytes, more than the server's limit of %d", job.ID, len(data), max)
 		}
+		msgs[i] = nats.NewMsg(subject)
+		msgs[i].Header.Set(hdrJob, job.ID)
+		msgs[i].Data = data
 		ids[i] = job.ID
+	}
+	pending := make([]natsjs.PubAckFuture, 0, publishWindow)
+	flush := func() error {
+		for _, f := range pending {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("jetstream: submit %s: %w", f.Msg().Header.Get(hdrJob), err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		pending = pending[:0]
+		return nil
+	}
+	for i, msg := range msgs {
+		f, err := js.PublishMsgAsync(msg, natsjs.WithMsgID(ids[i]))
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: submit %s: %w", ids[i], err)
+		}
 		if pending = append(pending, f); len(pending) == publishWindow {
 			if err := flush(); err != nil {
 				return nil, err
@@ -163,27 +170,31 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (StatusReply, er
 
 // Wait asks the Service about batch every interval until n of its jobs (or,
 // with n ≤ 0, all the jobs it has read) have ended, calling progress (if
-// not nil) with each answer. It returns the last answer.
+// not nil) with each answer. It returns the last answer. While no Service
+// answers, it waits for one to start.
 func (c *Client) Wait(ctx context.Context, batch string, n int, interval time.Duration, progress func(BatchStatus)) (BatchStatus, error) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		reply, err := c.Status(ctx, StatusRequest{Batches: []string{batch}})
-		if err != nil && ctx.Err() != nil {
-			return BatchStatus{}, ctx.Err()
-		}
-		if err != nil {
-			return BatchStatus{}, err
-		}
 		b := BatchStatus{Batch: batch}
-		if len(reply.Batches) == 1 {
-			b = reply.Batches[0]
-		}
-		if progress != nil {
-			progress(b)
-		}
-		if want := max(n, b.Jobs); b.Jobs > 0 && b.Done() >= want {
-			return b, nil
+		switch {
+		case ctx.Err() != nil:
+			return b, ctx.Err()
+		case errors.Is(err, ErrNoService):
+			// The jobs wait for a Service to start.
+		case err != nil:
+			return b, err
+		default:
+			if len(reply.Batches) == 1 {
+				b = reply.Batches[0]
+			}
+			if progress != nil {
+				progress(b)
+			}
+			if want := max(n, b.Jobs); b.Jobs > 0 && b.Done() >= want {
+				return b, nil
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -76,3 +76,66 @@ func ExampleStartEmbedded() {
 	// job_1 succeeded
 	// hello from a worker
 }
+
+// A Client submits a batch to a Service (what `laboro serve` runs), waits
+// for it, and reads a job's output from the stream. The Client needs only a
+// connection to NATS: the Service and the Workers may run anywhere.
+func ExampleClient() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "laboro-nats-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	srv, err := jetstream.StartEmbedded(dir, "127.0.0.1", -1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+
+	// The service and a worker, until the example ends.
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	go func() { done <- (&jetstream.Service{Conn: nc}).Run(runCtx) }()
+	go func() { done <- (&jetstream.Worker{Conn: nc, Concurrency: 2}).Run(runCtx) }()
+	defer func() { stop(); <-done; <-done }()
+
+	cl := &jetstream.Client{Conn: nc, Config: jetstream.Config{Dir: dir}}
+	ids, err := cl.Submit(ctx, "example", []laboro.Job{
+		{Script: "echo one"},
+		{Script: "echo two"},
+		{Script: "exit 3"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(ids)
+	b, err := cl.Wait(ctx, "example", len(ids), 50*time.Millisecond, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d jobs, %d succeeded, %d failed\n", b.Jobs, b.Succeeded, b.Failed)
+
+	res, err := cl.Result(ctx, ids[1])
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer res.Output.Close()
+	res.Output.WriteTo(os.Stdout)
+	// Output:
+	// [example-1 example-2 example-3]
+	// 3 jobs, 2 succeeded, 1 failed
+	// two
+}

@@ -142,8 +142,8 @@ func (m *Manager) Validate(job laboro.Job) error {
 	return nil
 }
 
-// Run publishes job, unless a result for it is already stored, and waits
-// for its first complete result. The job's Timeout is enforced by the
+// Run publishes job, unless a result for it is already stored or it is
+// still in the JOBS stream, and waits for its first complete result. The job's Timeout is enforced by the
 // worker that runs it. When ctx ends first, Run returns StatusKilled (or
 // StatusTimedOut for a laboro.ErrTimeout cause); the job stays in the
 // stream and its result, when it comes, is stored.
@@ -173,27 +173,30 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	m.mu.Unlock()
 	defer m.forget(job.ID, w)
 
-	// From here on dispatch hands over any new result. One stored before
-	// is read from the stream instead, and the job is not published again.
+	// From here on dispatch hands over any new result. A result stored
+	// before is read from the stream instead, and a job published before
+	// (by a Manager that was stopped) and still waiting for, or running on,
+	// a worker is waited for: neither is published again. The JOBS stream
+	// is looked at first: a worker stores a result before it acknowledges
+	// the job, so a job missing there has its result stored by then, or
+	// was never published.
+	_, err := m.jobs.GetLastMsgForSubject(ctx, m.cfg.jobsSubject(job.ID))
+	queued := err == nil
+	if err != nil && !errors.Is(err, natsjs.ErrMsgNotFound) {
+		return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err))
+	}
 	switch _, err := m.results.GetLastMsgForSubject(ctx, subject); {
-	case errors.Is(err, natsjs.ErrMsgNotFound):
-		// A job published before (by a Manager that was stopped) and still
-		// waiting for, or running on, a worker is not published again.
-		switch _, err := m.jobs.GetLastMsgForSubject(ctx, m.cfg.jobsSubject(job.ID)); {
-		case errors.Is(err, natsjs.ErrMsgNotFound):
-			if err := m.publish(ctx, job); err != nil {
-				return m.interrupted(ctx, job, err)
-			}
-		case err != nil:
-			return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err))
-		default:
-			m.log.Debug("job already in the stream", zap.String("job", job.ID))
-		}
-	case err != nil:
-		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
-	default:
+	case err == nil:
 		m.forget(job.ID, w)
 		return m.stored(ctx, job)
+	case !errors.Is(err, natsjs.ErrMsgNotFound):
+		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
+	case queued:
+		m.log.Debug("job already in the stream", zap.String("job", job.ID))
+	default:
+		if err := m.publish(ctx, job); err != nil {
+			return m.interrupted(ctx, job, err)
+		}
 	}
 	select {
 	case res := <-w.result:

@@ -228,6 +228,10 @@ func serve(args []string) int {
 			c.log.Error("data directory", zap.Error(err))
 			return exitFailed
 		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			c.log.Warn("the embedded NATS server listens beyond this machine, without authentication: " +
+				"anyone who reaches it can run commands here")
+		}
 		srv, err := jetstream.StartEmbedded(*data, host, port)
 		if err != nil {
 			c.log.Error("embedded NATS server", zap.Error(err))
@@ -426,6 +430,9 @@ func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 			bar.Describe(fmt.Sprintf("waiting %d, dispatched %d, failed %d", b.Waiting, b.Dispatched, b.Failed))
 			bar.Set(b.Done())
 		}
+	}
+	if _, err := cl.Status(ctx, jetstream.StatusRequest{Batches: []string{batch}}); errors.Is(err, jetstream.ErrNoService) {
+		fmt.Fprintln(os.Stderr, "laboro: no service is running; the jobs wait for `laboro serve`")
 	}
 	b, err := cl.Wait(ctx, batch, n, 200*time.Millisecond, progress)
 	if err != nil {

@@ -1,0 +1,183 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// startService runs a Service until the returned stop is called (or the
+// test ends); stop waits for it and returns its error.
+func startService(t *testing.T, nc *nats.Conn, cfg Config, concurrency int) (stop func() error) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = zaptest.NewLogger(t)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- (&Service{Conn: nc, Config: cfg, Concurrency: concurrency}).Run(ctx) }()
+	var err error
+	stopped := false
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			err = <-done
+		}
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	// Serving once it answers.
+	cl := &Client{Conn: nc, Config: cfg}
+	require.Eventually(t, func() bool {
+		_, err := cl.Status(testCtx(t, time.Second), StatusRequest{})
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	return stop
+}
+
+func TestServiceBatch(t *testing.T) {
+	nc := setup(t)
+	startService(t, nc, Config{}, 8)
+	startWorker(t, nc, Config{}, 2)
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	ctx := testCtx(t, time.Minute)
+
+	jobs := make([]laboro.Job, 20)
+	for i := range jobs {
+		jobs[i] = laboro.Job{Script: fmt.Sprintf("echo job %d", i)}
+	}
+	jobs[13] = laboro.Job{Script: "echo no >&2; exit 5"}
+	jobs[17] = laboro.Job{ID: "mine", Args: []string{"echo", "a   b"}}
+	ids, err := cl.Submit(ctx, "b1", jobs)
+	require.NoError(t, err)
+	require.Len(t, ids, 20)
+	assert.Equal(t, "b1-1", ids[0])
+	assert.Equal(t, "mine", ids[17])
+	assert.Equal(t, "b1-19", ids[18], "numbers skip the jobs with ids of their own")
+
+	b, err := cl.Wait(ctx, "b1", len(ids), 20*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, BatchStatus{Batch: "b1", Submitted: b.Submitted, Jobs: 20, Succeeded: 19, Failed: 1}, b)
+	assert.WithinDuration(t, time.Now(), b.Submitted, time.Minute)
+
+	reply, err := cl.Status(ctx, StatusRequest{Batches: []string{"b1"}, IDs: []string{"mine", "nosuch"}, Unsuccessful: true})
+	require.NoError(t, err)
+	require.Len(t, reply.Jobs, 3)
+	assert.Equal(t, JobStatus{ID: "mine", Batch: "b1", State: "succeeded", ExitCode: 0}, reply.Jobs[0])
+	assert.Equal(t, JobStatus{ID: "nosuch", State: StateUnknown, ExitCode: -1}, reply.Jobs[1])
+	assert.Equal(t, "b1-14", reply.Jobs[2].ID)
+	assert.Equal(t, "failed", reply.Jobs[2].State)
+	assert.Equal(t, 5, reply.Jobs[2].ExitCode)
+	assert.Contains(t, reply.Jobs[2].Error, "exit status 5")
+	assert.Equal(t, uint64(0), reply.InStream)
+	assert.Equal(t, 0, reply.OnWorkers)
+
+	res, err := cl.Result(ctx, "mine")
+	require.NoError(t, err)
+	assert.Equal(t, "a   b\n", string(output(t, res)))
+	res, err = cl.Result(ctx, "b1-14")
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.Equal(t, "no\n", string(res.Stderr))
+	var remote *RemoteError
+	assert.ErrorAs(t, res.Err, &remote)
+	res.Output.Close()
+
+	// More jobs in the same batch are numbered after the first ones; a job
+	// submitted again with a known id keeps its first result.
+	ids, err = cl.Submit(ctx, "b1", []laboro.Job{{Script: "echo more"}, {ID: "mine", Script: "echo other"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b1-21", "mine"}, ids)
+	b, err = cl.Wait(ctx, "b1", 21, 20*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 21, b.Jobs)
+	res, err = cl.Result(ctx, "mine")
+	require.NoError(t, err)
+	assert.Equal(t, "a   b\n", string(output(t, res)))
+
+	// Jobs that cannot travel are refused before anything is stored.
+	_, err = cl.Submit(ctx, "b.2", []laboro.Job{{Script: "true"}})
+	assert.Error(t, err)
+	_, err = cl.Submit(ctx, "b2", []laboro.Job{{Script: "true"}, {ID: "a b", Script: "true"}})
+	assert.Error(t, err)
+	_, err = cl.Submit(ctx, "b2", []laboro.Job{{}})
+	assert.Error(t, err)
+	_, err = cl.Submit(ctx, "b2", []laboro.Job{{Script: strings.Repeat("x", 2<<20)}})
+	assert.ErrorContains(t, err, "more than the server's limit")
+	reply, err = cl.Status(ctx, StatusRequest{Batches: []string{"b2"}})
+	require.NoError(t, err)
+	assert.Empty(t, reply.Batches)
+}
+
+// A Service stopped mid-batch and started again, the server and the workers
+// staying up: every job runs exactly once.
+func TestServiceRestart(t *testing.T) {
+	nc := setup(t)
+	stop := startService(t, nc, Config{}, 4)
+	startWorker(t, nc, Config{}, 4)
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	ctx := testCtx(t, 2*time.Minute)
+
+	marks := filepath.Join(t.TempDir(), "marks")
+	const n = 100
+	jobs := make([]laboro.Job, n)
+	for i := range jobs {
+		jobs[i] = laboro.Job{Script: fmt.Sprintf("echo %d >> %s; sleep 0.02", i, marks)}
+	}
+	_, err := cl.Submit(ctx, "r", jobs)
+	require.NoError(t, err)
+	_, err = cl.Wait(ctx, "r", n/5, 5*time.Millisecond, nil)
+	require.NoError(t, err)
+	require.NoError(t, stop())
+	_, err = cl.Status(ctx, StatusRequest{})
+	require.ErrorIs(t, err, ErrNoService)
+
+	startService(t, nc, Config{}, 4)
+	b, err := cl.Wait(ctx, "r", n, 20*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, n, b.Succeeded)
+	data, err := os.ReadFile(marks)
+	require.NoError(t, err)
+	assert.Equal(t, n, strings.Count(string(data), "\n"), "every job ran once")
+}
+
+func TestServiceBadInput(t *testing.T) {
+	nc := setup(t)
+	startService(t, nc, Config{}, 2)
+	startWorker(t, nc, Config{}, 1)
+	ctx := testCtx(t, time.Minute)
+
+	// Submissions that are no job are dropped; the next one runs.
+	for _, data := range []string{"not json", `{"id":"a.b","script":"true"}`, `{"id":"","script":"true"}`, `{"id":"x"`} {
+		require.NoError(t, nc.Publish("LABORO.submit.bad", []byte(data)))
+	}
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	_, err := cl.Submit(ctx, "good", []laboro.Job{{Script: "echo fine"}})
+	require.NoError(t, err)
+	b, err := cl.Wait(ctx, "good", 1, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, b.Succeeded)
+	reply, err := cl.Status(ctx, StatusRequest{Batches: []string{"bad"}})
+	require.NoError(t, err)
+	assert.Empty(t, reply.Batches)
+
+	// A status request that is not JSON gets an error reply.
+	msg, err := nc.Request("LABORO.api.status", []byte("{"), 5*time.Second)
+	require.NoError(t, err)
+	assert.Contains(t, string(msg.Data), `"error":"bad status request`)
+
+	// A second Service on the same streams is refused.
+	err = (&Service{Conn: nc}).Run(ctx)
+	assert.ErrorIs(t, err, ErrServiceRunning)
+}
