@@ -55,6 +55,14 @@ type Service struct {
 // streams, their results are stored, and the next Run picks them up. It
 // returns nil after ctx ends, or an error if it could not start.
 func (s *Service) Run(ctx context.Context) error {
+	err := s.run(ctx)
+	if ctx.Err() != nil {
+		return nil // stopped while it started
+	}
+	return err
+}
+
+func (s *Service) run(ctx context.Context) error {
 	cfg := s.Config.withDefaults()
 	log := cfg.Logger
 	n := s.Concurrency

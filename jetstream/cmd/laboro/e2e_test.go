@@ -222,6 +222,30 @@ func TestJobKillsItsWorker(t *testing.T) {
 	assert.Regexp(t, `(?m)^deadly\s+failed\s+-\s+.*delivered the maximum number of times`, out)
 }
 
+// run needs nothing else: its own server, service and workers.
+func TestRun(t *testing.T) {
+	bin := build(t)
+	p := e2e.Start(t, []string{"LABORO_NATS=nats://127.0.0.1:1"}, bin, "run", "printf '%s\\n' one two; exit 6")
+	assert.Equal(t, 6, p.Wait(t, time.Minute))
+	assert.Equal(t, "one\ntwo\n", p.Stdout.String())
+
+	jobs := filepath.Join(t.TempDir(), "jobs.txt")
+	var text strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&text, "echo %d > %s/%d\n", i, filepath.Dir(jobs), i)
+	}
+	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
+	p = e2e.Start(t, nil, bin, "run", "-workers", "3", "-f", jobs)
+	require.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
+	assert.Regexp(t, `^batch \S+: 30 jobs, 30 succeeded, 0 failed\n$`, p.Stdout.String())
+	for i := range 30 {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(jobs), strconv.Itoa(i)))
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprintf("%d\n", i), string(b))
+	}
+	assert.Empty(t, p.Log(), "nothing logged below warnings")
+}
+
 func TestUsage(t *testing.T) {
 	bin := build(t)
 	for _, args := range [][]string{
@@ -235,6 +259,8 @@ func TestUsage(t *testing.T) {
 		{"serve", "extra"},
 		{"worker", "-c", "0"},
 		{"output"},
+		{"run"},
+		{"run", "-workers", "0", "true"},
 	} {
 		p := e2e.Start(t, nil, bin, args...)
 		assert.Equal(t, 2, p.Wait(t, 10*time.Second), "laboro %q", args)

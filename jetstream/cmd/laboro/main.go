@@ -1,37 +1,46 @@
 // Command laboro runs shell jobs on NATS JetStream, on one machine or many.
 //
+//	laboro run    [-workers N] (-f FILE | COMMAND…)
 //	laboro serve  [-nats URL,…] [-data DIR] [-listen HOST:PORT] [-workers N] [-c N]
 //	laboro worker [-nats URL,…] [-c N] [-dir DIR]
 //	laboro submit [-nats URL,…] [-batch NAME] [-wait] (-f FILE | COMMAND…)
 //	laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
 //	laboro output [-nats URL,…] ID…
 //
+// Jobs are shell command lines: the COMMAND words joined by spaces, or,
+// with -f, each non-empty line of FILE ("-" is standard input) that does
+// not start with '#'.
+//
+// run runs jobs on this machine and waits for them, with a NATS server of
+// its own that lives as long as the command: nothing to set up.
+//
 // serve runs the service that dispatches submitted jobs. With no -nats it
 // starts a NATS server with JetStream inside the process, storing its data
 // under -data and listening on -listen (127.0.0.1:4222), and runs -workers
 // jobs at a time itself (the number of CPUs): one command runs everything
-// on one machine. With -nats it connects to an existing NATS cluster
-// instead, and workers run wherever `laboro worker` runs.
+// on one machine, and its jobs survive its restart. With -nats it connects
+// to an existing NATS cluster instead, and workers run wherever `laboro
+// worker` runs.
 //
 // worker runs jobs on this machine, -c at a time, until interrupted. It
 // waits for the server when it is not up yet, and reconnects when it goes
 // away.
 //
-// submit stores jobs: the COMMAND words, joined by spaces, as one shell
-// command line; or, with -f, each non-empty line of FILE ("-" is standard
-// input) that does not start with '#'. It prints the job's id, or the
-// batch's name, on standard output. With -wait it waits for the jobs,
-// showing progress on a terminal: a single job's output is printed and its
-// exit status returned; for a batch, a summary line and the jobs that did
-// not succeed are printed, and the exit status is 1 if any did not.
+// submit stores jobs and prints the job's id, or the batch's name, on
+// standard output. With -wait it waits for the jobs, as run does.
+//
+// run and submit -wait print a single job's output and return its exit
+// status; for a batch they show progress on a terminal, then print a
+// summary line and the jobs that did not succeed, and return 1 if any did
+// not.
 //
 // status prints every batch, or the batches and jobs named; -watch follows
 // one batch until it is done, -failed lists the jobs that did not succeed.
 // output prints the output of finished jobs, waiting for those still
 // running.
 //
-// The other commands reach NATS at -nats, $LABORO_NATS, or
-// nats://127.0.0.1:4222. Logs go to standard error. Exit status: 0 on
+// The commands other than run and serve reach NATS at -nats, $LABORO_NATS,
+// or nats://127.0.0.1:4222. Logs go to standard error. Exit status: 0 on
 // success, 1 when a job failed or NATS or the service cannot be reached, 2
 // for a usage error, 130 when interrupted.
 package main
@@ -83,6 +92,7 @@ var commands = map[string]func(args []string) int{
 	"worker": worker,
 	"submit": submit,
 	"status": status,
+	"run":    runJobs,
 	"output": output,
 }
 
@@ -92,6 +102,7 @@ const usage = `usage:
   laboro submit [-nats URL,…] [-batch NAME] [-wait] (-f FILE | COMMAND…)
   laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
   laboro output [-nats URL,…] ID…
+  laboro run    [-workers N] (-f FILE | COMMAND…)
 Run 'laboro COMMAND -h' for a command's flags.`
 
 func run(args []string) int {
@@ -128,7 +139,9 @@ func newCommon(name, synopsis string) *common {
 		fmt.Fprintf(c.fs.Output(), "usage: laboro %s %s\n", name, synopsis)
 		c.fs.PrintDefaults()
 	}
-	c.fs.StringVar(&c.url, "nats", os.Getenv("LABORO_NATS"), "NATS server URLs, comma-separated ($LABORO_NATS)")
+	if name != "run" { // run has a server of its own
+		c.fs.StringVar(&c.url, "nats", os.Getenv("LABORO_NATS"), "NATS server URLs, comma-separated ($LABORO_NATS)")
+	}
 	c.fs.StringVar(&c.stream, "stream", jetstream.DefaultStream, "name of the streams to use")
 	c.fs.Var(&c.level, "log", "log level: debug, info, warn, error")
 	return c
@@ -308,44 +321,70 @@ func worker(args []string) int {
 	return 0
 }
 
-func submit(args []string) int {
-	c := newCommon("submit", "[flags] (-f FILE | COMMAND…)")
-	file := c.fs.String("f", "", "file of jobs, one shell command line per line (- for standard input)")
-	batch := c.fs.String("batch", "", "batch name (default: a new one)")
-	id := c.fs.String("id", "", "id of the job (COMMAND only; default: BATCH-N)")
-	wait := c.fs.Bool("wait", false, "wait for the jobs; print a single job's output")
-	workDir := c.fs.String("C", "", "directory the jobs run in, on the workers")
-	timeout := c.fs.Duration("timeout", 0, "kill each job after this long (0: no limit)")
-	if code, ok := c.parse(args); !ok {
-		return code
+// jobFlags are the flags that say which jobs to run.
+type jobFlags struct {
+	file    *string
+	workDir *string
+	timeout *time.Duration
+}
+
+func (c *common) jobFlags() jobFlags {
+	return jobFlags{
+		file:    c.fs.String("f", "", "file of jobs, one shell command line per line (- for standard input)"),
+		workDir: c.fs.String("C", "", "directory the jobs run in, on the workers"),
+		timeout: c.fs.Duration("timeout", 0, "kill each job after this long (0: no limit)"),
 	}
-	if (*file == "") == (c.fs.NArg() == 0) || (*id != "" && *file != "") || *timeout < 0 {
+}
+
+// jobs returns the jobs that -f or the COMMAND words give, or false and
+// the exit status.
+func (c *common) jobs(f jobFlags) ([]laboro.Job, int, bool) {
+	if (*f.file == "") == (c.fs.NArg() == 0) || *f.timeout < 0 {
 		c.fs.Usage()
-		return exitUsage
+		return nil, exitUsage, false
 	}
-	defer c.log.Sync()
-	var lines []string
-	if *file != "" {
+	lines := []string{strings.Join(c.fs.Args(), " ")}
+	if *f.file != "" {
 		var err error
-		if lines, err = readJobs(*file); err != nil {
-			fmt.Fprintln(os.Stderr, "laboro submit:", err)
-			return exitFailed
+		if lines, err = readJobs(*f.file); err != nil {
+			fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+			return nil, exitFailed, false
 		}
 		if len(lines) == 0 {
-			fmt.Fprintln(os.Stderr, "laboro submit: no jobs in", *file)
-			return exitFailed
+			fmt.Fprintf(os.Stderr, "laboro %s: no jobs in %s\n", c.fs.Name(), *f.file)
+			return nil, exitFailed, false
 		}
-	} else {
-		lines = []string{strings.Join(c.fs.Args(), " ")}
 	}
 	jobs := make([]laboro.Job, len(lines))
 	for i, l := range lines {
-		jobs[i] = laboro.Job{Script: l, Dir: *workDir, Timeout: *timeout}
+		jobs[i] = laboro.Job{Script: l, Dir: *f.workDir, Timeout: *f.timeout}
 	}
+	return jobs, 0, true
+}
+
+func submit(args []string) int {
+	c := newCommon("submit", "[flags] (-f FILE | COMMAND…)")
+	jf := c.jobFlags()
+	batch := c.fs.String("batch", "", "batch name (default: a new one)")
+	id := c.fs.String("id", "", "id of the job (COMMAND only; default: BATCH-N)")
+	wait := c.fs.Bool("wait", false, "wait for the jobs; print a single job's output")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if *id != "" && *jf.file != "" {
+		c.fs.Usage()
+		return exitUsage
+	}
+	jobs, code, ok := c.jobs(jf)
+	if !ok {
+		return code
+	}
+	defer c.log.Sync()
 	jobs[0].ID = *id
 	if *batch == "" {
 		*batch = jetstream.NewBatch()
 	}
+	file := jf.file
 
 	ctx, stop := interruptible()
 	defer stop()
@@ -386,6 +425,92 @@ func submit(args []string) int {
 		return printResult(res, true)
 	}
 	return watch(ctx, cl, *batch, len(ids))
+}
+
+// runJobs runs jobs on this machine alone, through an embedded server of
+// its own that lives as long as the command, and waits for them.
+func runJobs(args []string) int {
+	c := newCommon("run", "[flags] (-f FILE | COMMAND…)")
+	c.level = zap.WarnLevel
+	jf := c.jobFlags()
+	workers := c.fs.Int("workers", runtime.NumCPU(), "jobs run at once")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	jobs, code, ok := c.jobs(jf)
+	if !ok {
+		return code
+	}
+	if *workers <= 0 {
+		c.fs.Usage()
+		return exitUsage
+	}
+	defer c.log.Sync()
+	ctx, stop := interruptible()
+	defer stop()
+	dir, err := os.MkdirTemp("", "laboro-run-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		return exitFailed
+	}
+	defer os.RemoveAll(dir)
+	srv, err := jetstream.StartEmbedded(filepath.Join(dir, "nats"), "127.0.0.1", -1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		return exitFailed
+	}
+	defer srv.Shutdown()
+	nc, err := c.connect(srv.URL(), false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		return exitFailed
+	}
+	defer nc.Close()
+	cfg := c.config()
+	cfg.Dir = dir
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	go func() { done <- (&jetstream.Service{Conn: nc, Config: cfg}).Run(runCtx) }()
+	go func() {
+		done <- (&jetstream.Worker{Conn: nc, Config: cfg, Concurrency: *workers, OutputDir: dir}).Run(runCtx)
+	}()
+	defer func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				fmt.Fprintln(os.Stderr, "laboro run:", err)
+			}
+		}
+	}()
+
+	cl := &jetstream.Client{Conn: nc, Config: cfg}
+	for { // until the service answers
+		if _, err := cl.Status(ctx, jetstream.StatusRequest{}); !errors.Is(err, jetstream.ErrNoService) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return failed(ctx, "run", ctx.Err())
+		case err := <-done: // the service or the worker could not start
+			done <- err // the deferred wait reports it
+			return exitFailed
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	batch := jetstream.NewBatch()
+	ids, err := cl.Submit(ctx, batch, jobs)
+	if err != nil {
+		return failed(ctx, "run", err)
+	}
+	if len(ids) == 1 && *jf.file == "" {
+		res, err := cl.Result(ctx, ids[0])
+		if err != nil {
+			return failed(ctx, "run", err)
+		}
+		return printResult(res, true)
+	}
+	return watch(ctx, cl, batch, len(ids))
 }
 
 // readJobs reads job lines from name ("-": standard input).
