@@ -15,14 +15,24 @@ type Embedded struct {
 	srv *server.Server
 }
 
+// EmbeddedOption configures StartEmbedded.
+type EmbeddedOption func(*server.Options)
+
+// WithToken makes the embedded server require token from every client
+// (nats.Token(token), or nats://token@host:port): set it when the server
+// listens beyond this machine.
+func WithToken(token string) EmbeddedOption {
+	return func(o *server.Options) { o.Authorization = token }
+}
+
 // StartEmbedded starts an in-process NATS server with JetStream, its file
 // storage under dir, listening on host:port (port -1 picks a free port). It
 // returns once the server accepts connections. Call Shutdown to stop it.
-func StartEmbedded(dir, host string, port int) (*Embedded, error) {
+func StartEmbedded(dir, host string, port int, opts ...EmbeddedOption) (*Embedded, error) {
 	if dir == "" {
 		return nil, errors.New("jetstream: the embedded server needs a data directory")
 	}
-	opts := &server.Options{
+	sopts := &server.Options{
 		ServerName: "laboro-embedded",
 		Host:       host,
 		Port:       port,
@@ -31,7 +41,10 @@ func StartEmbedded(dir, host string, port int) (*Embedded, error) {
 		NoSigs:     true,
 		NoLog:      true,
 	}
-	srv, err := server.NewServer(opts)
+	for _, o := range opts {
+		o(sopts)
+	}
+	srv, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: embedded server: %w", err)
 	}

@@ -222,6 +222,28 @@ func TestJobKillsItsWorker(t *testing.T) {
 	assert.Regexp(t, `(?m)^deadly\s+failed\s+-\s+.*delivered the maximum number of times`, out)
 }
 
+// With LABORO_TOKEN, the embedded server lets in only the clients that
+// present it.
+func TestToken(t *testing.T) {
+	s := newSystem(t)
+	s.serve = e2e.Start(t, []string{"LABORO_NATS=", "LABORO_TOKEN=s3cret"}, s.bin,
+		"serve", "-data", s.data, "-listen", s.listen, "-workers", "1")
+	s.serve.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+	assert.Zero(t, s.serve.Logged("without LABORO_TOKEN"))
+
+	p := e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "submit", "echo", "x")
+	assert.Equal(t, 1, p.Wait(t, 30*time.Second))
+	assert.Contains(t, p.Log(), "Authorization Violation")
+	p = e2e.Start(t, []string{"LABORO_NATS=" + s.url, "LABORO_TOKEN=s3cret"}, s.bin, "submit", "-wait", "echo", "in")
+	assert.Equal(t, 0, p.Wait(t, 30*time.Second), p.Log())
+	assert.Equal(t, "in\n", p.Stdout.String())
+
+	// Listening beyond this machine without a token is warned about.
+	other := e2e.Start(t, []string{"LABORO_NATS=", "LABORO_TOKEN="}, s.bin,
+		"serve", "-data", t.TempDir(), "-listen", "0.0.0.0:0", "-workers", "0")
+	other.Await(t, regexp.MustCompile(`without LABORO_TOKEN`), 20*time.Second)
+}
+
 // run needs nothing else: its own server, service and workers.
 func TestRun(t *testing.T) {
 	bin := build(t)

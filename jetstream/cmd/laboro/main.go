@@ -40,7 +40,9 @@
 // running.
 //
 // The commands other than run and serve reach NATS at -nats, $LABORO_NATS,
-// or nats://127.0.0.1:4222. Logs go to standard error. Exit status: 0 on
+// or nats://127.0.0.1:4222. When $LABORO_TOKEN is set, serve's embedded
+// server requires it from every client and the commands present it; -creds
+// gives a credentials file for a cluster that wants one. Logs go to standard error. Exit status: 0 on
 // success, 1 when a job failed or NATS or the service cannot be reached, 2
 // for a usage error, 130 when interrupted.
 package main
@@ -129,18 +131,21 @@ type common struct {
 	stream     string
 	ackWait    time.Duration
 	maxDeliver int
+	creds      string
+	token      string // $LABORO_TOKEN
 	level      zapcore.Level
 	log        *zap.Logger
 }
 
 func newCommon(name, synopsis string) *common {
-	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), level: zap.InfoLevel}
+	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), level: zap.InfoLevel, token: os.Getenv("LABORO_TOKEN")}
 	c.fs.Usage = func() {
 		fmt.Fprintf(c.fs.Output(), "usage: laboro %s %s\n", name, synopsis)
 		c.fs.PrintDefaults()
 	}
 	if name != "run" { // run has a server of its own
 		c.fs.StringVar(&c.url, "nats", os.Getenv("LABORO_NATS"), "NATS server URLs, comma-separated ($LABORO_NATS)")
+		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	}
 	c.fs.StringVar(&c.stream, "stream", jetstream.DefaultStream, "name of the streams to use")
 	c.fs.Var(&c.level, "log", "log level: debug, info, warn, error")
@@ -195,6 +200,12 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 			c.log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrl()))
 		}),
 	}
+	if c.token != "" {
+		opts = append(opts, nats.Token(c.token))
+	}
+	if c.creds != "" {
+		opts = append(opts, nats.UserCredentials(c.creds))
+	}
 	if waitForServer {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
@@ -241,11 +252,14 @@ func serve(args []string) int {
 			c.log.Error("data directory", zap.Error(err))
 			return exitFailed
 		}
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			c.log.Warn("the embedded NATS server listens beyond this machine, without authentication: " +
-				"anyone who reaches it can run commands here")
+		var opts []jetstream.EmbeddedOption
+		if c.token != "" {
+			opts = append(opts, jetstream.WithToken(c.token))
+		} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			c.log.Warn("the embedded NATS server listens beyond this machine without LABORO_TOKEN: " +
+				"anyone who reaches it can run commands on the workers")
 		}
-		srv, err := jetstream.StartEmbedded(*data, host, port)
+		srv, err := jetstream.StartEmbedded(*data, host, port, opts...)
 		if err != nil {
 			c.log.Error("embedded NATS server", zap.Error(err))
 			return exitFailed
@@ -441,6 +455,7 @@ func runJobs(args []string) int {
 	if !ok {
 		return code
 	}
+	c.token = "" // its server is its own
 	if *workers <= 0 {
 		c.fs.Usage()
 		return exitUsage
