@@ -19,6 +19,12 @@
 // (the Manager listens for JetStream's max-deliveries advisory); duplicate
 // results are dropped by job id and attempt, the first complete one wins.
 //
+// A Service, what the laboro command's `serve` runs, reads the jobs that
+// Clients submit to the SUBMITTED stream, runs them through an Executor over
+// a Manager, and answers the Clients' status requests; it rebuilds all it
+// knows from the streams when it starts again. A Client submits batches,
+// follows them and reads their results, from any machine that reaches NATS.
+//
 // With no NATS URL, StartEmbedded runs a server with JetStream inside the
 // process, so that one program runs everything on one machine:
 //
