@@ -86,14 +86,8 @@ func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([
 		if job.ID == "" {
 			job.ID = batch + "-" + strconv.Itoa(offset+i+1)
 		}
-		if err := validID(job.ID); err != nil {
-			return nil, err
-		}
-		if job.Command == "" && job.Script == "" && len(job.Args) == 0 {
-			return nil, fmt.Errorf("jetstream: job %s needs a Command, Args or Script", job.ID)
-		}
-		if job.Func != nil || job.Stdin != nil {
-			return nil, fmt.Errorf("jetstream: job %s: Func and Stdin cannot be sent to a worker", job.ID)
+		if err := checkJob(job); err != nil {
+			return nil, fmt.Errorf("%w (job %d of %d)", err, i+1, len(jobs))
 		}
 		data, err := json.Marshal(toWire(job))
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/laboro-go/laboro"
 	"github.com/nats-io/nats.go"
@@ -151,8 +153,34 @@ func validID(id string) error {
 	if id == "" {
 		return errors.New("jetstream: a job needs an ID (an Executor assigns job_N)")
 	}
-	if strings.ContainsAny(id, ". *>\t\r\n") {
-		return fmt.Errorf("jetstream: job id %q must not contain '.', '*', '>' or white space", id)
+	if !utf8.ValidString(id) || strings.ContainsAny(id, ".*>") || strings.IndexFunc(id, unicode.IsSpace) >= 0 {
+		return fmt.Errorf("jetstream: job id %q must be UTF-8 without '.', '*', '>' or white space", id)
+	}
+	return nil
+}
+
+// checkJob refuses a job that cannot travel to a worker intact: its ID, when
+// set, must be usable as a subject token; it needs a Command, Args or
+// Script, and no Func or Stdin; its text must be valid UTF-8 (JSON would
+// replace the other bytes).
+func checkJob(job laboro.Job) error {
+	if job.ID != "" {
+		if err := validID(job.ID); err != nil {
+			return err
+		}
+	}
+	if job.Func != nil || job.Stdin != nil {
+		return errors.New("jetstream: Func and Stdin cannot be sent to a worker")
+	}
+	if job.Command == "" && job.Script == "" && len(job.Args) == 0 {
+		return errors.New("jetstream: a job needs a Command, Args or Script")
+	}
+	texts := append([]string{job.Command, job.Script, job.Dir}, job.Args...)
+	texts = append(append(texts, job.Interpreter...), job.Env...)
+	for _, t := range texts {
+		if !utf8.ValidString(t) {
+			return fmt.Errorf("jetstream: job %s: %q is not valid UTF-8, which a job cannot carry", job.ID, t)
+		}
 	}
 	return nil
 }
@@ -211,18 +239,58 @@ const attemptTimeout = 5 * time.Second
 // ctx ends: the server drops the copies by id. A refusal from the server is
 // returned at once.
 func publish(ctx context.Context, js natsjs.JetStream, msg *nats.Msg, id string) (*natsjs.PubAck, error) {
+	var ack *natsjs.PubAck
+	err := retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
+		ack, err = js.PublishMsg(ctx, msg, natsjs.WithMsgID(id))
+		return err
+	})
+	return ack, err
+}
+
+// lookup tells whether stream holds a message on subject, asking again
+// while the server does not answer.
+func lookup(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject string) (bool, error) {
+	found := false
+	err := retry(ctx, nc, func(ctx context.Context) error {
+		_, err := stream.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	return found, err
+}
+
+// retry calls f, with attemptTimeout for each attempt, until it succeeds,
+// fails for good (transient says), or ctx ends.
+func retry(ctx context.Context, nc *nats.Conn, f func(context.Context) error) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		ack, err := js.PublishMsg(actx, msg, natsjs.WithMsgID(id))
+		err := f(actx)
 		cancel()
-		var apiErr *natsjs.APIError
-		if err == nil || ctx.Err() != nil || errors.As(err, &apiErr) || js.Conn().IsClosed() {
-			return ack, err
+		if err == nil || ctx.Err() != nil || !transient(nc, err) {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return err
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// transient tells whether err may go away if the request is made again: no
+// answer (a server restarting, a connection being re-established), or
+// JetStream saying it is not available for now. Other refusals from the
+// server, and a closed connection, are for good.
+func transient(nc *nats.Conn, err error) bool {
+	if nc.IsClosed() {
+		return false
+	}
+	var apiErr *natsjs.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503 || apiErr.ErrorCode == natsjs.JSErrCodeJetStreamNotEnabled
+	}
+	return true
 }

@@ -26,30 +26,6 @@ import (
 //
 //	go test -run '^$' -fuzz '^FuzzAssembler$' -fuzztime 60s .
 
-// skipKnownWireBugs skips the inputs that hit the known defects of job
-// encoding described at knownWireBug, so that the corpus that reproduces
-// them runs green until they are fixed. Set it to false once validID and
-// Manager.Validate refuse such strings.
-const skipKnownWireBugs = true
-
-// knownWireBug names the known defect that s hits, or returns "":
-//   - strings that are not valid UTF-8 do not survive the JSON encoding of a
-//     job (each bad byte becomes U+FFFD): a worker runs other arguments, and
-//     a job with such an id never gets its result (the worker publishes it
-//     under the altered id);
-//   - validID accepts '\f', which NATS treats as white space in a subject: a
-//     second Manager cannot read the stored result of such a job ("invalid
-//     subject").
-func knownWireBug(s string) string {
-	switch {
-	case !utf8.ValidString(s):
-		return "invalid UTF-8 does not survive the JSON encoding of jobs"
-	case strings.ContainsRune(s, '\f'):
-		return "validID accepts '\\f', which NATS refuses in a subject"
-	}
-	return ""
-}
-
 // resultMsg is one result message decoded from a fuzz input.
 type resultMsg struct {
 	h    nats.Header
@@ -301,7 +277,10 @@ func FuzzDecodeResult(f *testing.F) {
 				}
 			}
 		}
-		if n, err := strconv.Atoi(status); err == nil && n >= 1 && n <= int(laboro.StatusTimedOut) &&
+		if maxDeliver && res.Status != laboro.StatusFailed {
+			t.Fatalf("reason %q gave %v", reason, res.Status)
+		}
+		if n, err := strconv.Atoi(status); !maxDeliver && err == nil && n >= 1 && n <= int(laboro.StatusTimedOut) &&
 			res.Status != laboro.Status(n) {
 			t.Fatalf("status header %q gave %v", status, res.Status)
 		}
@@ -333,15 +312,17 @@ func FuzzWireJob(f *testing.F) {
 		// The input as a job that travels: its fields survive the JSON
 		// encoding, as long as the Manager would send it.
 		raw := string(data)
-		if bug := knownWireBug(raw); skipKnownWireBugs && bug != "" {
-			t.Logf("known bug, not checked: %s", bug)
-		} else {
-			id := raw
-			if validID(id) != nil {
-				id = "x"
+		id := raw
+		if validID(id) != nil {
+			id = "x"
+		}
+		sent := laboro.Job{ID: id, Command: raw, Args: []string{raw, "a"}, Script: raw,
+			Interpreter: []string{raw}, Dir: raw, Env: []string{"K=" + raw}, Timeout: time.Duration(len(raw))}
+		if err := checkJob(sent); err != nil {
+			if utf8.ValidString(raw) {
+				t.Fatalf("job refused: %v", err)
 			}
-			sent := laboro.Job{ID: id, Command: raw, Args: []string{raw, "a"}, Script: raw,
-				Interpreter: []string{raw}, Dir: raw, Env: []string{"K=" + raw}, Timeout: time.Duration(len(raw))}
+		} else {
 			enc, err := json.Marshal(toWire(sent))
 			if err != nil {
 				t.Fatal(err)
@@ -359,7 +340,7 @@ func FuzzWireJob(f *testing.F) {
 		var w wireJob
 		jsonErr := json.Unmarshal(data, &w)
 		for _, s := range []string{raw, w.ID} {
-			if validID(s) != nil || (skipKnownWireBugs && knownWireBug(s) != "") {
+			if validID(s) != nil {
 				continue
 			}
 			if s == "" || strings.ContainsAny(s, noSubjectToken) {

@@ -127,20 +127,7 @@ func (m *Manager) Close() error {
 // Validate refuses a job that cannot travel: its ID, when set (Submit
 // assigns one otherwise), must be usable as a subject token, and it needs a
 // Command, Args or Script (no Func, no Stdin).
-func (m *Manager) Validate(job laboro.Job) error {
-	if job.ID != "" {
-		if err := validID(job.ID); err != nil {
-			return err
-		}
-	}
-	if job.Func != nil || job.Stdin != nil {
-		return errors.New("jetstream: Func and Stdin cannot be sent to a worker")
-	}
-	if job.Command == "" && job.Script == "" && len(job.Args) == 0 {
-		return errors.New("jetstream: a job needs a Command, Args or Script")
-	}
-	return nil
-}
+func (m *Manager) Validate(job laboro.Job) error { return checkJob(job) }
 
 // Run publishes job, unless a result for it is already stored or it is
 // still in the JOBS stream, and waits for its first complete result. The job's Timeout is enforced by the
@@ -180,17 +167,17 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	// is looked at first: a worker stores a result before it acknowledges
 	// the job, so a job missing there has its result stored by then, or
 	// was never published.
-	_, err := m.jobs.GetLastMsgForSubject(ctx, m.cfg.jobsSubject(job.ID))
-	queued := err == nil
-	if err != nil && !errors.Is(err, natsjs.ErrMsgNotFound) {
+	queued, err := lookup(ctx, m.nc, m.jobs, m.cfg.jobsSubject(job.ID))
+	if err != nil {
 		return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err))
 	}
-	switch _, err := m.results.GetLastMsgForSubject(ctx, subject); {
-	case err == nil:
+	stored, err := lookup(ctx, m.nc, m.results, subject)
+	switch {
+	case err != nil:
+		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
+	case stored:
 		m.forget(job.ID, w)
 		return m.stored(ctx, job)
-	case !errors.Is(err, natsjs.ErrMsgNotFound):
-		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
 	case queued:
 		m.log.Debug("job already in the stream", zap.String("job", job.ID))
 	default:
@@ -270,9 +257,13 @@ func (m *Manager) stored(ctx context.Context, job laboro.Job) laboro.Result {
 // stream, waiting for one to be stored. Its Output, if any, is the
 // caller's.
 func readResult(ctx context.Context, js natsjs.JetStream, cfg Config, id string) (laboro.Result, error) {
-	cons, err := js.OrderedConsumer(ctx, cfg.resultsStream(), natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{cfg.resultsSubject(id)},
-		DeliverPolicy:  natsjs.DeliverAllPolicy,
+	var cons natsjs.Consumer
+	err := retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
+		cons, err = js.OrderedConsumer(ctx, cfg.resultsStream(), natsjs.OrderedConsumerConfig{
+			FilterSubjects: []string{cfg.resultsSubject(id)},
+			DeliverPolicy:  natsjs.DeliverAllPolicy,
+		})
+		return err
 	})
 	if err != nil {
 		return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
@@ -473,7 +464,11 @@ func (a *assembler) discard() {
 
 func decodeResult(h nats.Header, out *laboro.Output) laboro.Result {
 	res := laboro.Result{Output: out, ExitCode: -1}
-	st, _ := strconv.Atoi(h.Get(hdrStatus))
+	st, err := strconv.Atoi(h.Get(hdrStatus))
+	if err != nil || st < int(laboro.StatusSucceeded) || st > int(laboro.StatusTimedOut) ||
+		h.Get(hdrReason) == reasonMaxDeliver {
+		st = int(laboro.StatusFailed)
+	}
 	res.Status = laboro.Status(st)
 	if code, err := strconv.Atoi(h.Get(hdrExit)); err == nil {
 		res.ExitCode = code
@@ -497,9 +492,6 @@ func decodeResult(h nats.Header, out *laboro.Output) laboro.Result {
 			text = res.Status.String()
 		}
 		res.Err = &RemoteError{Text: text}
-	}
-	if res.Status == 0 {
-		res.Status = laboro.StatusFailed
 	}
 	return res
 }

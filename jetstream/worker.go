@@ -155,9 +155,20 @@ wait:
 		return
 	}
 	// The job finished: publish and acknowledge it even if the worker is
-	// told to stop meanwhile.
+	// told to stop meanwhile, keeping it ours while the server is slow to
+	// answer.
 	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-pubCtx.Done():
+				return
+			case <-tick.C:
+				msg.InProgress()
+			}
+		}
+	}()
 	if err := r.publish(pubCtx, wj.ID, attempt, res); err != nil {
 		log.Warn("publishing the result; the job will be redelivered", zap.Error(err))
 		return
