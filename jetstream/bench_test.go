@@ -1,0 +1,188 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats.go"
+)
+
+// benchJob is the job of every benchmark: a trivial command, run without a
+// shell, the same in the core and through JetStream.
+func benchJob(i int) laboro.Job {
+	return laboro.Job{ID: fmt.Sprintf("b%d", i), Command: "true"}
+}
+
+// benchCore returns an Executor that runs processes itself, n at a time:
+// the baseline.
+func benchCore(b *testing.B, n, buffer int) *laboro.Executor {
+	b.Helper()
+	ex, err := laboro.New(laboro.WithOutputDir(b.TempDir()), laboro.WithPoolSize(n),
+		laboro.WithConcurrency(n), laboro.WithBufferSize(buffer))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ex.Close() })
+	return ex
+}
+
+// benchJetStream starts an embedded server in a temporary directory, a
+// Manager given to an Executor that runs up to concurrency jobs at once,
+// and the given number of in-process Workers of Concurrency 1, each on a
+// connection of its own. Everything is stopped at the end of the benchmark
+// (of each of its invocations).
+func benchJetStream(b *testing.B, concurrency, buffer, workers int) *laboro.Executor {
+	b.Helper()
+	srv, err := StartEmbedded(b.TempDir(), "127.0.0.1", -1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := NewManager(ctx, nc, Config{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+
+	wctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var conns []*nats.Conn
+	b.Cleanup(func() {
+		stop()
+		wg.Wait()
+		for _, wc := range conns {
+			wc.Close()
+		}
+	})
+	for range workers {
+		// A connection of its own, as a worker on another machine has.
+		wc, err := nats.Connect(srv.URL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, wc)
+		w := &Worker{Conn: wc, Concurrency: 1, OutputDir: b.TempDir()}
+		wg.Go(func() {
+			if err := w.Run(wctx); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(concurrency),
+		laboro.WithConcurrency(concurrency), laboro.WithBufferSize(buffer))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ex.Close() }) // runs first: before the Manager closes
+	return ex
+}
+
+// BenchmarkJobs measures trivial jobs per second: through the embedded
+// server, a Manager (64 jobs out at a time) and N Workers of one job each,
+// and, as the baseline, the same command run by the core at concurrency N.
+// One operation is one job; b.N jobs are submitted at once.
+func BenchmarkJobs(b *testing.B) {
+	for _, n := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("core/workers=%d", n), func(b *testing.B) {
+			runJobs(b, benchCore(b, n, max(b.N, 1)))
+		})
+		b.Run(fmt.Sprintf("jetstream/workers=%d", n), func(b *testing.B) {
+			runJobs(b, benchJetStream(b, 64, max(b.N, 1), n))
+		})
+	}
+}
+
+// runJobs submits b.N jobs to ex, waits for every result and reports the
+// rate.
+func runJobs(b *testing.B, ex *laboro.Executor) {
+	ctx := context.Background()
+	handles := make([]*laboro.Handle, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		h, err := ex.Submit(ctx, benchJob(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		handles[i] = h
+	}
+	for i, h := range handles {
+		res, err := h.Wait(ctx)
+		if err != nil || res.Status != laboro.StatusSucceeded {
+			b.Fatalf("job %d: %v %v %v", i, res.Status, err, res.Err)
+		}
+		res.Output.Close()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkLatency measures one job at a time, from Submit to the return
+// of Wait: through the embedded server, a Manager and one Worker of one
+// job, and, as the baseline, in the core at concurrency 1. It reports the
+// median and the 99th percentile, and the medians of the two parts of a
+// job's time outside its process: from Submit to the process's start
+// (Result.Started) and from its end (Result.Ended) to the return of Wait.
+func BenchmarkLatency(b *testing.B) {
+	b.Run("core", func(b *testing.B) {
+		runLatency(b, benchCore(b, 1, 1))
+	})
+	b.Run("jetstream", func(b *testing.B) {
+		runLatency(b, benchJetStream(b, 1, 1, 1))
+	})
+}
+
+func runLatency(b *testing.B, ex *laboro.Executor) {
+	ctx := context.Background()
+	took := make([]time.Duration, b.N)
+	before := make([]time.Duration, b.N) // Submit to the process's start
+	after := make([]time.Duration, b.N)  // the process's end to Wait
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		h, err := ex.Submit(ctx, benchJob(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := h.Wait(ctx)
+		end := time.Now()
+		if err != nil || res.Status != laboro.StatusSucceeded {
+			b.Fatalf("job %d: %v %v %v", i, res.Status, err, res.Err)
+		}
+		took[i], before[i], after[i] = end.Sub(start), res.Started.Sub(start), end.Sub(res.Ended)
+		res.Output.Close()
+	}
+	b.StopTimer()
+	for _, d := range [][]time.Duration{took, before, after} {
+		slices.Sort(d)
+	}
+	b.ReportMetric(percentile(took, 0.50), "p50-µs")
+	b.ReportMetric(percentile(took, 0.99), "p99-µs")
+	b.ReportMetric(percentile(before, 0.50), "start-p50-µs")
+	b.ReportMetric(percentile(after, 0.50), "end-p50-µs")
+}
+
+// percentile returns the q-quantile of sorted durations, in microseconds
+// (nearest rank).
+func percentile(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(q * float64(len(sorted))))
+	return float64(sorted[min(max(rank, 1), len(sorted))-1]) / float64(time.Microsecond)
+}
