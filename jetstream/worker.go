@@ -85,6 +85,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	ex.Close() // kills the running jobs
 	wg.Wait()
+	r.finishing.Wait()
 	return nil
 }
 
@@ -94,6 +95,8 @@ type workerRun struct {
 	log  *zap.Logger
 	ex   *laboro.Executor
 	cons natsjs.Consumer
+	// finishing counts the finished jobs whose result is being published.
+	finishing sync.WaitGroup
 }
 
 // loop pulls one job at a time and runs it.
@@ -149,17 +152,28 @@ wait:
 		}
 	}
 	res, _ := h.Result()
-	defer res.Output.Close()
 	if ctx.Err() != nil {
+		res.Output.Close()
 		log.Info("job left for redelivery: the worker stops", zap.Stringer("status", res.Status))
 		return
 	}
-	// The job finished: publish and acknowledge it even if the worker is
-	// told to stop meanwhile, keeping it ours while the server is slow to
-	// answer.
+	// The job finished: its result is published and the job acknowledged
+	// while this loop fetches the next one, even if the worker is told to
+	// stop meanwhile (Run waits for it).
+	r.finishing.Go(func() {
+		defer res.Output.Close()
+		r.finish(ctx, msg, log, wj.ID, attempt, res)
+	})
+}
+
+// finish publishes a finished job's result and then acknowledges the job,
+// keeping it ours (in progress) while the server is slow to answer.
+func (r *workerRun) finish(ctx context.Context, msg natsjs.Msg, log *zap.Logger, id string, attempt uint64, res laboro.Result) {
 	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
 	go func() {
+		tick := time.NewTicker(r.cfg.AckWait / 3)
+		defer tick.Stop()
 		for {
 			select {
 			case <-pubCtx.Done():
@@ -169,7 +183,7 @@ wait:
 			}
 		}
 	}()
-	if err := r.publish(pubCtx, wj.ID, attempt, res); err != nil {
+	if err := r.publish(pubCtx, id, attempt, res); err != nil {
 		log.Warn("publishing the result; the job will be redelivered", zap.Error(err))
 		return
 	}
