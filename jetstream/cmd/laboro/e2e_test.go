@@ -95,6 +95,10 @@ func TestOneMachine(t *testing.T) {
 	assert.Equal(t, "batch nightly: 50 jobs, 49 succeeded, 1 failed", lines[0])
 	assert.Regexp(t, `^nightly-50\s+failed\s+4\s+.*exit status 4`, lines[2])
 
+	out, errText, code := s.run("output", "nightly-7", "nosuch")
+	assert.Equal(t, 1, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errText, "no job nosuch")
 	out, _, code = s.run("output", "nightly-7")
 	assert.Equal(t, "job 6\n", out)
 	assert.Equal(t, 0, code)

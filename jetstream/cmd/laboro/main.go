@@ -37,7 +37,7 @@
 // status prints every batch, or the batches and jobs named; -watch follows
 // one batch until it is done, -failed lists the jobs that did not succeed.
 // output prints the output of finished jobs, waiting for those still
-// running.
+// running (it refuses ids the service does not know).
 //
 // The commands other than run and serve reach NATS at -nats, $LABORO_NATS,
 // or nats://127.0.0.1:4222. When $LABORO_TOKEN is set, serve's embedded
@@ -709,6 +709,15 @@ func output(args []string) int {
 	cfg := c.config()
 	cfg.Dir = dir
 	cl := &jetstream.Client{Conn: nc, Config: cfg}
+	// Ids the service does not know would be waited for forever.
+	if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: c.fs.Args()}); err == nil {
+		for _, j := range reply.Jobs {
+			if j.State == jetstream.StateUnknown {
+				fmt.Fprintf(os.Stderr, "laboro output: no job %s\n", j.ID)
+				return exitFailed
+			}
+		}
+	}
 	code := 0
 	for _, id := range c.fs.Args() {
 		res, err := cl.Result(ctx, id)
