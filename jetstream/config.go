@@ -41,8 +41,10 @@ type Config struct {
 	// and subjects (<Stream>.jobs, <Stream>.results.<job id>); "" means
 	// "LABORO".
 	Stream string
-	// Replicas is the streams' replica count; 0 means 1. A production
-	// cluster wants 3 (see README.md).
+	// Replicas is the streams' replica count. 0 keeps the count of
+	// streams that exist (so that a worker started without it does not
+	// change them) and gives new streams 1. A production cluster wants 3
+	// (see README.md).
 	Replicas int
 	// AckWait is how long a job may go unacknowledged: a worker that stops
 	// acknowledging (it died) has its job redelivered after it. 0 means 30 s.
@@ -66,8 +68,8 @@ func (c Config) withDefaults() Config {
 	if c.Stream == "" {
 		c.Stream = DefaultStream
 	}
-	if c.Replicas <= 0 {
-		c.Replicas = 1
+	if c.Replicas < 0 {
+		c.Replicas = 0
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = DefaultAckWait
@@ -115,7 +117,7 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 		Retention:   natsjs.WorkQueuePolicy,
 		AllowDirect: true, // fast lookups of a job still waiting
 		Storage:     natsjs.FileStorage,
-		Replicas:    c.Replicas,
+		Replicas:    replicas(ctx, js, c.jobsStream(), c.Replicas),
 		Duplicates:  DuplicateWindow,
 	})
 	if err != nil {
@@ -128,7 +130,7 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 		Retention:   natsjs.LimitsPolicy,
 		AllowDirect: true, // fast lookups of a job's stored result
 		Storage:     natsjs.FileStorage,
-		Replicas:    c.Replicas,
+		Replicas:    replicas(ctx, js, c.resultsStream(), c.Replicas),
 		Duplicates:  DuplicateWindow,
 	})
 	if err != nil {
@@ -140,12 +142,24 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 		AckPolicy:   natsjs.AckExplicitPolicy,
 		AckWait:     c.AckWait,
 		MaxDeliver:  c.MaxDeliver,
-		Replicas:    c.Replicas,
+		Replicas:    c.Replicas, // 0: the stream's
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
 	return jobs, results, cons, nil
+}
+
+// replicas is the replica count to give stream name: want, or when want is
+// 0, the count it has (1 for a new stream).
+func replicas(ctx context.Context, js natsjs.JetStream, name string, want int) int {
+	if want > 0 {
+		return want
+	}
+	if s, err := js.Stream(ctx, name); err == nil {
+		return s.CachedInfo().Config.Replicas
+	}
+	return 1
 }
 
 // validID refuses ids that cannot be a subject token.

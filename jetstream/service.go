@@ -198,7 +198,7 @@ func ensureSubmitted(ctx context.Context, nc *nats.Conn, cfg Config) error {
 		Subjects:    []string{cfg.submitSubject(">")},
 		Retention:   natsjs.LimitsPolicy,
 		Storage:     natsjs.FileStorage,
-		Replicas:    cfg.Replicas,
+		Replicas:    replicas(ctx, js, cfg.submitStream(), cfg.Replicas),
 		Duplicates:  DuplicateWindow,
 	})
 	if err != nil {

@@ -229,11 +229,11 @@ func serve(args []string) int {
 	workers := c.fs.Int("workers", runtime.NumCPU(), "jobs this process runs at once itself (0: none)")
 	concurrency := c.fs.Int("c", jetstream.DefaultServiceConcurrency, "jobs out at once (published, waiting for a result)")
 	dir := c.fs.String("dir", "", "directory for the <pid>.output files of the jobs run here")
-	replicas := c.fs.Int("replicas", 1, "stream replicas on a NATS cluster (3 for production)")
+	replicas := c.fs.Int("replicas", 0, "stream replicas on a NATS cluster, 3 for production (0: keep the streams' count, 1 for new ones)")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
-	if c.fs.NArg() > 0 || *workers < 0 || *concurrency <= 0 || *replicas <= 0 {
+	if c.fs.NArg() > 0 || *workers < 0 || *concurrency <= 0 || *replicas < 0 {
 		c.fs.Usage()
 		return exitUsage
 	}
