@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,8 +35,9 @@ const (
 // every worker that ran it die.
 var ErrMaxDeliver = errors.New("jetstream: job delivered the maximum number of times without a result")
 
-// Config is shared by a Manager and its Workers; they must agree on Stream,
-// AckWait and MaxDeliver. Its zero value means the defaults.
+// Config is shared by a Manager and its Workers; they must agree on Stream.
+// Its zero value means the defaults, and keeps the settings of the streams
+// and consumer that exist.
 type Config struct {
 	// Stream prefixes the streams' names (<Stream>_JOBS, <Stream>_RESULTS)
 	// and subjects (<Stream>.jobs, <Stream>.results.<job id>); "" means
@@ -47,11 +49,14 @@ type Config struct {
 	// (see README.md).
 	Replicas int
 	// AckWait is how long a job may go unacknowledged: a worker that stops
-	// acknowledging (it died) has its job redelivered after it. 0 means 30 s.
+	// acknowledging (it died) has its job redelivered after it. 0 keeps the
+	// workers' consumer's setting when it exists, and means 30 s for a new
+	// one.
 	AckWait time.Duration
 	// MaxDeliver is how many times a job is delivered; a job delivered that
 	// many times without a result ends StatusFailed (ErrMaxDeliver). 0
-	// means 5.
+	// keeps the consumer's setting when it exists, and means 5 for a new
+	// one.
 	MaxDeliver int
 	// ChunkSize is the largest result message body; a bigger output is sent
 	// in chunks. 0 means 512 KiB; it is lowered to fit the server's maximum
@@ -71,12 +76,8 @@ func (c Config) withDefaults() Config {
 	if c.Replicas < 0 {
 		c.Replicas = 0
 	}
-	if c.AckWait <= 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.MaxDeliver <= 0 {
-		c.MaxDeliver = DefaultMaxDeliver
-	}
+	c.AckWait = max(c.AckWait, 0)
+	c.MaxDeliver = max(c.MaxDeliver, 0)
 	if c.ChunkSize <= 0 {
 		c.ChunkSize = DefaultChunkSize
 	}
@@ -136,12 +137,19 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("jetstream: stream %s: %w", c.resultsStream(), err)
 	}
+	// Settings left at 0 keep the consumer's, or get the defaults.
+	ackWait, maxDeliver := c.AckWait, c.MaxDeliver
+	if old, err := jobs.Consumer(ctx, consumerName); err == nil {
+		info := old.CachedInfo().Config
+		ackWait, maxDeliver = cmp.Or(ackWait, info.AckWait), cmp.Or(maxDeliver, info.MaxDeliver)
+	}
+	ackWait, maxDeliver = cmp.Or(ackWait, DefaultAckWait), cmp.Or(maxDeliver, DefaultMaxDeliver)
 	cons, err = jobs.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{
 		Durable:     consumerName,
 		Description: "laboro workers",
 		AckPolicy:   natsjs.AckExplicitPolicy,
-		AckWait:     c.AckWait,
-		MaxDeliver:  c.MaxDeliver,
+		AckWait:     ackWait,
+		MaxDeliver:  maxDeliver,
 		Replicas:    c.Replicas, // 0: the stream's
 	})
 	if err != nil {

@@ -44,7 +44,8 @@ var ErrServiceRunning = errors.New("jetstream: another service already serves th
 type Service struct {
 	// Conn is the connection to NATS; it stays the caller's.
 	Conn *nats.Conn
-	// Config must agree with the Workers' on Stream, AckWait and MaxDeliver.
+	// Config must agree with the Workers' on Stream; AckWait and MaxDeliver
+	// left at 0 keep the consumer's settings.
 	Config Config
 	// Concurrency is how many jobs are out at once; 0 means
 	// DefaultServiceConcurrency.

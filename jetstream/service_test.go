@@ -11,6 +11,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -180,4 +181,27 @@ func TestServiceBadInput(t *testing.T) {
 	// A second Service on the same streams is refused.
 	err = (&Service{Conn: nc}).Run(ctx)
 	assert.ErrorIs(t, err, ErrServiceRunning)
+}
+
+// Settings left at 0 keep those in force: a worker started without
+// -ack-wait does not undo the service's.
+func TestZeroConfigKeepsSettings(t *testing.T) {
+	nc := setup(t)
+	newManager(t, nc, Config{AckWait: 1500 * time.Millisecond, MaxDeliver: 3})
+	startWorker(t, nc, Config{}, 1)
+	newManager(t, nc, Config{})
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	cons, err := js.Consumer(testCtx(t, 5*time.Second), "LABORO_JOBS", "workers")
+	require.NoError(t, err)
+	info := cons.CachedInfo()
+	assert.Equal(t, 1500*time.Millisecond, info.Config.AckWait)
+	assert.Equal(t, 3, info.Config.MaxDeliver)
+
+	// A new consumer gets the defaults.
+	newManager(t, nc, Config{Stream: "OTHER"})
+	cons, err = js.Consumer(testCtx(t, 5*time.Second), "OTHER_JOBS", "workers")
+	require.NoError(t, err)
+	assert.Equal(t, DefaultAckWait, cons.CachedInfo().Config.AckWait)
+	assert.Equal(t, DefaultMaxDeliver, cons.CachedInfo().Config.MaxDeliver)
 }

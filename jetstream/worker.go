@@ -33,7 +33,8 @@ const publishTimeout = 30 * time.Second
 type Worker struct {
 	// Conn is the connection to NATS; it stays the caller's.
 	Conn *nats.Conn
-	// Config must agree with the Manager's on Stream, AckWait and MaxDeliver.
+	// Config must agree with the Manager's on Stream; AckWait and
+	// MaxDeliver left at 0 keep the consumer's settings.
 	Config Config
 	// Concurrency is how many jobs run at once; 0 means 1.
 	Concurrency int
@@ -68,6 +69,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	cfg.AckWait = cons.CachedInfo().Config.AckWait // the setting in force
 	opts := []laboro.Option{laboro.WithPoolSize(n), laboro.WithConcurrency(n),
 		laboro.WithBufferSize(n), laboro.WithLogger(log)}
 	if w.OutputDir != "" {

@@ -154,8 +154,8 @@ func newCommon(name, synopsis string) *common {
 
 // deliveryFlags adds the flags that the service and the workers must agree on.
 func (c *common) deliveryFlags() {
-	c.fs.DurationVar(&c.ackWait, "ack-wait", jetstream.DefaultAckWait, "redeliver a job whose worker is silent this long")
-	c.fs.IntVar(&c.maxDeliver, "max-deliver", jetstream.DefaultMaxDeliver, "fail a job delivered this many times without a result")
+	c.fs.DurationVar(&c.ackWait, "ack-wait", 0, "redeliver a job whose worker is silent this long (0: as set before, 30s at first)")
+	c.fs.IntVar(&c.maxDeliver, "max-deliver", 0, "fail a job delivered this many times without a result (0: as set before, 5 at first)")
 }
 
 // parse parses args; it returns false and the exit status when the command
