@@ -175,6 +175,16 @@ func (w *fworker) replied(a Action) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
+	case a.Msg.Type == TypeOK && a.Req.Type == TypeStop:
+		// The worker lowered its processors as the spec says. Its OK
+		// counts the tasks it still runs, whose processors are not free
+		// again when they end: its count is not taken.
+		if n := int(a.Req.Arg0); n == 0 || n >= w.procs {
+			w.procs = 0
+		} else {
+			w.procs -= n
+		}
+		w.log.Info("worker's processors lowered by STOP", zap.Int("procs", w.procs))
 	case a.Msg.Type == TypeOK:
 		nproc, nrun := UnpackOK(a.Msg.Arg0)
 		w.procs = int(nproc) + int(nrun)

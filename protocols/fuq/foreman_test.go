@@ -199,6 +199,37 @@ func TestForemanStopsWorkers(t *testing.T) {
 	}
 }
 
+// STOP(n) takes n processors away for good: the foreman offers the worker
+// no more tasks than it has left, even once its running tasks end.
+func TestForemanStopLowersProcessors(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	s.worker(s.addr, 3)
+	require.Eventually(t, func() bool {
+		ws := s.f.Workers()
+		return len(ws) == 1 && ws[0].Free == 3
+	}, 10*time.Second, time.Millisecond)
+	// Lowered while its 3 processors are busy.
+	busy, _ := s.submit("busy", s.script("sleep 0.3\n"), 3)
+	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(busy.ID()); return info.Running == 3 }, 10*time.Second, time.Millisecond)
+	s.f.StopWorkers(2)
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, busy).Status)
+	require.Eventually(t, func() bool { return s.f.Workers()[0].Free == 1 }, 10*time.Second, time.Millisecond)
+
+	h, _ := s.submit("one-at-a-time", s.script("sleep 0.05\n"), 4)
+	most := 0
+	for {
+		info, _ := s.f.JobByRef(h.ID())
+		most = max(most, info.Running)
+		select {
+		case <-h.Done():
+			assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+			assert.Equal(t, 1, most, "tasks at once on a worker left with 1 processor")
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 // A worker whose connection drops runs its tasks on, keeps their UPDATEs
 // on disk, and delivers them once connected again; it announces the tasks
 // it still runs, so that none runs twice.
