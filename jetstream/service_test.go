@@ -205,3 +205,20 @@ func TestZeroConfigKeepsSettings(t *testing.T) {
 	assert.Equal(t, DefaultAckWait, cons.CachedInfo().Config.AckWait)
 	assert.Equal(t, DefaultMaxDeliver, cons.CachedInfo().Config.MaxDeliver)
 }
+
+// A job that runs longer than AckWait is kept by its worker with
+// in-progress acknowledgements: the other worker never gets it.
+func TestLongJobKeptAlive(t *testing.T) {
+	nc := setup(t)
+	cfg := Config{AckWait: time.Second}
+	m := newManager(t, nc, cfg)
+	startWorker(t, nc, cfg, 1)
+	startWorker(t, nc, cfg, 1)
+	marks := filepath.Join(t.TempDir(), "runs")
+	res := m.Run(testCtx(t, time.Minute), laboro.Job{ID: "long", Script: fmt.Sprintf("echo run >> %s; sleep 3.5; echo done", marks)})
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, "done\n", string(output(t, res)))
+	runs, err := os.ReadFile(marks)
+	require.NoError(t, err)
+	assert.Equal(t, "run\n", string(runs), "one run, over three times AckWait")
+}
