@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,4 +222,68 @@ func TestLongJobKeptAlive(t *testing.T) {
 	runs, err := os.ReadFile(marks)
 	require.NoError(t, err)
 	assert.Equal(t, "run\n", string(runs), "one run, over three times AckWait")
+}
+
+// The core's buffer, poll, Stop, concurrency and drain keep their meaning
+// over a Manager: a job reaches the stream only once the Executor runs it.
+func TestCoreOverManager(t *testing.T) {
+	nc := setup(t)
+	m := newManager(t, nc, Config{})
+	startWorker(t, nc, Config{}, 4)
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithConcurrency(1), laboro.WithPoolSize(4), laboro.WithBufferSize(8))
+	require.NoError(t, err)
+	defer ex.Close()
+	ctx := testCtx(t, time.Minute)
+	gate := filepath.Join(t.TempDir(), "gate")
+	submit := func(id, script string) *laboro.Handle {
+		h, err := ex.Submit(ctx, laboro.Job{ID: id, Script: script})
+		require.NoError(t, err)
+		return h
+	}
+	// a runs until the gate file appears; the others wait in the buffer.
+	a := submit("a", fmt.Sprintf("while [ ! -e %s ]; do sleep 0.01; done; echo a", gate))
+	b, c, d := submit("b", "echo b"), submit("c", "echo c"), submit("d", "echo d")
+	ids := func(jobs []laboro.Job) (out []string) {
+		for _, j := range jobs {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return slices.Equal([]string{"b", "c", "d"}, ids(ex.Queued())) },
+		10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 1 }, 10*time.Second, 5*time.Millisecond)
+
+	require.NoError(t, ex.Stop("c"))
+	res, err := c.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusStopped, res.Status)
+	assert.Equal(t, []string{"b", "d"}, ids(ex.Queued()))
+
+	require.NoError(t, ex.SetConcurrency(3))
+	for _, h := range []*laboro.Handle{b, d} {
+		res, err := h.Wait(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, laboro.StatusSucceeded, res.Status)
+		assert.Equal(t, h.ID()+"\n", string(output(t, res)))
+	}
+
+	// Drain: the running job finishes and is delivered; queued ones end
+	// without reaching the stream.
+	require.NoError(t, ex.SetConcurrency(1))
+	e := submit("e", "echo e")
+	shut := make(chan error, 1)
+	go func() { shut <- ex.Shutdown(ctx) }()
+	res, err = e.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusTerminated, res.Status)
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	res, err = a.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	assert.Equal(t, "a\n", string(output(t, res)))
+	require.NoError(t, <-shut)
+
+	// Three results stored: a, b, d. The stopped and terminated jobs never
+	// reached a worker.
+	assert.Equal(t, uint64(3), streamMsgs(t, nc, "LABORO_RESULTS"))
 }
