@@ -15,7 +15,9 @@ type Embedded struct {
 	srv *server.Server
 }
 
-// EmbeddedOption configures StartEmbedded.
+// EmbeddedOption changes the embedded server's options before it starts.
+// WithToken is one; a program may write its own for anything else the
+// server offers (TLS, limits, cluster routes).
 type EmbeddedOption func(*server.Options)
 
 // WithToken makes the embedded server require token from every client
