@@ -287,3 +287,48 @@ func TestCoreOverManager(t *testing.T) {
 	// reached a worker.
 	assert.Equal(t, uint64(3), streamMsgs(t, nc, "LABORO_RESULTS"))
 }
+
+// A draining worker takes no new job, finishes and delivers the ones it
+// runs, and returns; the jobs it did not take wait for another worker.
+func TestWorkerDrain(t *testing.T) {
+	nc := setup(t)
+	m := newManager(t, nc, Config{})
+	w := &Worker{Conn: nc, Concurrency: 2, OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t)}
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(context.Background()) }()
+
+	dir := t.TempDir()
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithConcurrency(8), laboro.WithPoolSize(8))
+	require.NoError(t, err)
+	defer ex.Close()
+	ctx := testCtx(t, time.Minute)
+	var hs []*laboro.Handle
+	for i := range 5 {
+		h, err := ex.Submit(ctx, laboro.Job{ID: fmt.Sprintf("d%d", i),
+			Script: fmt.Sprintf("touch %s/started-%d; sleep 0.5; echo %d >> %s/runs; echo %d", dir, i, i, dir, i)})
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	started := func() int {
+		entries, _ := filepath.Glob(filepath.Join(dir, "started-*"))
+		return len(entries)
+	}
+	require.Eventually(t, func() bool { return started() == 2 }, 10*time.Second, time.Millisecond)
+	w.Drain()
+	require.NoError(t, <-ran)
+	assert.Equal(t, 2, started(), "no job taken while draining")
+	runs, err := os.ReadFile(filepath.Join(dir, "runs"))
+	require.NoError(t, err)
+	assert.Equal(t, 2, strings.Count(string(runs), "\n"), "both running jobs finished")
+
+	startWorker(t, nc, Config{}, 2)
+	for i, h := range hs {
+		res, err := h.Wait(ctx)
+		require.NoError(t, err)
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		assert.Equal(t, fmt.Sprintf("%d\n", i), string(output(t, res)))
+	}
+	runs, err = os.ReadFile(filepath.Join(dir, "runs"))
+	require.NoError(t, err)
+	assert.Equal(t, 5, strings.Count(string(runs), "\n"), "each job ran once")
+}

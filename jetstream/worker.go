@@ -43,11 +43,30 @@ type Worker struct {
 	OutputDir string
 	// Logger; nil means Config.Logger.
 	Logger *zap.Logger
+
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain
+	drained   sync.Once
 }
 
-// Run pulls and runs jobs until ctx ends. Jobs still running then are
-// killed and not acknowledged, so that they are redelivered. It returns nil
-// after ctx ends, or an error if it could not start.
+// Drain asks Run to take no new job, let the running ones finish and
+// deliver their results, and then return. It may be called at any time,
+// from any goroutine, more than once; an end of Run's context still kills
+// what runs.
+func (w *Worker) Drain() {
+	ch := w.drain()
+	w.drained.Do(func() { close(ch) })
+}
+
+func (w *Worker) drain() chan struct{} {
+	w.drainOnce.Do(func() { w.draining = make(chan struct{}) })
+	return w.draining
+}
+
+// Run pulls and runs jobs until ctx ends, or until Drain was called and the
+// jobs it had have ended and been delivered. Jobs still running when ctx
+// ends are killed and not acknowledged, so that they are redelivered. It
+// returns nil then, or an error if it could not start.
 func (w *Worker) Run(ctx context.Context) error {
 	cfg := w.Config.withDefaults()
 	log := w.Logger
@@ -79,14 +98,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons}
+	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons, draining: w.drain()}
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() { r.loop(ctx) })
 	}
-	<-ctx.Done()
-	ex.Close() // kills the running jobs
-	wg.Wait()
+	loops := make(chan struct{})
+	go func() { wg.Wait(); close(loops) }()
+	select {
+	case <-ctx.Done():
+	case <-loops: // drained
+	}
+	ex.Close() // kills the jobs still running
+	<-loops
 	r.finishing.Wait()
 	return nil
 }
@@ -99,11 +123,18 @@ type workerRun struct {
 	cons natsjs.Consumer
 	// finishing counts the finished jobs whose result is being published.
 	finishing sync.WaitGroup
+	draining  <-chan struct{} // closed when no new job is to be taken
 }
 
-// loop pulls one job at a time and runs it.
+// loop pulls one job at a time and runs it, until ctx ends or the worker
+// drains.
 func (r *workerRun) loop(ctx context.Context) {
 	for ctx.Err() == nil {
+		select {
+		case <-r.draining:
+			return
+		default:
+		}
 		batch, err := r.cons.Fetch(1, natsjs.FetchMaxWait(fetchWait))
 		if err != nil {
 			if ctx.Err() != nil {

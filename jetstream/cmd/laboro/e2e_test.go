@@ -309,3 +309,38 @@ func TestNoServer(t *testing.T) {
 		assert.Contains(t, p.Log(), "is `laboro serve` running?", "laboro %q", args)
 	}
 }
+
+// The first interrupt lets a worker's running job finish and deliver its
+// result; a second one stops it at once, leaving its job to another worker.
+func TestWorkerInterrupts(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "0")
+	worker := func() *e2e.Process {
+		return e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-c", "1")
+	}
+	w := worker()
+	w.Await(t, regexp.MustCompile(`worker`), 20*time.Second)
+	dir := t.TempDir()
+
+	out, _, code := s.run("submit", "-id", "slow", fmt.Sprintf("touch %s/started; sleep 1; echo finished", dir))
+	require.Equal(t, 0, code, out)
+	require.Eventually(t, func() bool { _, err := os.Stat(dir + "/started"); return err == nil }, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, w.Wait(t, 30*time.Second))
+	assert.Contains(t, w.Log(), "worker stopped after finishing its jobs")
+	out, _, code = s.run("output", "slow")
+	assert.Equal(t, "finished\n", out)
+	assert.Equal(t, 0, code)
+
+	w = worker()
+	out, _, code = s.run("submit", "-id", "stuck", fmt.Sprintf("touch %s/stuck; exec sleep 60", dir))
+	require.Equal(t, 0, code, out)
+	require.Eventually(t, func() bool { _, err := os.Stat(dir + "/stuck"); return err == nil }, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	w.Await(t, regexp.MustCompile(`finishing the running jobs`), 10*time.Second)
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 0, w.Wait(t, 10*time.Second))
+	assert.Contains(t, w.Log(), "its unfinished jobs go to other workers")
+	out, _, _ = s.run("status", "stuck")
+	assert.Regexp(t, `(?m)^stuck\s+dispatched`, out, "waiting for another worker")
+}

@@ -24,7 +24,10 @@
 //
 // worker runs jobs on this machine, -c at a time, until interrupted. It
 // waits for the server when it is not up yet, and reconnects when it goes
-// away.
+// away. The first interrupt (SIGINT or SIGTERM) lets the running jobs finish
+// and deliver their results, then it exits; a second one kills them, and
+// they run again elsewhere. serve stops the same way: its service at once,
+// its local jobs after they finish.
 //
 // submit stores jobs and prints the job's id, or the batch's name, on
 // standard output. With -wait it waits for the jobs, as run does.
@@ -216,6 +219,29 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// interruptTwice returns a context that ends at the second SIGINT or
+// SIGTERM; first is called at the first one.
+func interruptTwice(first func()) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		defer signal.Stop(sigs)
+		select {
+		case <-sigs:
+			first()
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-sigs:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // interruptible returns a context that ends at SIGINT or SIGTERM.
 func interruptible() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -238,7 +264,16 @@ func serve(args []string) int {
 		return exitUsage
 	}
 	defer c.log.Sync()
-	ctx, stop := interruptible()
+	// The first interrupt stops the service and lets the local jobs finish;
+	// a second one kills them (they run again elsewhere).
+	local := &jetstream.Worker{}
+	serviceCtx, stopService := context.WithCancel(context.Background())
+	defer stopService()
+	ctx, stop := interruptTwice(func() {
+		c.log.Info("stopping: the jobs running here finish; interrupt again to stop at once")
+		stopService()
+		local.Drain()
+	})
 	defer stop()
 
 	url := c.url
@@ -279,24 +314,22 @@ func serve(args []string) int {
 	cfg.Dir = *dir
 
 	errs := make(chan error, 2)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	go func() {
-		errs <- (&jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency}).Run(ctx)
+		errs <- (&jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency}).Run(serviceCtx)
 	}()
 	running := 1
 	if *workers > 0 {
 		running++
-		go func() {
-			errs <- (&jetstream.Worker{Conn: nc, Config: cfg, Concurrency: *workers, OutputDir: *dir}).Run(ctx)
-		}()
+		local.Conn, local.Config, local.Concurrency, local.OutputDir = nc, cfg, *workers, *dir
+		go func() { errs <- local.Run(ctx) }()
 	}
 	code := 0
 	for range running {
 		if err := <-errs; err != nil {
 			c.log.Error("stopped", zap.Error(err))
 			code = exitFailed
-			cancel()
+			stop()
+			stopService()
 		}
 	}
 	if code == 0 {
@@ -318,7 +351,11 @@ func worker(args []string) int {
 		return exitUsage
 	}
 	defer c.log.Sync()
-	ctx, stop := interruptible()
+	w := &jetstream.Worker{Config: c.config(), Concurrency: *n, OutputDir: *dir}
+	ctx, stop := interruptTwice(func() {
+		c.log.Info("finishing the running jobs; interrupt again to stop at once (they would run again elsewhere)")
+		w.Drain()
+	})
 	defer stop()
 	nc, err := c.connect(c.url, true)
 	if err != nil {
@@ -326,12 +363,17 @@ func worker(args []string) int {
 		return exitFailed
 	}
 	defer nc.Close()
+	w.Conn = nc
 	c.log.Info("worker", zap.String("nats", or(c.url, defaultURL)), zap.Int("concurrency", *n))
-	if err := (&jetstream.Worker{Conn: nc, Config: c.config(), Concurrency: *n, OutputDir: *dir}).Run(ctx); err != nil {
+	if err := w.Run(ctx); err != nil {
 		c.log.Error("worker stopped", zap.Error(err))
 		return exitFailed
 	}
-	c.log.Info("worker stopped; its unfinished jobs go to other workers")
+	if ctx.Err() != nil {
+		c.log.Info("worker stopped; its unfinished jobs go to other workers")
+	} else {
+		c.log.Info("worker stopped after finishing its jobs")
+	}
 	return 0
 }
 
