@@ -252,6 +252,11 @@ func headerText(s string) string {
 	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
 }
 
+// feedHeartbeat is how often the server of a stream reader (the Manager's
+// results, a Service's submissions) says it is alive: a reader whose server
+// went away is moved to another one after two missed heartbeats.
+const feedHeartbeat = time.Second
+
 // attemptTimeout bounds one attempt to publish a message.
 const attemptTimeout = 5 * time.Second
 

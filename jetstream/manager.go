@@ -96,7 +96,7 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 		OptStartSeq:    results.CachedInfo().State.LastSeq + 1,
 	})
 	if err == nil {
-		m.feed, err = cons.Messages()
+		m.feed, err = cons.Messages(natsjs.PullHeartbeat(feedHeartbeat))
 	}
 	if err != nil {
 		m.sub.Unsubscribe()
@@ -268,7 +268,7 @@ func readResult(ctx context.Context, js natsjs.JetStream, cfg Config, id string)
 	if err != nil {
 		return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(natsjs.PullHeartbeat(feedHeartbeat))
 	if err != nil {
 		return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
 	}

@@ -117,7 +117,7 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: submissions: %w", err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(natsjs.PullHeartbeat(feedHeartbeat))
 	if err != nil {
 		return fmt.Errorf("jetstream: submissions: %w", err)
 	}
