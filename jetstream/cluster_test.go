@@ -3,16 +3,12 @@ package jetstream
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/laboro-go/laboro"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -120,8 +116,8 @@ func effectiveReplicas(ci *natsjs.ClusterInfo) int {
 // server; Workers leave Replicas at 0 and keep the streams at three. Every
 // job ends with its own output, every job ran, and the RESULTS stream holds
 // every result. Results wait up to attemptTimeout for a publication lost
-// with a stream leader; when the server held the Manager's consumer of new
-// results, about 10 s (its missed heartbeats) until it is made again.
+// with a stream leader; when the server held the Manager's reader of new
+// results, two missed heartbeats (feedHeartbeat) until it is made again.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of three NATS servers")
@@ -134,16 +130,9 @@ func TestCluster(t *testing.T) {
 	}
 	clusterUp := time.Now()
 
-	connect := func(name, url string) *nats.Conn {
-		nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
-			nats.ReconnectWait(100*time.Millisecond))
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		return nc
-	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 
-	ncM := connect("manager", strings.Join(urls, ","))
+	ncM := reconnecting(t, "manager", strings.Join(urls, ","))
 	m, err := NewManager(testCtx(t, 20*time.Second), ncM,
 		Config{Replicas: 3, AckWait: 2 * time.Second, Dir: t.TempDir(), Logger: log})
 	require.NoError(t, err)
@@ -157,42 +146,25 @@ func TestCluster(t *testing.T) {
 		stopWorkers []func()
 	)
 	for i := range 2 {
-		nc := connect(fmt.Sprintf("worker %d", i), urls[i])
+		nc := reconnecting(t, fmt.Sprintf("worker %d", i), urls[i])
 		workerConns = append(workerConns, nc)
 		core, logs := observer.New(zap.DebugLevel)
 		workerLogs = append(workerLogs, logs)
-		ctx, cancel := context.WithCancel(context.Background())
-		w := &Worker{Conn: nc, Config: Config{}, Concurrency: 4, OutputDir: t.TempDir(),
-			Logger: zap.New(zapcore.NewTee(log.Core(), core))}
-		done := make(chan error, 1)
-		go func() { done <- w.Run(ctx) }()
-		stop := sync.OnceFunc(func() {
-			cancel()
-			require.NoError(t, <-done)
-		})
-		stopWorkers = append(stopWorkers, stop)
-		t.Cleanup(stop)
+		stopWorkers = append(stopWorkers, runWorker(t, &Worker{Conn: nc, Config: Config{}, Concurrency: 4,
+			OutputDir: t.TempDir(), Logger: zap.New(zapcore.NewTee(log.Core(), core))}))
 	}
 	jobsDone := func(i int) int { return workerLogs[i].FilterMessage("job done").Len() }
 
 	const n = 300
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(32), laboro.WithConcurrency(32),
-		laboro.WithBufferSize(n))
-	require.NoError(t, err)
-	t.Cleanup(func() { ex.Close() })
-	marks := filepath.Join(t.TempDir(), "marks")
 	ctx := testCtx(t, 50*time.Second)
-	handles := make([]*laboro.Handle, n)
-	for i := range n {
-		handles[i], err = ex.Submit(ctx, managerJob(i, marks))
-		require.NoError(t, err)
-	}
+	b := submitBatch(t, ctx, m, n)
+	finished := b.finished
 	// When each job got its result.
 	ended := make([]time.Time, n)
 	var watching sync.WaitGroup
 	quit := make(chan struct{})
 	t.Cleanup(func() { close(quit); watching.Wait() })
-	for i, h := range handles {
+	for i, h := range b.handles {
 		watching.Go(func() {
 			select {
 			case <-h.Done():
@@ -201,18 +173,6 @@ func TestCluster(t *testing.T) {
 			}
 		})
 	}
-	finished := func() int {
-		k := 0
-		for _, h := range handles {
-			select {
-			case <-h.Done():
-				k++
-			default:
-			}
-		}
-		return k
-	}
-
 	js, err := natsjs.New(ncM)
 	require.NoError(t, err)
 	streamInfo := func(name string) *natsjs.StreamInfo {
@@ -306,22 +266,7 @@ func TestCluster(t *testing.T) {
 	}
 	elected := time.Since(down)
 
-	var failed []string
-	for i, h := range handles {
-		res, err := h.Wait(ctx)
-		require.NoError(t, err, "job %d: %d results", i, finished())
-		switch {
-		case res.Status != laboro.StatusSucceeded:
-			failed = append(failed, fmt.Sprintf("job %d %v: %v", i, res.Status, res.Err))
-			res.Output.Close()
-		default:
-			if out := string(output(t, res)); out != fmt.Sprintf("%d\n", i) {
-				failed = append(failed, fmt.Sprintf("job %d output %q", i, out))
-			}
-		}
-	}
-	require.Empty(t, failed, "%d jobs of %d without their output", len(failed), n)
-	require.NoError(t, ex.Shutdown(testCtx(t, 10*time.Second)))
+	b.requireOutputs(ctx)
 	watching.Wait() // every job has its result
 
 	// The longest wait for a result after the shutdown, counted from it.
@@ -340,36 +285,8 @@ func TestCluster(t *testing.T) {
 
 	// Every job ran at least once; some ran again (their acknowledgement
 	// was lost with the server, or came after AckWait).
-	data, err := os.ReadFile(marks)
-	require.NoError(t, err)
-	runs := make([]int, n)
-	lines := strings.Fields(string(data))
-	for _, s := range lines {
-		i, err := strconv.Atoi(s)
-		require.NoError(t, err, "marks %q", s)
-		require.True(t, i >= 0 && i < n, "marks %d", i)
-		runs[i]++
-	}
-	var again []int
-	for i, k := range runs {
-		require.NotZero(t, k, "job %d never ran", i)
-		if k > 1 {
-			again = append(again, i)
-		}
-	}
-
-	// The RESULTS stream holds results for every job, and the work queue
-	// empties once the jobs run again have been acknowledged.
-	results, err := js.Stream(testCtx(t, 10*time.Second), "LABORO_RESULTS")
-	require.NoError(t, err)
-	info, err := results.Info(testCtx(t, 10*time.Second), natsjs.WithSubjectFilter("LABORO.results.>"))
-	require.NoError(t, err)
-	for i := range n {
-		require.NotZero(t, info.State.Subjects[fmt.Sprintf("LABORO.results.m%d", i)], "no result for job %d", i)
-	}
-	require.Len(t, info.State.Subjects, n)
-	require.Eventually(t, func() bool { return streamMsgs(t, ncM, "LABORO_JOBS") == 0 },
-		15*time.Second, 50*time.Millisecond)
+	runs, again := b.requireRuns()
+	msgs := b.requireResults(ncM)
 	checkReplicas("after the batch")
 
 	for _, stop := range stopWorkers {
@@ -380,6 +297,6 @@ func TestCluster(t *testing.T) {
 		"%d runs of %d jobs (run again: %v), %d result messages; jobs done by the workers: %d and %d; "+
 		"reconnections: manager %d, workers %d and %d; %v in all",
 		newLeader, elected.Round(time.Millisecond), stall.Round(time.Millisecond),
-		len(lines), n, again, info.State.Msgs, jobsDone(0), jobsDone(1), ncM.Stats().Reconnects,
+		runs, n, again, msgs, jobsDone(0), jobsDone(1), ncM.Stats().Reconnects,
 		workerConns[0].Stats().Reconnects, workerConns[1].Stats().Reconnects, time.Since(begin).Round(time.Millisecond))
 }

@@ -60,17 +60,21 @@ func newManager(t *testing.T, nc *nats.Conn, cfg Config) *Manager {
 // ends); stop waits for it.
 func startWorker(t *testing.T, nc *nats.Conn, cfg Config, concurrency int) (stop func()) {
 	t.Helper()
+	return runWorker(t, &Worker{Conn: nc, Config: cfg, Concurrency: concurrency, OutputDir: t.TempDir(),
+		Logger: zaptest.NewLogger(t)})
+}
+
+// runWorker runs w until the returned stop is called (or the test ends);
+// stop waits for it.
+func runWorker(t *testing.T, w *Worker) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Worker{Conn: nc, Config: cfg, Concurrency: concurrency, OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t)}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			require.NoError(t, <-done)
-		})
-	}
+	stop = sync.OnceFunc(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
 	t.Cleanup(stop)
 	return stop
 }
