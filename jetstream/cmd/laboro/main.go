@@ -219,6 +219,23 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// client connects to NATS and returns a Client whose results go to a
+// directory of its own; release disconnects and removes the directory.
+func (c *common) client() (cl *jetstream.Client, release func(), err error) {
+	nc, err := c.connect(c.url, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "laboro-"+c.fs.Name()+"-")
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	cfg := c.config()
+	cfg.Dir = dir
+	return &jetstream.Client{Conn: nc, Config: cfg}, func() { nc.Close(); os.RemoveAll(dir) }, nil
+}
+
 // interruptTwice returns a context that ends at the second SIGINT or
 // SIGTERM; first is called at the first one.
 func interruptTwice(first func()) (context.Context, context.CancelFunc) {
@@ -444,21 +461,12 @@ func submit(args []string) int {
 
 	ctx, stop := interruptible()
 	defer stop()
-	nc, err := c.connect(c.url, false)
+	cl, closeClient, err := c.client()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro submit:", err)
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
 		return exitFailed
 	}
-	defer nc.Close()
-	dir, err := os.MkdirTemp("", "laboro-submit-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro submit:", err)
-		return exitFailed
-	}
-	defer os.RemoveAll(dir)
-	cfg := c.config()
-	cfg.Dir = dir
-	cl := &jetstream.Client{Conn: nc, Config: cfg}
+	defer closeClient()
 	ids, err := cl.Submit(ctx, *batch, jobs)
 	if err != nil {
 		return failed(ctx, "submit", err)
@@ -646,13 +654,12 @@ func status(args []string) int {
 	defer c.log.Sync()
 	ctx, stop := interruptible()
 	defer stop()
-	nc, err := c.connect(c.url, false)
+	cl, closeClient, err := c.client()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro status:", err)
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
 		return exitFailed
 	}
-	defer nc.Close()
-	cl := &jetstream.Client{Conn: nc, Config: c.config()}
+	defer closeClient()
 	if *follow {
 		return watch(ctx, cl, c.fs.Arg(0), 0)
 	}
@@ -736,21 +743,12 @@ func output(args []string) int {
 	defer c.log.Sync()
 	ctx, stop := interruptible()
 	defer stop()
-	nc, err := c.connect(c.url, false)
+	cl, closeClient, err := c.client()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro output:", err)
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
 		return exitFailed
 	}
-	defer nc.Close()
-	dir, err := os.MkdirTemp("", "laboro-output-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro output:", err)
-		return exitFailed
-	}
-	defer os.RemoveAll(dir)
-	cfg := c.config()
-	cfg.Dir = dir
-	cl := &jetstream.Client{Conn: nc, Config: cfg}
+	defer closeClient()
 	// Ids the service does not know would be waited for forever.
 	if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: c.fs.Args()}); err == nil {
 		for _, j := range reply.Jobs {
