@@ -83,6 +83,8 @@ func (s *Service) run(ctx context.Context) error {
 	defer m.Close()
 
 	t := newTracker()
+	var waits sync.WaitGroup // for the jobs' results
+	defer waits.Wait()       // after ex.Close (deferred later, so run first) ended every job
 	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
 		laboro.WithBufferSize(n), laboro.WithLogger(log),
 		laboro.WithObserver(func(ev laboro.Event) {
@@ -121,13 +123,11 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: submissions: %w", err)
 	}
+	defer it.Stop()
 	stopReading := context.AfterFunc(ctx, it.Stop)
 	defer stopReading()
 	log.Info("serving", zap.String("stream", cfg.Stream), zap.Int("concurrency", n))
 
-	var waits sync.WaitGroup
-	defer waits.Wait() // after ex.Close (deferred later, run first) ended every job
-	defer ex.Close()
 	for {
 		msg, err := it.Next()
 		if err != nil {
