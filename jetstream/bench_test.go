@@ -186,3 +186,69 @@ func percentile(sorted []time.Duration, q float64) float64 {
 	rank := int(math.Ceil(q * float64(len(sorted))))
 	return float64(sorted[min(max(rank, 1), len(sorted))-1]) / float64(time.Microsecond)
 }
+
+// BenchmarkServiceRestart measures how long a Service takes, when it
+// starts, to rebuild what it knows from the streams: jobs finished before
+// are read back from the SUBMITTED stream and looked up in RESULTS, one by
+// one. The batch runs once, outside the timer; each operation is one
+// Service started on its streams, until its status counts every job done.
+func BenchmarkServiceRestart(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			srv, err := StartEmbedded(b.TempDir(), "127.0.0.1", -1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(srv.Shutdown)
+			nc, err := nats.Connect(srv.URL())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(nc.Close)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cfg := Config{Dir: b.TempDir()}
+			serve := func() (stop func()) {
+				sctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- (&Service{Conn: nc, Config: cfg}).Run(sctx) }()
+				return func() {
+					cancel()
+					if err := <-done; err != nil {
+						b.Error(err)
+					}
+				}
+			}
+			wctx, stopWorker := context.WithCancel(ctx)
+			wdone := make(chan error, 1)
+			go func() { wdone <- (&Worker{Conn: nc, Concurrency: 4, OutputDir: b.TempDir()}).Run(wctx) }()
+			jobs := make([]laboro.Job, n)
+			for i := range jobs {
+				jobs[i] = laboro.Job{Command: "true"}
+			}
+			cl := &Client{Conn: nc, Config: cfg}
+			if _, err := cl.Submit(ctx, "replay", jobs); err != nil {
+				b.Fatal(err)
+			}
+			stop := serve()
+			if _, err := cl.Wait(ctx, "replay", n, 100*time.Millisecond, nil); err != nil {
+				b.Fatal(err)
+			}
+			stop()
+			stopWorker()
+			<-wdone
+
+			b.ResetTimer()
+			for range b.N {
+				stop := serve()
+				if _, err := cl.Wait(ctx, "replay", n, time.Millisecond, nil); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				stop()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+	}
+}
