@@ -115,8 +115,8 @@ func effectiveReplicas(ci *natsjs.ClusterInfo) int {
 // it. The Manager is given every server's URL, each Worker a different
 // server; Workers leave Replicas at 0 and keep the streams at three. Every
 // job ends with its own output, every job ran, and the RESULTS stream holds
-// every result. Results wait up to attemptTimeout for a publication lost
-// with a stream leader; when the server held the Manager's reader of new
+// every result. Results wait for a publication lost with a stream leader
+// to be made again (firstAttempt); when the server held the Manager's reader of new
 // results, two missed heartbeats (feedHeartbeat) until it is made again.
 func TestCluster(t *testing.T) {
 	if testing.Short() {

@@ -257,13 +257,19 @@ func headerText(s string) string {
 // went away is moved to another one after two missed heartbeats.
 const feedHeartbeat = time.Second
 
-// attemptTimeout bounds one attempt to publish a message.
-const attemptTimeout = 5 * time.Second
+// An attempt to make a request (publish, look up) that gets no answer is
+// given up after firstAttempt, and made again with twice as long each
+// time, up to attemptTimeout: an answer lost with a cluster's leader is
+// asked for again soon, and a slow server is not asked too often.
+const (
+	firstAttempt   = time.Second
+	attemptTimeout = 5 * time.Second
+)
 
 // publish stores msg with id as its Nats-Msg-Id. An attempt that gets no
-// acknowledgement within attemptTimeout (a server restarting, a cluster
-// electing a leader, a connection being re-established) is made again until
-// ctx ends: the server drops the copies by id. A refusal from the server is
+// acknowledgement in time (a server restarting, a cluster electing a
+// leader, a connection being re-established) is made again until ctx ends:
+// the server drops the copies by id. A refusal from the server is
 // returned at once.
 func publish(ctx context.Context, js natsjs.JetStream, msg *nats.Msg, id string) (*natsjs.PubAck, error) {
 	var ack *natsjs.PubAck
@@ -289,11 +295,12 @@ func lookup(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject st
 	return found, err
 }
 
-// retry calls f, with attemptTimeout for each attempt, until it succeeds,
-// fails for good (transient says), or ctx ends.
+// retry calls f, with a time limit for each attempt (firstAttempt, then
+// twice as long up to attemptTimeout), until it succeeds, fails for good
+// (transient says), or ctx ends.
 func retry(ctx context.Context, nc *nats.Conn, f func(context.Context) error) error {
-	for {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	for limit := firstAttempt; ; limit = min(2*limit, attemptTimeout) {
+		actx, cancel := context.WithTimeout(ctx, limit)
 		err := f(actx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !transient(nc, err) {
