@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -412,6 +411,5 @@ func (t *tracker) status(req StatusRequest) StatusReply {
 			reply.Jobs = append(reply.Jobs, *j)
 		}
 	}
-	reply.Jobs = slices.Clip(reply.Jobs)
 	return reply
 }
