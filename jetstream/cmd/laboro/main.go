@@ -457,7 +457,6 @@ func submit(args []string) int {
 	if *batch == "" {
 		*batch = jetstream.NewBatch()
 	}
-	file := jf.file
 
 	ctx, stop := interruptible()
 	defer stop()
@@ -471,7 +470,7 @@ func submit(args []string) int {
 	if err != nil {
 		return failed(ctx, "submit", err)
 	}
-	single := *file == ""
+	single := *jf.file == ""
 	c.log.Debug("submitted", zap.String("batch", *batch), zap.Int("jobs", len(ids)))
 	if !*wait {
 		if single {
