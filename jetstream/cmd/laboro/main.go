@@ -220,20 +220,23 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 }
 
 // client connects to NATS and returns a Client whose results go to a
-// directory of its own; release disconnects and removes the directory.
-func (c *common) client() (cl *jetstream.Client, release func(), err error) {
+// directory of its own; release disconnects and removes the directory. On
+// failure it says why on standard error and returns false.
+func (c *common) client() (cl *jetstream.Client, release func(), ok bool) {
 	nc, err := c.connect(c.url, false)
 	if err != nil {
-		return nil, nil, err
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+		return nil, nil, false
 	}
 	dir, err := os.MkdirTemp("", "laboro-"+c.fs.Name()+"-")
 	if err != nil {
 		nc.Close()
-		return nil, nil, err
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+		return nil, nil, false
 	}
 	cfg := c.config()
 	cfg.Dir = dir
-	return &jetstream.Client{Conn: nc, Config: cfg}, func() { nc.Close(); os.RemoveAll(dir) }, nil
+	return &jetstream.Client{Conn: nc, Config: cfg}, func() { nc.Close(); os.RemoveAll(dir) }, true
 }
 
 // interruptTwice returns a context that ends at the second SIGINT or
@@ -460,12 +463,11 @@ func submit(args []string) int {
 
 	ctx, stop := interruptible()
 	defer stop()
-	cl, closeClient, err := c.client()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+	cl, release, ok := c.client()
+	if !ok {
 		return exitFailed
 	}
-	defer closeClient()
+	defer release()
 	ids, err := cl.Submit(ctx, *batch, jobs)
 	if err != nil {
 		return failed(ctx, "submit", err)
@@ -653,12 +655,11 @@ func status(args []string) int {
 	defer c.log.Sync()
 	ctx, stop := interruptible()
 	defer stop()
-	cl, closeClient, err := c.client()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+	cl, release, ok := c.client()
+	if !ok {
 		return exitFailed
 	}
-	defer closeClient()
+	defer release()
 	if *follow {
 		return watch(ctx, cl, c.fs.Arg(0), 0)
 	}
@@ -742,12 +743,11 @@ func output(args []string) int {
 	defer c.log.Sync()
 	ctx, stop := interruptible()
 	defer stop()
-	cl, closeClient, err := c.client()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+	cl, release, ok := c.client()
+	if !ok {
 		return exitFailed
 	}
-	defer closeClient()
+	defer release()
 	// Ids the service does not know would be waited for forever.
 	if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: c.fs.Args()}); err == nil {
 		for _, j := range reply.Jobs {
