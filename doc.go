@@ -35,13 +35,21 @@
 //   - it ran: StatusSucceeded or StatusFailed (a non-zero exit, a signal, a
 //     command that could not start, a function's error or panic), or
 //     StatusTimedOut when it ran past Job.Timeout;
-//   - Stop removed it while queued: StatusStopped; Stop never touches a
-//     running job;
+//   - Stop or Cancel removed it while queued: StatusStopped; Stop never
+//     touches a running job;
+//   - Cancel ended it while it ran: its whole process group is killed (a
+//     remote worker is told to kill it) and it ends with StatusCancelled;
 //   - it was still queued when Shutdown or Close began: StatusTerminated
 //     ("terminated before execution"); a Submit blocked on a full buffer at
 //     that moment returns an error matching ErrTerminated instead;
 //   - it was running when Close was called: its whole process group is
 //     killed and it ends with StatusKilled. Shutdown lets it finish.
+//
+// The Executor, not the Runner, applies Job.Timeout, Cancel and Close: each
+// running job's context ends with cause ErrTimeout, ErrCancelled or
+// ErrKilled, and a job whose context ended and that did not succeed gets
+// the matching status whatever its Runner reported. So a Runner of one's
+// own only has to stop when its context ends.
 //
 // A remote Runner (a protocol's manager side) keeps the same promise: a job
 // whose remote worker dies is run again elsewhere, so it still ends once.

@@ -27,9 +27,10 @@ var (
 	// it is queued (for example an empty command line or unbalanced quotes).
 	ErrInvalidJob = errors.New("laboro: invalid job")
 
-	// ErrNotFound is returned by Stop for an id that is not queued: unknown,
-	// running or already finished.
-	ErrNotFound = errors.New("laboro: job not found in the queue")
+	// ErrNotFound is returned by Stop for an id that is not queued (unknown,
+	// running or already finished), and by Cancel for an id that is neither
+	// queued nor running.
+	ErrNotFound = errors.New("laboro: job not found")
 
 	// ErrStopped is the Err of a Result whose job was removed with Stop.
 	ErrStopped = errors.New("laboro: job stopped before execution")
@@ -44,8 +45,12 @@ var (
 	ErrKilled = errors.New("laboro: job killed")
 
 	// ErrTimeout is the Err of a Result whose job ran longer than its
-	// Job.Timeout and was killed.
+	// Job.Timeout and was killed, and the cause of that job's context.
 	ErrTimeout = errors.New("laboro: job timed out")
+
+	// ErrCancelled is the Err of a Result whose job was running when
+	// Executor.Cancel was called, and the cause of that job's context.
+	ErrCancelled = errors.New("laboro: job cancelled")
 )
 
 // PanicError is the Err of a Result whose Go function panicked.

@@ -96,7 +96,31 @@ func ExampleExecutor_Stop() {
 	// Output:
 	// <nil>
 	// job_1 stopped
-	// laboro: job not found in the queue: "job_1"
+	// laboro: job not found: "job_1"
+}
+
+func ExampleExecutor_Cancel() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ex, err := laboro.New()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ex.Close()
+	h, _ := ex.Submit(ctx, laboro.Job{Command: "sleep 60"})
+	for ex.Stats().Running == 0 {
+		time.Sleep(time.Millisecond) // (an Observer would tell without polling)
+	}
+
+	fmt.Println(ex.Stop(h.ID())) // Stop leaves running jobs alone
+	fmt.Println(ex.Cancel(h.ID()))
+	res, _ := h.Wait(ctx)
+	fmt.Println(res.ID, res.Status, res.Err)
+	// Output:
+	// laboro: job not found: "job_1"
+	// <nil>
+	// job_1 cancelled laboro: job cancelled
 }
 
 func ExampleExecutor_Queued() {

@@ -29,10 +29,6 @@ type Executor struct {
 	capacity  int
 	runDir    *runDir // our own output directory; nil with the caller's
 
-	// ctx is every job's parent; Close cancels it with cause ErrKilled.
-	ctx  context.Context
-	kill context.CancelCauseFunc
-
 	mu      sync.Mutex
 	work    sync.Cond // workers wait here for a job they may start
 	state   execState
@@ -104,7 +100,6 @@ func New(opts ...Option) (*Executor, error) {
 	}
 	e.validator, _ = e.runner.(Validator)
 	e.work.L = &e.mu
-	e.ctx, e.kill = context.WithCancelCause(context.Background())
 	if cfg.observer != nil {
 		e.events = newEventQueue(cfg.observer)
 		go e.events.run()
@@ -398,6 +393,49 @@ func (e *Executor) Stop(id string) error {
 	return nil
 }
 
+// Cancel ends a job whatever its state. A queued job is removed as by
+// Stop: its result has StatusStopped. A running job's context ends with
+// cause ErrCancelled: the process runner kills its whole process group, a
+// remote Runner tells its worker to kill it, and its result has
+// StatusCancelled (or StatusSucceeded, should it succeed first). Cancel
+// does not wait for the job to end; its Handle tells when it has. An id
+// that is neither queued nor running (unknown, finished, or still blocked
+// in Submit) is ErrNotFound.
+func (e *Executor) Cancel(id string) error {
+	e.mu.Lock()
+	h := e.live[id]
+	if h == nil && !e.ownIDs && strings.HasPrefix(id, idPrefix) {
+		// Jobs with assigned ids are not indexed: look in the buffer,
+		// then among the running ones.
+		if h = e.queue.Remove(id); h == nil {
+			for _, r := range e.current {
+				if r != nil && r.job.ID == id {
+					h = r
+					break
+				}
+			}
+		}
+	} else if h != nil && h.state == stateQueued {
+		h = e.queue.Remove(id)
+	}
+	switch {
+	case h == nil || h.state == stateWaiting || h.state == stateDone:
+		e.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	case h.state == stateRunning:
+		h.interrupt(ErrCancelled)
+		e.mu.Unlock()
+		e.log.Debug("job cancelled", zap.String("job", id))
+		return nil
+	}
+	res := Result{ID: id, Status: StatusStopped, ExitCode: -1, Err: ErrStopped}
+	e.retire(h, &res)
+	e.admit()
+	e.mu.Unlock()
+	h.complete(res)
+	return nil
+}
+
 // retire takes a job that will not run (again) off the books and reports
 // its result to the observer. e.mu is held.
 func (e *Executor) retire(h *Handle, res *Result) {
@@ -490,7 +528,11 @@ func (e *Executor) begin(s execState) {
 		e.log.Debug("executor draining", zap.Int("terminated", len(terminated)), zap.Int("running", e.running))
 	}
 	if s == stateClosed {
-		e.kill(ErrKilled)
+		for _, h := range e.current {
+			if h != nil {
+				h.interrupt(ErrKilled)
+			}
+		}
 	}
 	e.work.Broadcast()
 	e.mu.Unlock()

@@ -19,6 +19,11 @@ type Handle struct {
 	mu       sync.Mutex
 	done     chan struct{} // made on demand: most results are read after the fact
 	res      Result
+
+	// stop ends the running job's context; cause is an interruption asked
+	// for before stop was set. Both are guarded by mu.
+	stop  context.CancelCauseFunc
+	cause error
 }
 
 type jobState uint8
@@ -86,6 +91,31 @@ func (h *Handle) Wait(ctx context.Context) (Result, error) {
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
+}
+
+// interrupt ends the job's context with cause, or has it end with cause as
+// soon as it exists; the first cause wins. It is called with the
+// Executor's lock held, while the job is running.
+func (h *Handle) interrupt(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop != nil {
+		h.stop(cause)
+	} else if h.cause == nil {
+		h.cause = cause
+	}
+}
+
+// bind makes stop the way to end the job's context, and applies an
+// interruption asked for before. It is called once the job has its
+// context, before its runner.
+func (h *Handle) bind(stop context.CancelCauseFunc) {
+	h.mu.Lock()
+	h.stop = stop
+	if h.cause != nil {
+		stop(h.cause)
+	}
+	h.mu.Unlock()
 }
 
 // complete records the result and wakes the waiters. It is called once per

@@ -51,13 +51,25 @@ type Job struct {
 	// /dev/null. A Job with a Stdin should be submitted once.
 	Stdin io.Reader
 
-	// Timeout, if positive, bounds the run: the job's whole process group is
-	// killed when it expires and the result has StatusTimedOut.
+	// Timeout, if positive, bounds the run. The Executor applies it: the
+	// context it gives the Runner has a deadline Timeout after the job
+	// starts, with cause ErrTimeout; the process runner then kills the
+	// job's whole process group, a remote Runner tells the worker, and the
+	// result has StatusTimedOut. A Runner called without an Executor
+	// applies no timeout of its own.
 	Timeout time.Duration
 
-	// Meta is caller data carried with the job; laboro never reads it. A
-	// custom Queue may use it (for example as a priority).
+	// Meta is the caller's data carried with the job; neither the Executor
+	// nor any Runner of this module reads it. A custom Queue may use it, for
+	// example as a priority, in front of any Runner.
 	Meta any
+
+	// Payload is what a Runner needs beyond the fields above, of a type
+	// that Runner defines: a protocol's job description, task or code and
+	// parameters (see the constructors of each protocol package, such as
+	// fuq.NewJob). The Executor never reads it; the default runner needs
+	// none.
+	Payload any
 }
 
 // String returns the job as a user would type it: the command line, the
@@ -138,6 +150,9 @@ const (
 	StatusKilled
 	// StatusTimedOut: ran past Job.Timeout; its process group was killed.
 	StatusTimedOut
+	// StatusCancelled: running when Executor.Cancel was called; its
+	// process group was killed (or its remote worker told to kill it).
+	StatusCancelled
 )
 
 var statusNames = [...]string{
@@ -147,6 +162,7 @@ var statusNames = [...]string{
 	StatusTerminated: "terminated before execution",
 	StatusKilled:     "killed",
 	StatusTimedOut:   "timed out",
+	StatusCancelled:  "cancelled",
 }
 
 // String returns the status in words, for example "terminated before execution".
@@ -169,7 +185,7 @@ type Result struct {
 	// Err explains every status but StatusSucceeded: an *exec.ExitError for
 	// a non-zero exit or a signal, an *exec.Error or *fs.PathError for a
 	// failure to start, ErrStopped, ErrTerminated, ErrKilled, ErrTimeout,
-	// a function's error, or a *PanicError.
+	// ErrCancelled, a function's error, or a *PanicError.
 	Err error
 	// PID is the process id, 0 when no process was started.
 	PID int

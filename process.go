@@ -146,10 +146,6 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		defer cleanup()
 	}
 
-	ctx, cancel := jobContext(ctx, job.Timeout)
-	if cancel != nil {
-		defer cancel()
-	}
 	out, err := os.CreateTemp(dir, ".laboro-*.output")
 	if err != nil {
 		return fail(fmt.Errorf("laboro: create output file: %w", err))

@@ -12,8 +12,13 @@ import (
 
 // Runner runs one job and reports how it ended. The Executor calls Run from
 // its worker goroutines, so an implementation must be safe for concurrent
-// use. Run must return when ctx ends (Close cancels it with cause ErrKilled;
-// a Job.Timeout with cause ErrTimeout) and must not panic.
+// use. Run must return soon after ctx ends, having stopped the job, and
+// must not panic. The context ends with cause ErrKilled on Close,
+// ErrCancelled on Cancel, and ErrTimeout once Job.Timeout has passed (its
+// deadline); whatever Run returns then, the job's Result has the matching
+// status (see Interruption), unless it succeeded. The context is the job's
+// only while Run runs: Run must not keep it, or anything derived from it,
+// once it returns.
 //
 // The process runner, the func runner and every protocol's manager side
 // (which hands jobs to remote workers) implement Runner.
@@ -48,16 +53,12 @@ func (FuncRunner) Validate(job Job) error {
 	return nil
 }
 
-// Run calls job.Func with a context that also ends after job.Timeout.
+// Run calls job.Func with ctx.
 func (r FuncRunner) Run(ctx context.Context, job Job) (res Result) {
 	res.ExitCode = -1
 	if job.Func == nil {
 		res.Status, res.Err = StatusFailed, fmt.Errorf("%w: FuncRunner needs Job.Func", ErrInvalidJob)
 		return res
-	}
-	ctx, cancel := jobContext(ctx, job.Timeout)
-	if cancel != nil {
-		defer cancel()
 	}
 	res.Started = time.Now()
 	err := r.call(ctx, job.Func, job.ID)
@@ -86,29 +87,24 @@ func (r FuncRunner) call(ctx context.Context, fn func(context.Context) error, id
 	return fn(ctx)
 }
 
-// jobContext bounds ctx by a job's timeout. The returned cancel is nil when
-// there is no timeout, which spares an allocation per job.
-func jobContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout <= 0 {
-		return ctx, nil
-	}
-	return context.WithTimeoutCause(ctx, timeout, ErrTimeout)
-}
-
-// Interruption tells how a job ends whose context ended: StatusTimedOut
-// with ErrTimeout after its Job.Timeout, else StatusKilled with an error
-// matching ErrKilled and the context's cause. It returns 0 and nil while
-// ctx is live. Runners use it, so that every runner reports an
-// interruption the same way.
+// Interruption tells how a job ends whose context ended, from the
+// context's cause: StatusTimedOut with ErrTimeout after its Job.Timeout,
+// StatusCancelled with ErrCancelled after Executor.Cancel, else
+// StatusKilled with an error matching ErrKilled (and the cause, when it is
+// another). It returns 0 and nil while ctx is live. The Executor applies
+// it to every job whose context ended and that did not succeed, so that
+// every Runner reports an interruption the same way.
 func Interruption(ctx context.Context) (Status, error) {
 	if ctx.Err() == nil {
 		return 0, nil
 	}
 	cause := context.Cause(ctx)
-	if errors.Is(cause, ErrTimeout) {
+	switch {
+	case errors.Is(cause, ErrTimeout):
 		return StatusTimedOut, ErrTimeout
-	}
-	if errors.Is(cause, ErrKilled) {
+	case errors.Is(cause, ErrCancelled):
+		return StatusCancelled, ErrCancelled
+	case errors.Is(cause, ErrKilled):
 		return StatusKilled, ErrKilled
 	}
 	return StatusKilled, fmt.Errorf("%w: %w", ErrKilled, cause)

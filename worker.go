@@ -1,6 +1,7 @@
 package laboro
 
 import (
+	"context"
 	"runtime/debug"
 
 	"go.uber.org/zap"
@@ -10,11 +11,13 @@ import (
 // job and fewer than min(concurrency, pool size) jobs run, runs the job,
 // delivers its result, and repeats until the Executor drains.
 func (e *Executor) worker(i int) {
+	var ctx jobContext
+	defer ctx.release()
 	e.mu.Lock()
 	h := e.take(i)
 	e.mu.Unlock()
 	for h != nil {
-		res := e.run(h)
+		res := e.run(&ctx, h)
 		e.mu.Lock()
 		e.current[i] = nil
 		e.running--
@@ -78,9 +81,43 @@ func (e *Executor) start(i int) *Handle {
 	return h
 }
 
-// run runs one job and completes its Result. A panicking Runner fails the
-// job instead of the process.
-func (e *Executor) run(h *Handle) (res Result) {
+// jobContext is the context a worker runs its jobs with. Jobs share it
+// until one of them is interrupted (cancelled, timed out or killed), which
+// cancels it; the next job then gets a new one. So a job costs no context
+// of its own, and a Runner must not keep its context beyond Run's return.
+type jobContext struct {
+	ctx  context.Context
+	stop context.CancelCauseFunc
+}
+
+// get returns the context for the next job, new if the last one ended.
+func (c *jobContext) get() (context.Context, context.CancelCauseFunc) {
+	if c.ctx == nil || c.ctx.Err() != nil {
+		c.release()
+		c.ctx, c.stop = context.WithCancelCause(context.Background())
+	}
+	return c.ctx, c.stop
+}
+
+func (c *jobContext) release() {
+	if c.stop != nil {
+		c.stop(nil)
+	}
+}
+
+// run runs one job and completes its Result. The job's context ends with
+// the cause of Cancel or Close, and after Job.Timeout with ErrTimeout. A
+// job whose context ended and that did not succeed ends as the cause says
+// (Interruption), whatever the runner made of it. A panicking Runner fails
+// the job instead of the process.
+func (e *Executor) run(jc *jobContext, h *Handle) (res Result) {
+	ctx, stop := jc.get()
+	h.bind(stop)
+	if h.job.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, h.job.Timeout, ErrTimeout)
+		defer cancel()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			stack := debug.Stack()
@@ -94,14 +131,18 @@ func (e *Executor) run(h *Handle) (res Result) {
 				res.Status = StatusFailed
 			}
 		}
+		if res.Status != StatusSucceeded {
+			if st, cause := Interruption(ctx); st != 0 {
+				res.Status, res.Err = st, cause
+			}
+		}
 	}()
-	return e.runner.Run(e.ctx, h.job)
+	return e.runner.Run(ctx, h.job)
 }
 
 // finish runs once, after the last worker returned: it lets the observer
 // drain its events and then marks the Executor done.
 func (e *Executor) finish() {
-	e.kill(ErrClosed) // releases the context; no job is left to see it
 	if e.runDir != nil {
 		e.runDir.finish()
 	}
