@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
-	"github.com/laboro-go/laboro/internal/netutil"
+	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
 
@@ -397,5 +397,5 @@ func (f *Foreman) kick() {
 // or the listener's error.
 func (f *Foreman) Serve(ctx context.Context, ln net.Listener) error {
 	f.init()
-	return netutil.Serve(ctx, ln, f.serveConn)
+	return transport.Serve(ctx, ln, f.serveConn)
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
-	"github.com/laboro-go/laboro/internal/netutil"
+	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
 
@@ -280,7 +280,7 @@ func (m *Manager) Idle() <-chan struct{} {
 // goroutines it started. It returns ctx.Err(), or the listener's error.
 func (m *Manager) Serve(ctx context.Context, ln net.Listener) error {
 	m.init()
-	return netutil.Serve(ctx, ln, m.serveConn)
+	return transport.Serve(ctx, ln, m.serveConn)
 }
 
 // remote is one connected runner, seen by the manager.

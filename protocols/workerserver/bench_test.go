@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
-	"github.com/laboro-go/laboro/transport"
+	"github.com/laboro-go/laboro/transport/link"
 	"go.uber.org/zap"
 )
 
@@ -127,23 +127,23 @@ func BenchmarkReplay(b *testing.B) {
 		// Their Done statuses wait in a cache, written while the master
 		// was away.
 		cache := b.TempDir()
-		down, err := transport.New(unreachable{}, transport.Config{CacheDir: cache})
+		down, err := link.New(unreachable{}, link.Config{CacheDir: cache})
 		if err != nil {
 			b.Fatal(err)
 		}
 		for i := range n {
-			down.Send(context.Background(), transport.Message{Key: fmt.Sprintf("j%d", i), Final: true, Body: statusBody(JobDone, map[string]int{"n": i})})
+			down.Send(context.Background(), link.Message{Key: fmt.Sprintf("j%d", i), Final: true, Body: statusBody(JobDone, map[string]int{"n": i})})
 		}
 		down.Stop(context.Background())
-		link, err := transport.New(&masterAPI{w: w}, transport.Config{CacheDir: cache})
+		up, err := link.New(&masterAPI{w: w}, link.Config{CacheDir: cache})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		link.Start()
+		up.Start()
 		waitAll(b, hs)
 		b.StopTimer()
-		link.Stop(context.Background())
+		up.Stop(context.Background())
 		bm.close()
 		b.StartTimer()
 	}
@@ -155,7 +155,7 @@ type unreachable struct{}
 
 var errDown = errors.New("master down")
 
-func (unreachable) Hello(context.Context, bool) error             { return errDown }
-func (unreachable) Online(context.Context) error                  { return errDown }
-func (unreachable) Send(context.Context, transport.Message) error { return errDown }
-func (unreachable) Goodbye(context.Context) error                 { return errDown }
+func (unreachable) Hello(context.Context, bool) error        { return errDown }
+func (unreachable) Online(context.Context) error             { return errDown }
+func (unreachable) Send(context.Context, link.Message) error { return errDown }
+func (unreachable) Goodbye(context.Context) error            { return errDown }

@@ -7,7 +7,7 @@
 // nothing and accepts what workers replay from their caches), and is a
 // laboro.Runner, so the core's queue, Stop, Queued and drain apply to its
 // jobs. Worker is the HTTP client: its messages go through a
-// transport.Link (connect and reconnect, a file cache while the master is
+// link.Link (connect and reconnect, a file cache while the master is
 // away, per-job ordering, pinging), and its jobs run through a local
 // Executor as processes. cmd/workerserver-master and
 // cmd/workerserver-worker are the binaries.

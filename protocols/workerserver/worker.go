@@ -17,12 +17,12 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
-	"github.com/laboro-go/laboro/transport"
+	"github.com/laboro-go/laboro/transport/link"
 	"go.uber.org/zap"
 )
 
 // Worker is the worker side: it talks to a master over HTTP through a
-// transport.Link (so that no status is lost or sent out of order: what
+// link.Link (so that no status is lost or sent out of order: what
 // cannot be sent waits in CacheDir), pings it for jobs, and runs each job
 // with the executable CodeDir/<worker> (the job's "worker" field), its
 // params as JSON on standard input, its standard output (JSON) the result.
@@ -87,7 +87,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	link, err := transport.New(&masterAPI{w: w}, transport.Config{
+	up, err := link.New(&masterAPI{w: w}, link.Config{
 		CacheDir: w.CacheDir, Reconnect: w.Reconnect, Progress: w.Progress, Ping: w.Ping, Logger: w.Logger,
 	})
 	if err != nil {
@@ -95,11 +95,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	var jobs sync.WaitGroup
-	var pinger *transport.Pinger
-	pinger = link.NewPinger(func(ctx context.Context) (bool, error) {
-		return w.ping(ctx, ex, link, pinger, &jobs)
+	var pinger *link.Pinger
+	pinger = up.NewPinger(func(ctx context.Context) (bool, error) {
+		return w.ping(ctx, ex, up, pinger, &jobs)
 	})
-	link.Start()
+	up.Start()
 	<-ctx.Done()
 	// Jobs still running end as killed; their last statuses go to the
 	// cache if the link cannot send them.
@@ -107,7 +107,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	jobs.Wait()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := link.Stop(stopCtx); err != nil {
+	if err := up.Stop(stopCtx); err != nil {
 		w.Logger.Warn("stopping the link", zap.Error(err))
 	}
 	return ctx.Err()
@@ -115,7 +115,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // ping asks the master for a job, cancels what it says, and starts the
 // job it gives, if any.
-func (w *Worker) ping(ctx context.Context, ex *laboro.Executor, link *transport.Link, pinger *transport.Pinger, jobs *sync.WaitGroup) (bool, error) {
+func (w *Worker) ping(ctx context.Context, ex *laboro.Executor, up *link.Link, pinger *link.Pinger, jobs *sync.WaitGroup) (bool, error) {
 	w.mu.Lock()
 	free := w.free
 	w.mu.Unlock()
@@ -140,18 +140,18 @@ func (w *Worker) ping(ctx context.Context, ex *laboro.Executor, link *transport.
 	if answer.Job == nil {
 		return false, nil
 	}
-	w.start(ctx, ex, link, pinger, jobs, *answer.Job)
+	w.start(ctx, ex, up, pinger, jobs, *answer.Job)
 	return true, nil
 }
 
 // start runs one job and sends its statuses through the link.
-func (w *Worker) start(ctx context.Context, ex *laboro.Executor, link *transport.Link, pinger *transport.Pinger, jobs *sync.WaitGroup, order JobOrder) {
+func (w *Worker) start(ctx context.Context, ex *laboro.Executor, up *link.Link, pinger *link.Pinger, jobs *sync.WaitGroup, order JobOrder) {
 	jobCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	w.mu.Lock()
 	w.running[order.JobID] = cancel
 	w.free--
 	w.mu.Unlock()
-	stream := link.Job(order.JobID)
+	stream := up.Job(order.JobID)
 	stream.Progress(statusBody(JobProcessing, Progress{Progress: ProgressCount{Total: 1}}))
 	jobs.Go(func() {
 		defer func() {
@@ -317,7 +317,7 @@ func (m *masterAPI) Online(ctx context.Context) error {
 	return m.status(ctx, ServerOnline, Startup{Startup: true, Version: m.w.Version, Workers: m.w.codes()})
 }
 
-func (m *masterAPI) Send(ctx context.Context, msg transport.Message) error {
+func (m *masterAPI) Send(ctx context.Context, msg link.Message) error {
 	var body struct {
 		Status string          `json:"status"`
 		Data   json.RawMessage `json:"data"`

@@ -1,4 +1,4 @@
-package transport_test
+package link_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/laboro-go/laboro/transport"
+	"github.com/laboro-go/laboro/transport/link"
 )
 
 // printer is a master that prints what reaches it.
@@ -26,7 +26,7 @@ func (p *printer) Online(context.Context) error {
 	return nil
 }
 
-func (p *printer) Send(_ context.Context, m transport.Message) error {
+func (p *printer) Send(_ context.Context, m link.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fmt.Printf("%s: %s\n", m.Key, m.Body)
@@ -45,16 +45,16 @@ func (p *printer) Goodbye(context.Context) error {
 func ExampleLink() {
 	dir, _ := os.MkdirTemp("", "link-example")
 	defer os.RemoveAll(dir)
-	link, err := transport.New(&printer{}, transport.Config{CacheDir: dir})
+	l, err := link.New(&printer{}, link.Config{CacheDir: dir})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	ctx := context.Background()
-	link.Start()
-	job := link.Job("job-1")
+	l.Start()
+	job := l.Job("job-1")
 	job.Complete([]byte(`{"status":"Done"}`)) // waits until sent (or cached)
-	link.Stop(ctx)
+	l.Stop(ctx)
 	// Output:
 	// hello, reconnect: false
 	// online

@@ -1,5 +1,4 @@
-// Package netutil holds what the protocols' servers share.
-package netutil
+package transport
 
 import (
 	"context"
@@ -7,9 +6,11 @@ import (
 	"sync"
 )
 
-// Serve accepts connections on ln until ctx ends or ln fails, handing each
-// to handle in a goroutine of its own; it then closes ln, waits for every
-// handle to return, and returns ctx.Err() if ctx ended, else ln's error.
+// Serve is the accept loop of every server of the project: it accepts
+// connections on ln until ctx ends or ln fails, handing each to handle in a
+// goroutine of its own; it then closes ln, waits for every handle to
+// return, and returns ctx.Err() if ctx ended, else ln's error. handle owns
+// its connection and must return once ctx ends.
 func Serve(ctx context.Context, ln net.Listener, handle func(context.Context, net.Conn)) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
