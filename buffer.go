@@ -5,7 +5,9 @@ package laboro
 // policy, called with the Executor's lock held, so it needs no locking of its
 // own and must not block or call back into the Executor. Replace the default
 // FIFO with WithQueue to run, for example, by priority or fairly across
-// submitters.
+// submitters. Push and Remove must keep the order of the other queued jobs,
+// so that what Queued shows stays true; laborotest.Queue checks an
+// implementation against this contract.
 type Queue interface {
 	// Push adds a job that has just been accepted.
 	Push(h *Handle)
