@@ -12,40 +12,43 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/jobexec"
 )
-
-const usage = "usage: jobCommander serverName portNum issueJob <job>|setConcurrency <N>|stop <jobID>|poll|exit"
 
 var commands = map[string]bool{"issueJob": true, "setConcurrency": true, "stop": true, "poll": true, "exit": true}
 
 func main() {
+	c := cli.New("jobCommander", "serverName portNum issueJob <job>|setConcurrency <N>|stop <jobID>|poll|exit",
+		"Sends one command to a jobExecutorServer and prints its answer. The exit status of issueJob is the job's own. "+
+			"Set LABORO_TOKEN when the server requires one.")
 	args := os.Args[1:]
-	if len(args) < 3 || !commands[args[2]] {
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
+	var cmd []string
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args, nil // everything after the server is the command's, flags included
 	}
-	if port, err := strconv.Atoi(args[1]); err != nil || port <= 0 || port > 65535 {
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	c := &jobexec.Client{Addr: net.JoinHostPort(args[0], args[1]), Token: os.Getenv("LABORO_TOKEN")}
-	code, err := c.Do(ctx, args[2], args[3:], os.Stdout)
-	if ctx.Err() != nil {
-		fmt.Fprintln(os.Stderr, "jobCommander: interrupted")
-		os.Exit(130)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "jobCommander:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	c.Main(args, func(ctx context.Context, _ []string) error {
+		switch {
+		case len(cmd) < 3:
+			return cli.Usagef("serverName, portNum and a command are required")
+		case !commands[cmd[2]]:
+			return cli.Usagef("unknown command %q", cmd[2])
+		}
+		if port, err := strconv.Atoi(cmd[1]); err != nil || port < 1 || port > 65535 {
+			return cli.Usagef("portNum %q: must be a number from 1 to 65535", cmd[1])
+		}
+		client := &jobexec.Client{Addr: net.JoinHostPort(cmd[0], cmd[1]), Token: os.Getenv("LABORO_TOKEN")}
+		code, err := client.Do(ctx, cmd[2], cmd[3:], os.Stdout)
+		switch {
+		case ctx.Err() != nil:
+			return cli.ErrInterrupted
+		case err != nil:
+			return err
+		}
+		return cli.Exit(code)
+	})
 }

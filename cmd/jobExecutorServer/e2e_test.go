@@ -533,7 +533,31 @@ func TestServerUsage(t *testing.T) {
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
-		assert.True(t, strings.HasPrefix(string(out), "usage: jobExecutorServer"), "%v: %s", args, out)
+		assert.True(t, strings.HasPrefix(string(out), "jobExecutorServer: "), "%v: %s", args, out)
+		assert.Contains(t, string(out), "\nusage: jobExecutorServer portNum bufferSize threadPoolSize", "%v", args)
+	}
+}
+
+// --help and --version answer on standard output, with status 0.
+func TestHelpAndVersion(t *testing.T) {
+	server, commander := build(t)
+	for _, bin := range []string{server, commander} {
+		cmd := exec.Command(bin, "--help")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "%s --help", bin)
+		assert.Empty(t, stderr.String())
+		assert.Contains(t, string(out), "usage: "+filepath.Base(bin))
+		assert.Contains(t, string(out), "-version")
+		out, err = exec.Command(bin, "--version").Output()
+		require.NoError(t, err)
+		assert.Regexp(t, "^"+filepath.Base(bin)+" .*go1", string(out))
+	}
+	out, err := exec.Command(server, "--help").Output()
+	require.NoError(t, err)
+	for _, flag := range []string{"-listen", "-dir", "-log", "-request-timeout"} {
+		assert.Contains(t, string(out), flag)
 	}
 }
 
@@ -544,7 +568,8 @@ func TestCommanderUsage(t *testing.T) {
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
-		assert.True(t, strings.HasPrefix(string(out), "usage: jobCommander"), "%v: %s", args, out)
+		assert.True(t, strings.HasPrefix(string(out), "jobCommander: "), "%v: %s", args, out)
+		assert.Contains(t, string(out), "\nusage: jobCommander serverName portNum", "%v", args)
 	}
 	// No server there: status 1 and a reason.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -8,55 +8,58 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
-	"io"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/jobexec"
 	"go.uber.org/zap"
 )
 
-const usage = "usage: jobExecutorServer portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-log LEVEL] [-request-timeout D]"
-
 func main() {
-	fs := flag.NewFlagSet("jobExecutorServer", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // the usage line below says it all
-	listen := fs.String("listen", "127.0.0.1", "address to listen on")
-	dir := fs.String("dir", ".", "directory for <pid>.output files")
-	level := zap.InfoLevel
-	fs.Var(&level, "log", "log level: debug, info, warn, error")
-	timeout := fs.Duration("request-timeout", jobexec.DefaultRequestTimeout, "how long a commander may take to send its command")
-	nums, err := positional(os.Args[1:], 3)
-	if err == nil {
-		err = fs.Parse(os.Args[4:])
+	c := cli.New("jobExecutorServer", "portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-log LEVEL] [-request-timeout D]",
+		"Runs the jobs that jobCommander sends: at most bufferSize wait, at most threadPoolSize run at once. "+
+			"Set LABORO_TOKEN to require that token from every commander.")
+	listen := c.Flags.String("listen", "127.0.0.1", "address to listen on")
+	dir := c.Flags.String("dir", ".", "directory for <pid>.output files")
+	timeout := c.Flags.Duration("request-timeout", jobexec.DefaultRequestTimeout, "how long a commander may take to send its command")
+	logFlag := c.LogFlag(zap.InfoLevel)
+	args := os.Args[1:]
+	var nums []int
+	if len(args) >= 3 && args[0] != "" && args[0][0] != '-' {
+		nums, args = positional(args[:3]), args[3:]
 	}
-	if err != nil || nums[0] > 65535 || nums[1] <= 0 || nums[2] <= 0 {
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
-	}
-	cfg := zap.NewDevelopmentConfig()
-	cfg.Level = zap.NewAtomicLevelAt(level)
-	cfg.DisableStacktrace = true
-	log, _ := cfg.Build()
-	switch err := run(*listen, nums, *dir, *timeout, log); {
-	case errors.Is(err, jobexec.ErrServerTerminated):
-		log.Info("terminated by an exit command")
-	case errors.Is(err, context.Canceled):
-		log.Info("stopped by a signal")
-	default:
-		log.Error("server failed", zap.Error(err))
-		os.Exit(1)
-	}
+	c.Main(args, func(ctx context.Context, rest []string) error {
+		switch {
+		case nums == nil:
+			return cli.Usagef("portNum, bufferSize and threadPoolSize are required")
+		case len(rest) > 0:
+			return cli.Usagef("unexpected argument %q", rest[0])
+		case nums[0] < 0 || nums[0] > 65535:
+			return cli.Usagef("portNum %s: must be a number from 0 to 65535", args0(0))
+		case nums[1] < 1:
+			return cli.Usagef("bufferSize %s: must be a number of at least 1", args0(1))
+		case nums[2] < 1:
+			return cli.Usagef("threadPoolSize %s: must be a number of at least 1", args0(2))
+		}
+		log := logFlag.Logger()
+		err := serve(ctx, *listen, nums, *dir, *timeout, log)
+		switch {
+		case errors.Is(err, jobexec.ErrServerTerminated):
+			log.Info("terminated by an exit command")
+			return nil
+		case errors.Is(err, context.Canceled):
+			log.Info("stopped by a signal")
+			return nil
+		}
+		return err
+	})
 }
 
-func run(host string, nums []int, dir string, timeout time.Duration, log *zap.Logger) error {
+func serve(ctx context.Context, host string, nums []int, dir string, timeout time.Duration, log *zap.Logger) error {
 	ex, err := laboro.New(laboro.WithBufferSize(nums[1]), laboro.WithPoolSize(nums[2]),
 		laboro.WithOutputDir(dir), laboro.WithLogger(log))
 	if err != nil {
@@ -72,25 +75,23 @@ func run(host string, nums []int, dir string, timeout time.Duration, log *zap.Lo
 		log.Warn("listening beyond this machine without LABORO_TOKEN: anyone who reaches the port runs commands", zap.String("addr", ln.Addr().String()))
 	}
 	log.Info("serving", zap.String("addr", ln.Addr().String()))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	srv := &jobexec.Server{Executor: ex, Token: token, Logger: log, RequestTimeout: timeout}
 	context.AfterFunc(ctx, func() { ex.Close() })
 	return srv.Serve(ctx, ln)
 }
 
-// positional parses the first n arguments as non-negative integers.
-func positional(args []string, n int) ([]int, error) {
-	if len(args) < n {
-		return nil, errors.New("missing arguments")
-	}
-	nums := make([]int, n)
-	for i := range nums {
-		v, err := strconv.Atoi(args[i])
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("argument %d: %q is not a number", i+1, args[i])
+// positional parses the three numbers; one that is not a number is -1.
+func positional(args []string) []int {
+	nums := make([]int, len(args))
+	for i, a := range args {
+		v, err := strconv.Atoi(a)
+		if err != nil {
+			v = -1
 		}
 		nums[i] = v
 	}
-	return nums, nil
+	return nums
 }
+
+// args0 returns the i-th command-line argument, for messages.
+func args0(i int) string { return strconv.Quote(os.Args[1+i]) }

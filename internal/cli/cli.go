@@ -1,0 +1,294 @@
+// Package cli is what the project's commands share, so that each
+// cmd/*/main.go only parses its flags and calls a package: how a command
+// parses its command line and answers --help and --version, its logger,
+// its signals, its exit statuses, and the report of a batch of jobs.
+//
+//	func main() {
+//		c := cli.New("fuq-worker", "-connect HOST:PORT [-np N]", "Runs the tasks a fuq foreman pushes to it.")
+//		addr := c.Flags.String("connect", "", "the foreman's HOST:PORT")
+//		log := c.LogFlag(zap.InfoLevel)
+//		c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
+//			if *addr == "" {
+//				return cli.Usagef("-connect is required")
+//			}
+//			return run(ctx, *addr, log.Logger())
+//		})
+//	}
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Exit statuses of every command.
+const (
+	ExitOK          = 0   // done as asked
+	ExitFailed      = 1   // a job failed, or an error kept the command from its work
+	ExitUsage       = 2   // a mistake in the command line
+	ExitInterrupted = 130 // stopped by an interrupt before it was done
+)
+
+// UsageError is a mistake in the command line; Main prints it with the
+// synopsis and exits with ExitUsage.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// Usagef returns a *UsageError that says what is wrong, for example
+// Usagef("port %d: must be 1–65535", port).
+func Usagef(format string, args ...any) error {
+	return &UsageError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// ExitError makes Main exit with Code, printing Err unless it is nil: for
+// a command whose status is a job's own (an exit status passed on).
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Exit returns an *ExitError of code without a message.
+func Exit(code int) error { return &ExitError{Code: code} }
+
+// ErrInterrupted is what a command returns when an interrupt stopped it
+// before it was done; Main exits with ExitInterrupted. A context ended by
+// Main's signals returns context.Canceled, which Main takes the same way.
+var ErrInterrupted = errors.New("interrupted")
+
+// Command is one command-line program: its name, synopsis and flags.
+type Command struct {
+	Name     string // as typed, for example "fuq-foreman submit"
+	Synopsis string // the arguments, for example "[-wait] -name NAME -tasks N"
+	Doc      string // what it does, a sentence or two, for --help
+	// Flags is the command's flag set; add its flags before Main. -version
+	// (and --version) is defined already.
+	Flags *flag.FlagSet
+
+	// Stdout and Stderr default to the process's.
+	Stdout, Stderr io.Writer
+
+	version *bool
+}
+
+// New returns a Command with an empty flag set.
+func New(name, synopsis, doc string) *Command {
+	c := &Command{Name: name, Synopsis: synopsis, Doc: doc, Stdout: os.Stdout, Stderr: os.Stderr,
+		Flags: flag.NewFlagSet(name, flag.ContinueOnError)}
+	c.Flags.SetOutput(io.Discard) // Parse reports errors its own way
+	c.version = c.Flags.Bool("version", false, "print the version and exit")
+	return c
+}
+
+// Usage returns the synopsis line, "usage: NAME SYNOPSIS".
+func (c *Command) Usage() string {
+	return strings.TrimSpace("usage: " + c.Name + " " + c.Synopsis)
+}
+
+// Help writes what --help shows: the synopsis, the doc, and every flag
+// with its sentence and default.
+func (c *Command) Help(w io.Writer) {
+	fmt.Fprintln(w, c.Usage())
+	if c.Doc != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(c.Doc))
+	}
+	n := 0
+	c.Flags.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintln(w, "\nFlags:")
+		c.Flags.SetOutput(w)
+		c.Flags.PrintDefaults()
+		c.Flags.SetOutput(io.Discard)
+	}
+}
+
+// errHelp and errVersion end Parse for a request that is already answered.
+var (
+	errHelp    = errors.New("help shown")
+	errVersion = errors.New("version shown")
+)
+
+// Parse parses args. -h, -help and --help print Help on Stdout, and
+// -version prints Version: both end the command with ExitOK (Main does).
+// A flag that is not defined or has a bad value is a *UsageError naming it.
+func (c *Command) Parse(args []string) error {
+	err := c.Flags.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.Help(c.Stdout)
+		return errHelp
+	case err != nil:
+		return &UsageError{Msg: err.Error()}
+	case *c.version:
+		fmt.Fprintln(c.Stdout, c.Name, Version())
+		return errVersion
+	}
+	return nil
+}
+
+// Main parses args and runs main with a context that ends on the first
+// SIGINT or SIGTERM, and with the arguments left after the flags; then it
+// exits with the status main's error gives (see Code), printing the error,
+// if any, as "NAME: error" on Stderr (and the synopsis after a usage
+// error). It does not return.
+func (c *Command) Main(args []string, main func(ctx context.Context, args []string) error) {
+	os.Exit(c.Run(args, main))
+}
+
+// Run is Main without the exit: it returns the exit status.
+func (c *Command) Run(args []string, main func(ctx context.Context, args []string) error) int {
+	err := c.Parse(args)
+	if err == nil {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = main(ctx, c.Flags.Args())
+		stop()
+	}
+	return c.Report(err)
+}
+
+// Report prints err for the user and returns its exit status (Code).
+func (c *Command) Report(err error) int {
+	code := Code(err)
+	var ue *UsageError
+	var ee *ExitError
+	switch {
+	case errors.Is(err, errHelp), errors.Is(err, errVersion), err == nil:
+	case errors.As(err, &ue):
+		fmt.Fprintf(c.Stderr, "%s: %s\n%s\nRun '%s --help' for every flag.\n", c.Name, ue.Msg, c.Usage(), c.Name)
+	case errors.As(err, &ee) && ee.Err == nil:
+	case code == ExitInterrupted:
+		fmt.Fprintf(c.Stderr, "%s: interrupted\n", c.Name)
+	default:
+		fmt.Fprintf(c.Stderr, "%s: %s\n", c.Name, err)
+	}
+	return code
+}
+
+// Code returns the exit status of a command that ended with err: ExitOK
+// for nil (or a request for help or the version), ExitUsage for a
+// *UsageError, an *ExitError's Code, ExitInterrupted for ErrInterrupted or
+// context.Canceled, else ExitFailed.
+func Code(err error) int {
+	var ue *UsageError
+	var ee *ExitError
+	switch {
+	case err == nil, errors.Is(err, errHelp), errors.Is(err, errVersion):
+		return ExitOK
+	case errors.As(err, &ue):
+		return ExitUsage
+	case errors.As(err, &ee):
+		return ee.Code
+	case errors.Is(err, ErrInterrupted), errors.Is(err, context.Canceled):
+		return ExitInterrupted
+	}
+	return ExitFailed
+}
+
+// Version returns the module version the binary was built from, with the
+// commit when the build recorded one ("(devel)" for a plain go build in a
+// checkout).
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev != "" && !strings.Contains(v, rev[:min(12, len(rev))]) {
+		v += " " + rev[:min(12, len(rev))] + dirty
+	}
+	return v + " " + bi.GoVersion
+}
+
+// Log is a command's -log flag and the logger it makes.
+type Log struct{ level zapcore.Level }
+
+// LogFlag defines -log LEVEL (debug, info, warn, error), def by default.
+func (c *Command) LogFlag(def zapcore.Level) *Log {
+	l := &Log{level: def}
+	c.Flags.Var(&l.level, "log", "log level: debug, info, warn or error")
+	return l
+}
+
+// Logger returns the logger of every command: readable lines on standard
+// error (standard output is for what the user asked for), at the level
+// chosen, without stack traces.
+func (l *Log) Logger() *zap.Logger { return Logger(l.level) }
+
+// Logger returns a logger to standard error at level.
+func Logger(level zapcore.Level) *zap.Logger {
+	cfg := zap.NewDevelopmentConfig()
+	cfg.Level = zap.NewAtomicLevelAt(level)
+	cfg.DisableStacktrace, cfg.DisableCaller = true, true
+	cfg.OutputPaths, cfg.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
+	log, err := cfg.Build()
+	if err != nil { // only a bad configuration fails, and this one is fixed
+		panic(err)
+	}
+	return log
+}
+
+// Interrupts returns two contexts for a command that stops in two steps:
+// drain ends at the first SIGINT or SIGTERM (stop taking work, let the
+// running jobs finish), kill at the second (stop them now). stop releases
+// the signals.
+func Interrupts(parent context.Context) (drain, kill context.Context, stop func()) {
+	drain, endDrain := context.WithCancelCause(parent)
+	kill, endKill := context.WithCancelCause(parent)
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for n := 0; n < 2; n++ {
+			select {
+			case sig := <-signals:
+				if n == 0 {
+					endDrain(fmt.Errorf("%w: %v", ErrInterrupted, sig))
+				} else {
+					endKill(fmt.Errorf("%w again: %v", ErrInterrupted, sig))
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return drain, kill, func() {
+		signal.Stop(signals)
+		close(done)
+		<-exited
+		endDrain(nil)
+		endKill(nil)
+	}
+}

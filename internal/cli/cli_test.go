@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// command returns a Command writing to buffers, with one flag.
+func command() (*Command, *bytes.Buffer, *bytes.Buffer, *int) {
+	c := New("tool", "[-n N] FILE", "Tool does a thing to FILE.")
+	var out, errOut bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errOut
+	n := c.Flags.Int("n", 3, "how many times")
+	return c, &out, &errOut, n
+}
+
+func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
+	for _, arg := range []string{"-h", "-help", "--help"} {
+		c, out, errOut, _ := command()
+		c.LogFlag(zap.InfoLevel)
+		ran := false
+		code := c.Run([]string{arg}, func(context.Context, []string) error { ran = true; return nil })
+		assert.Equal(t, ExitOK, code, arg)
+		assert.False(t, ran, "%s runs nothing", arg)
+		assert.Empty(t, errOut.String())
+		for _, want := range []string{"usage: tool [-n N] FILE", "Tool does a thing", "-n int", "how many times (default 3)", "-log", "-version"} {
+			assert.Contains(t, out.String(), want, arg)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	c, out, _, _ := command()
+	assert.Equal(t, ExitOK, c.Run([]string{"--version"}, nil))
+	assert.Regexp(t, `^tool .*go1\.`, out.String())
+}
+
+func TestUsageErrorsNameWhatIsWrong(t *testing.T) {
+	c, out, errOut, _ := command()
+	code := c.Run([]string{"-nope"}, nil)
+	assert.Equal(t, ExitUsage, code)
+	assert.Empty(t, out.String())
+	assert.Equal(t, "tool: flag provided but not defined: -nope\nusage: tool [-n N] FILE\nRun 'tool --help' for every flag.\n", errOut.String())
+
+	c, _, errOut, _ = command()
+	assert.Equal(t, ExitUsage, c.Run([]string{"-n", "abc"}, nil))
+	assert.Contains(t, errOut.String(), `invalid value "abc" for flag -n`)
+
+	c, _, errOut, n := command()
+	code = c.Run([]string{"-n", "0", "f"}, func(_ context.Context, args []string) error {
+		assert.Equal(t, []string{"f"}, args)
+		if *n < 1 {
+			return Usagef("-n %d: must be at least 1", *n)
+		}
+		return nil
+	})
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, errOut.String(), "tool: -n 0: must be at least 1\n")
+}
+
+func TestExitStatuses(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int
+		says string
+	}{
+		{nil, ExitOK, ""},
+		{errors.New("disk full"), ExitFailed, "tool: disk full\n"},
+		{&ExitError{Code: 7}, 7, ""},
+		{&ExitError{Code: 3, Err: errors.New("banned")}, 3, "tool: banned\n"},
+		{fmt.Errorf("waiting: %w", context.Canceled), ExitInterrupted, "tool: interrupted\n"},
+		{ErrInterrupted, ExitInterrupted, "tool: interrupted\n"},
+	} {
+		c, _, errOut, _ := command()
+		assert.Equal(t, tc.code, c.Run(nil, func(context.Context, []string) error { return tc.err }), "%v", tc.err)
+		assert.Equal(t, tc.says, errOut.String(), "%v", tc.err)
+	}
+}
+
+func TestInterruptsDrainThenKill(t *testing.T) {
+	drain, kill, stop := Interrupts(context.Background())
+	defer stop()
+	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
+	select {
+	case <-drain.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first signal did not end drain")
+	}
+	assert.ErrorIs(t, context.Cause(drain), ErrInterrupted)
+	assert.NoError(t, kill.Err(), "one signal only drains")
+	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+	select {
+	case <-kill.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second signal did not end kill")
+	}
+}
+
+func TestMainContextEndsOnASignal(t *testing.T) {
+	c, _, errOut, _ := command()
+	code := c.Run(nil, func(ctx context.Context, _ []string) error {
+		require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	assert.Equal(t, ExitInterrupted, code)
+	assert.Equal(t, "tool: interrupted\n", errOut.String())
+}
