@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/laborotest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -317,4 +318,10 @@ queued, in the order they will start:
   6. nightly-report  priority 0  succeeded
   -  clean-tmp       priority 0  stopped
 `)
+}
+
+// TestPriorityQueueConformance checks PriorityQueue against the contract
+// every laboro.Queue must keep, alone and inside an Executor.
+func TestPriorityQueueConformance(t *testing.T) {
+	laborotest.Queue(t, func() laboro.Queue { return new(PriorityQueue) })
 }
