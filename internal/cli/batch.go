@@ -1,0 +1,289 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+// Counts are how a batch of jobs stands.
+type Counts struct {
+	Total     int // jobs in the batch
+	Queued    int // waiting to run
+	Running   int // running
+	Succeeded int
+	Failed    int // ended otherwise: failed, killed, timed out, cancelled, …
+	Workers   int // workers serving the batch, when the command knows; 0 otherwise
+}
+
+// Done is how many jobs have ended.
+func (c Counts) Done() int { return c.Succeeded + c.Failed }
+
+// Progress shows how a batch goes, on standard error: a bar with the
+// counts and the time left on a terminal, or, when standard error is not a
+// terminal, a line of counts every Every (none when Every is 0). It is
+// safe for concurrent use.
+type Progress struct {
+	w     io.Writer
+	every time.Duration
+	tty   bool
+
+	mu    sync.Mutex
+	bar   *progressbar.ProgressBar
+	last  time.Time
+	start time.Time
+	ended bool
+}
+
+// NewProgress returns a Progress on w (usually os.Stderr). every is the
+// period of the plain lines written when w is not a terminal.
+func NewProgress(w io.Writer, every time.Duration) *Progress {
+	f, ok := w.(*os.File)
+	return &Progress{w: w, every: every, tty: ok && term.IsTerminal(int(f.Fd())), start: time.Now()}
+}
+
+// Update shows c.
+func (p *Progress) Update(c Counts) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	desc := fmt.Sprintf("running %d, queued %d, failed %d", c.Running, c.Queued, c.Failed)
+	if c.Workers > 0 {
+		desc += fmt.Sprintf(", workers %d", c.Workers)
+	}
+	if p.tty {
+		if p.bar == nil && c.Total > 0 {
+			p.bar = progressbar.NewOptions(c.Total, progressbar.OptionSetWriter(p.w),
+				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth(),
+				progressbar.OptionOnCompletion(func() { fmt.Fprintln(p.w) }))
+		}
+		if p.bar != nil {
+			p.bar.ChangeMax(max(c.Total, c.Done()))
+			p.bar.Describe(desc)
+			p.bar.Set(c.Done())
+		}
+		return
+	}
+	if p.every <= 0 || time.Since(p.last) < p.every {
+		return
+	}
+	p.last = time.Now()
+	line := fmt.Sprintf("%d of %d done (%s)", c.Done(), c.Total, desc)
+	if eta, ok := p.eta(c); ok {
+		line += ", about " + eta.Round(time.Second).String() + " left"
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+// eta guesses the time left from the pace so far.
+func (p *Progress) eta(c Counts) (time.Duration, bool) {
+	if c.Done() == 0 || c.Total <= c.Done() {
+		return 0, false
+	}
+	per := time.Since(p.start) / time.Duration(c.Done())
+	return per * time.Duration(c.Total-c.Done()), true
+}
+
+// Close ends the display.
+func (p *Progress) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil && !p.ended {
+		p.bar.Finish()
+	}
+	p.ended = true
+}
+
+// Failure is a job that did not succeed, as every command reports it: its
+// id, its command, how it ended, and the tail of its standard error.
+type Failure struct {
+	ID       string
+	Command  string
+	Status   string // "failed", "timed out", …
+	ExitCode int    // -1 when it did not exit normally
+	Err      string // why, when the status alone does not say
+	Stderr   []byte // the tail of its standard error
+}
+
+// FailureOf describes a job's result that was not a success.
+func FailureOf(job laboro.Job, res laboro.Result) Failure {
+	f := Failure{ID: res.ID, Command: job.String(), Status: res.Status.String(), ExitCode: res.ExitCode, Stderr: res.Stderr}
+	if res.Err != nil {
+		f.Err = res.Err.Error()
+	}
+	return f
+}
+
+// WriteFailures writes each failure: a line with the id, how it ended and
+// the command, then the error and the last lines of standard error,
+// indented. Nothing for none.
+func WriteFailures(w io.Writer, fs []Failure) {
+	for _, f := range fs {
+		how := f.Status
+		if f.ExitCode >= 0 {
+			how += fmt.Sprintf(", exit status %d", f.ExitCode)
+		}
+		fmt.Fprintf(w, "%s %s: %s\n", f.ID, how, oneLine(f.Command))
+		if f.Err != "" && !strings.HasPrefix(f.Err, "exit status") {
+			fmt.Fprintf(w, "    %s\n", oneLine(f.Err))
+		}
+		for _, l := range tailLines(f.Stderr, 5) {
+			fmt.Fprintf(w, "    | %s\n", l)
+		}
+	}
+}
+
+// oneLine folds s onto one line, shortened to 200 bytes.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 200 {
+		s = s[:197] + "..."
+	}
+	return s
+}
+
+// tailLines returns the last n non-empty lines of b.
+func tailLines(b []byte, n int) []string {
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if l = strings.TrimRight(l, "\r "); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines[max(0, len(lines)-n):]
+}
+
+// Summary is how a batch ended.
+type Summary struct {
+	Counts
+	Failures []Failure
+}
+
+// Write writes the summary line ("12 jobs: 11 succeeded, 1 failed") and
+// the failures, as WriteFailures does.
+func (s Summary) Write(w io.Writer) {
+	fmt.Fprintf(w, "%d jobs: %d succeeded, %d failed\n", s.Total, s.Succeeded, s.Failed)
+	WriteFailures(w, s.Failures)
+}
+
+// Code is the batch's exit status: ExitOK when every job succeeded, else
+// ExitFailed.
+func (s Summary) Code() int {
+	if s.Failed > 0 || s.Succeeded < s.Total {
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+// Err returns nil when every job succeeded, else an *ExitError of
+// ExitFailed (the failures were written already).
+func (s Summary) Err() error {
+	if c := s.Code(); c != ExitOK {
+		return Exit(c)
+	}
+	return nil
+}
+
+// Batch is the batch driver of the commands that run a list of jobs
+// through an Executor: it submits them (waiting for room in the buffer),
+// shows progress, hands each result to OnResult, and sums up.
+type Batch struct {
+	// Progress, if not nil, is updated as jobs end.
+	Progress *Progress
+	// OnResult, if not nil, is called with each job's result, one at a
+	// time, before its output is closed (to save it); its error fails the
+	// job in the summary.
+	OnResult func(job laboro.Job, res laboro.Result) error
+}
+
+// Run submits jobs to ex and waits for them all. It returns early with
+// ctx's error if ctx ends (the jobs already submitted go on, in ex).
+func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job) (Summary, error) {
+	sum := Summary{Counts: Counts{Total: len(jobs)}}
+	var mu sync.Mutex
+	results := make(chan struct{}, len(jobs))
+	var waits sync.WaitGroup
+	// end waits for the goroutines (which return once ctx ends) before the
+	// summary is read.
+	end := func(err error) (Summary, error) {
+		waits.Wait()
+		if b.Progress != nil {
+			b.Progress.Close()
+		}
+		return sum, err
+	}
+	report := func(job laboro.Job, res laboro.Result) {
+		defer res.Output.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		var err error
+		if b.OnResult != nil {
+			err = b.OnResult(job, res)
+		}
+		if res.Status == laboro.StatusSucceeded && err == nil {
+			sum.Succeeded++
+		} else {
+			sum.Failed++
+			f := FailureOf(job, res)
+			if err != nil && res.Status == laboro.StatusSucceeded {
+				f.Status, f.Err = "not saved", err.Error()
+			}
+			sum.Failures = append(sum.Failures, f)
+		}
+	}
+	update := func() {
+		if b.Progress == nil {
+			return
+		}
+		st := ex.Stats()
+		mu.Lock()
+		c := sum.Counts
+		mu.Unlock()
+		c.Running, c.Queued = st.Running, st.Queued+st.Blocked
+		b.Progress.Update(c)
+	}
+	for _, job := range jobs {
+		h, err := ex.Submit(ctx, job)
+		if err != nil {
+			return end(fmt.Errorf("submit %s: %w", job.String(), err))
+		}
+		waits.Go(func() {
+			res, err := h.Wait(ctx)
+			if err == nil {
+				report(h.Job(), res)
+			}
+			results <- struct{}{}
+		})
+		update()
+	}
+	for range jobs {
+		select {
+		case <-results:
+			update()
+		case <-ctx.Done():
+			return end(ctx.Err())
+		}
+	}
+	return end(nil)
+}
+
+// WriteTable writes rows as aligned columns, the first row being the
+// header.
+func WriteTable(w io.Writer, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
