@@ -91,6 +91,12 @@
 //     job submitted again under the same name is not sent to a runner
 //     that still runs the old one, as its REZULTO could not tell them
 //     apart. The Manager leaves Job.Timeout to the Executor.
+//   - Lost managers. The spec's runner learns that its manager is gone
+//     only when it next talks to it. Ours reads the connection while its
+//     jobs run and no worker talks (the manager says nothing then), so a
+//     manager that goes away is seen at once; a broken session, and
+//     Runner.RunDrain's hard stop, kill the running jobs with their
+//     process groups: no job runs on for nobody once the runner is done.
 //   - ATENDI and the ban policy. BanPolicy is the reference's --ban: ELIRI
 //     below 60% success after 10 jobs; ATENDI with more than 2 failures
 //     among the last 10, but only while the runner has jobs out (with none
