@@ -7,10 +7,11 @@
 // the program may have arguments: -t ".R=Rscript --vanilla") adds types.
 // A job succeeds unless its output has a line starting with RES:failed, as
 // in the reference runner; --exit-status decides by exit status instead.
-// The first interrupt stops asking for jobs and lets the running ones
-// finish and report; a second one quits at once. Exit status: 0 when the
-// manager had no more jobs, 1 on an error, 2 for a usage error, 3 when the
-// manager banned this runner.
+// The first interrupt (or SIGTERM) stops asking for jobs and lets the
+// running ones finish and report; a second one kills the running jobs,
+// with their process groups, and quits. A lost manager kills them too.
+// Exit status: 0 when the manager had no more jobs, 1 on an error or when
+// stopped, 2 for a usage error, 3 when the manager banned this runner.
 package main
 
 import (
@@ -68,17 +69,19 @@ func main() {
 	cfg.Level, cfg.DisableStacktrace = zap.NewAtomicLevelAt(level), true
 	r.Logger, _ = cfg.Build()
 
-	ctx, cancel := context.WithCancel(context.Background())
+	drain, stopAsking := context.WithCancel(context.Background())
+	ctx, quit := context.WithCancel(context.Background())
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-signals
-		r.Logger.Warn("interrupted: finishing the running jobs (interrupt again to quit now)")
-		cancel()
+		r.Logger.Warn("interrupted: finishing the running jobs (interrupt again to kill them and quit)")
+		stopAsking()
 		<-signals
-		os.Exit(1)
+		r.Logger.Warn("interrupted again: killing the running jobs")
+		quit()
 	}()
-	switch err := r.Run(ctx); {
+	switch err := r.RunDrain(ctx, drain); {
 	case err == nil:
 	case errors.Is(err, runexp.ErrBanned):
 		r.Logger.Error("banned by the manager", zap.Error(err))

@@ -6,10 +6,15 @@
 //
 // Manager is the manager side, a laboro.Runner: jobs submitted to an
 // Executor built on it go to runners as they ask, so the Executor's
-// buffer, Stop, Queued and concurrency apply to them. FolderRun serves a
-// job folder as the reference manager does. Runner is the runner side; it
-// runs each job through a local Executor as a process. The binaries
-// cmd/runexp-manager and cmd/runexp-runner are thin wrappers.
+// buffer, Stop, Cancel, Job.Timeout, Queued and concurrency apply to them.
+// Its dispatch is the project's one transport.Dispatcher: the line of
+// jobs waiting for a runner, the jobs out at each runner, the requeue of a
+// lost runner's jobs at the front of the line, and the dropping of results
+// that come too late. A job's name is its Job.ID and its type (JobType)
+// travels in Job.Payload (see NewJob); Job.Meta is the caller's. FolderRun
+// serves a job folder as the reference manager does. Runner is the runner
+// side; it runs each job through a local Executor as a process. The
+// binaries cmd/runexp-manager and cmd/runexp-runner are thin wrappers.
 //
 //	m := &runexp.Manager{Policy: runexp.BanPolicy{}}
 //	ex, _ := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(64), laboro.WithConcurrency(64))
@@ -75,7 +80,23 @@
 //     back, else FINO again.
 //   - Lost runners. A runner that disconnects, breaks the protocol, or
 //     sends a REZULTO for a job it was not sent (the spec: drop it) loses
-//     its connection; its jobs go back to the front of the line.
+//     its connection; its jobs go back to the front of the line at once
+//     (a runner that reconnects starts a new session: it killed its jobs
+//     when it lost the old one).
+//   - No cancel. The protocol has no message to stop a job. A job whose
+//     Run ends first (Executor.Cancel, Job.Timeout, Close) ends at once
+//     on the manager, as the Dispatcher does for every protocol, and the
+//     runner runs it to its end: its REZULTO is then read and dropped
+//     (the output's file removed), and the runner keeps its connection. A
+//     job submitted again under the same name is not sent to a runner
+//     that still runs the old one, as its REZULTO could not tell them
+//     apart. The Manager leaves Job.Timeout to the Executor.
+//   - Lost managers. The spec's runner learns that its manager is gone
+//     only when it next talks to it. Ours reads the connection while its
+//     jobs run and no worker talks (the manager says nothing then), so a
+//     manager that goes away is seen at once; a broken session, and
+//     Runner.RunDrain's hard stop, kill the running jobs with their
+//     process groups: no job runs on for nobody once the runner is done.
 //   - ATENDI and the ban policy. BanPolicy is the reference's --ban: ELIRI
 //     below 60% success after 10 jobs; ATENDI with more than 2 failures
 //     among the last 10, but only while the runner has jobs out (with none

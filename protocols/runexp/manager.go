@@ -29,36 +29,45 @@ const busyWait = 5 * time.Millisecond
 // job that the manager did not send it.
 var ErrUnknownJob = errors.New("runexp: result for a job this runner was not sent")
 
-// JobType is a job's type, its file extension with the dot (".sh"), carried
-// in laboro.Job.Meta; see NewJob.
+// JobType is a job's type, its file extension with the dot (".sh"). It
+// travels in laboro.Job.Payload; see NewJob.
 type JobType string
 
 // NewJob returns the laboro.Job for a runexp job: its name is the job's ID
 // (the path of its file under runs/, without extension), its contents the
-// script, its type the file's extension with the dot.
+// script, and its Payload its type, the file's extension with the dot.
+// Job.Meta is left to the caller.
 func NewJob(name string, typ JobType, contents string) laboro.Job {
-	return laboro.Job{ID: name, Script: contents, Meta: typ}
+	return laboro.Job{ID: name, Script: contents, Payload: typ}
 }
 
 // Manager is the manager side of runexp: a laboro.Runner that hands each job
 // given to Run to a runner that asks for one (PETO), and returns the result
 // that runner sends back (REZULTO). Use it as an Executor's runner, and
-// serve runners with Serve; the Executor's buffer, Stop, Queued and
-// concurrency then apply to runexp jobs: a job reaches runners only once the
-// Executor runs it, so the concurrency level is the number of jobs out at
-// runners (or waiting for one) at a time.
+// serve runners with Serve; the Executor's buffer, Stop, Cancel, Job.Timeout,
+// Queued and concurrency then apply to runexp jobs: a job reaches runners
+// only once the Executor runs it, so the concurrency level is the number of
+// jobs out at runners (or waiting for one) at a time.
 //
-// A job whose runner disconnects or breaks the protocol before its result
-// arrives goes back to the front of the line for the next runner that asks
-// (at least once). Set the fields before first use; a Manager is safe for
-// concurrent use and must not be copied.
+// Its jobs go through a transport.Dispatcher: they wait in its line, first
+// come first served, until a runner asks; a job whose runner disconnects or
+// breaks the protocol before its result arrives goes back to the front of
+// the line for the next runner that asks (at least once). A job whose Run
+// ends first (Executor.Cancel, Job.Timeout, Close) ends at once; runexp
+// cannot tell a runner to stop a job, so the runner runs it to its end,
+// and its REZULTO is then read and dropped, its output removed, without
+// disconnecting the runner.
+//
+// Set the fields before first use; a Manager is safe for concurrent use and
+// must not be copied.
 type Manager struct {
 	// Group is the group name announced to runners; "" means DefaultGroup.
 	Group string
 	// Policy judges a runner at each PETO; nil means every runner may
 	// always run jobs. BanPolicy is the reference manager's --ban.
 	Policy Policy
-	// Timeout bounds each exchange; 0 means DefaultTimeout.
+	// Timeout bounds each exchange of the wire (not a job: the Executor
+	// applies Job.Timeout); 0 means DefaultTimeout.
 	Timeout time.Duration
 	// IdleWait is how long a PETO waits for a job to become available
 	// before the runner is told ATENDI; 0 means DefaultIdleWait. A runner
@@ -74,9 +83,9 @@ type Manager struct {
 	Logger *zap.Logger
 
 	once    sync.Once
+	d       *transport.Dispatcher[string, laboro.Job] // the jobs, by name
 	mu      sync.Mutex
 	wake    chan struct{}      // closed and replaced when waiting PETOs should look again
-	pending []*assignment      // jobs waiting for a runner, the next first
 	runners map[*remote]bool   // connected runners
 	records map[string]*record // per host name, kept across reconnects
 	inRun   int                // Run calls in progress
@@ -84,16 +93,6 @@ type Manager struct {
 	idle    chan struct{}      // closed when no runner is connected; nil while some are
 	done    int                // results received
 	failed  int                // of which failures
-}
-
-// assignment is one job inside the Manager: waiting for a runner, or out at one.
-type assignment struct {
-	job     laboro.Job
-	typ     JobType
-	result  chan laboro.Result // buffered: the one result
-	owner   *remote            // the runner it is out at; nil while pending
-	sent    time.Time
-	dropped bool // Run returned early: a result is discarded
 }
 
 var (
@@ -106,6 +105,10 @@ func (m *Manager) init() {
 		if m.Logger == nil {
 			m.Logger = zap.NewNop()
 		}
+		// No grace: a runner that comes back is a new session, and the
+		// runner kills its jobs when it loses one. No attempt limit, as
+		// the reference manager.
+		m.d = transport.NewDispatcher[string, laboro.Job](transport.Config{Logger: m.Logger})
 		m.wake = make(chan struct{})
 		m.runners = map[*remote]bool{}
 		m.records = map[string]*record{}
@@ -133,14 +136,15 @@ func (m *Manager) timeout() time.Duration {
 	return m.Timeout
 }
 
-// broadcast wakes every PETO waiting for a job. m.mu is held.
+// broadcast wakes every PETO waiting for a job or for the end: the line
+// or what canEnd looks at may have changed. m.mu is held.
 func (m *Manager) broadcast() {
 	close(m.wake)
 	m.wake = make(chan struct{})
 }
 
 // Validate refuses a job that cannot be sent: its ID is the job's name and
-// must be a non-empty line; its type (Meta, a JobType; ".sh" when absent)
+// must be a non-empty line; its type (Payload, a JobType; ".sh" when nil)
 // must be a dot and at least one character, without spaces.
 func (m *Manager) Validate(job laboro.Job) error {
 	if job.ID == "" || strings.ContainsAny(job.ID, "\r\n") || strings.HasSuffix(job.ID, " ") {
@@ -149,34 +153,41 @@ func (m *Manager) Validate(job laboro.Job) error {
 	if job.Func != nil || job.Command != "" || len(job.Args) > 0 {
 		return errors.New("runexp: a job is a script (Job.Script), see NewJob")
 	}
-	if typ := jobType(job); !validType(string(typ)) {
+	typ, ok := jobType(job)
+	if !ok {
+		return fmt.Errorf("runexp: Job.Payload holds a %T: a runexp job's Payload is its JobType, see NewJob", job.Payload)
+	}
+	if !validType(string(typ)) {
 		return fmt.Errorf("runexp: job type %q is not an extension like .sh", typ)
 	}
 	return nil
 }
 
-func jobType(job laboro.Job) JobType {
-	if t, ok := job.Meta.(JobType); ok {
-		return t
+// jobType is the job's type: its Payload, or ".sh" without one; false
+// when the Payload is of another type.
+func jobType(job laboro.Job) (JobType, bool) {
+	switch p := job.Payload.(type) {
+	case nil:
+		return ".sh", true
+	case JobType:
+		return p, true
 	}
-	return ".sh"
+	return "", false
 }
 
-// Run hands the job to the next runner that asks and waits for its result.
-// The job succeeds or fails as the runner reports; its output (what the
-// runner sent) is in Result.Output. When ctx ends first, Run returns at
-// once: a result that arrives later is discarded.
+// Run puts the job in line for the next runner that asks and waits for its
+// result. The job succeeds or fails as the runner reports; its output (what
+// the runner sent) is in Result.Output. When ctx ends first, Run returns at
+// once with the status ctx's cause gives (laboro.Interruption): the job
+// leaves the line, or, if a runner has it, its result is dropped when it
+// comes. Run fails at once for a job whose name another Run has now
+// (transport.ErrDuplicate): runexp names jobs by name only.
 func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	m.init()
-	if job.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, job.Timeout, laboro.ErrTimeout)
-		defer cancel()
-	}
-	t := &assignment{job: job, typ: jobType(job), result: make(chan laboro.Result, 1)}
+	// inRun and the line change together, for canEnd.
 	m.mu.Lock()
 	m.inRun++
-	m.pending = append(m.pending, t)
+	t, err := m.d.Add(ctx, job.ID, job)
 	m.broadcast()
 	m.mu.Unlock()
 	defer func() {
@@ -185,34 +196,11 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		m.broadcast() // the end of Run may let runners finish
 		m.mu.Unlock()
 	}()
-
-	select {
-	case res := <-t.result:
-		return res
-	case <-ctx.Done():
+	if err != nil {
+		now := time.Now()
+		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: err, Started: now, Ended: now}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	select {
-	case res := <-t.result: // it arrived meanwhile
-		return res
-	default:
-	}
-	t.dropped = true
-	m.removePending(t)
-	res := laboro.Result{ExitCode: -1}
-	res.Status, res.Err = laboro.Interruption(ctx)
-	return res
-}
-
-// removePending takes t out of the line, if it is there. m.mu is held.
-func (m *Manager) removePending(t *assignment) {
-	for i, p := range m.pending {
-		if p == t {
-			m.pending = append(m.pending[:i], m.pending[i+1:]...)
-			return
-		}
-	}
+	return m.d.Wait(ctx, t)
 }
 
 // Finish tells the Manager that no more jobs will be submitted to ex, the
@@ -230,27 +218,26 @@ func (m *Manager) Finish(ex *laboro.Executor) {
 
 // canEnd reports whether runner s may be told FINO. m.mu is held.
 func (m *Manager) canEnd(s *remote) bool {
-	if m.source == nil || len(m.pending) > 0 {
+	if m.source == nil {
 		return false
 	}
 	// Jobs between the Executor's queue and Run count as Running there
-	// but not yet in inRun.
+	// but not yet in inRun. Read before the Dispatcher: a Run that adds
+	// a job does so under m.mu.
 	if st := m.source.Stats(); st.Queued > 0 || st.Blocked > 0 || st.Running > m.inRun {
 		return false
 	}
-	for other := range m.runners {
-		if other != s && other.live() > 0 {
-			return false
-		}
-	}
-	return true
+	// No job in line, and none out at another runner (one that could
+	// come back).
+	st := m.d.Stats()
+	return st.Waiting == 0 && st.Held == s.live()
 }
 
 // Stats are a Manager's counters, for progress displays.
 type Stats struct {
 	Runners int // connected runners
 	Pending int // jobs waiting for a runner
-	Out     int // jobs out at runners
+	Out     int // jobs out at runners, their results awaited
 	Done    int // results received
 	Failed  int // of which failures
 }
@@ -260,11 +247,8 @@ func (m *Manager) Stats() Stats {
 	m.init()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := Stats{Runners: len(m.runners), Pending: len(m.pending), Done: m.done, Failed: m.failed}
-	for s := range m.runners {
-		st.Out += len(s.out)
-	}
-	return st
+	d := m.d.Stats()
+	return Stats{Runners: len(m.runners), Pending: d.Waiting, Out: d.Held, Done: m.done, Failed: m.failed}
 }
 
 // Idle returns a channel that is closed while no runner is connected.
@@ -283,27 +267,31 @@ func (m *Manager) Serve(ctx context.Context, ln net.Listener) error {
 	return transport.Serve(ctx, ln, m.serveConn)
 }
 
-// remote is one connected runner, seen by the manager.
+// remote is one connected runner, seen by the manager. Only its
+// connection's goroutine uses it, except w.
 type remote struct {
-	c      *conn
-	raw    net.Conn
-	host   string
-	log    *zap.Logger
-	out    map[string]*assignment // jobs sent to it, by name
+	c    *conn
+	raw  net.Conn
+	host string
+	log  *zap.Logger
+	w    *transport.Worker[string, laboro.Job]
+	// sent holds the names of the jobs sent to this runner whose REZULTO
+	// has not come: those the Dispatcher holds for it, and those that
+	// ended without it (their REZULTO is read and dropped).
+	sent   map[string]struct{}
 	banned bool
 	ended  bool // told FINO
 }
 
-// live counts the jobs out at s whose results are still awaited. m.mu is
-// held.
-func (s *remote) live() int {
-	n := 0
-	for _, t := range s.out {
-		if !t.dropped {
-			n++
-		}
-	}
-	return n
+// live counts the jobs out at s whose results are still awaited.
+func (s *remote) live() int { return len(s.w.Held()) }
+
+// accept refuses a job whose name s still runs (one that ended without it
+// and was submitted again): the runner's REZULTO could not tell the two
+// apart.
+func (s *remote) accept(job laboro.Job) bool {
+	_, running := s.sent[job.ID]
+	return !running
 }
 
 func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
@@ -311,10 +299,10 @@ func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Now()) })
 	defer stop()
 	s := &remote{
-		c:   &conn{rw: raw, maxSize: m.MaxSize, timeout: m.timeout()},
-		raw: raw,
-		log: m.Logger.With(zap.Stringer("peer", raw.RemoteAddr())),
-		out: map[string]*assignment{},
+		c:    &conn{rw: raw, maxSize: m.MaxSize, timeout: m.timeout()},
+		raw:  raw,
+		log:  m.Logger.With(zap.Stringer("peer", raw.RemoteAddr())),
+		sent: map[string]struct{}{},
 	}
 	if err := m.handshake(s); err != nil {
 		s.log.Warn("runner refused at the handshake", zap.Error(err))
@@ -351,6 +339,7 @@ func (m *Manager) handshake(s *remote) error {
 }
 
 func (m *Manager) join(s *remote) {
+	s.w = m.d.Join(s.host, nil) // runexp has no message to cancel a job
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.runners) == 0 {
@@ -362,31 +351,23 @@ func (m *Manager) join(s *remote) {
 	}
 }
 
-// leave forgets s and puts the jobs it still had back at the front of the
-// line.
+// leave forgets s; the Dispatcher puts the jobs it still had back at the
+// front of the line.
 func (m *Manager) leave(s *remote, err error) {
+	back := s.live()
+	s.w.Leave(err)
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	var back []*assignment
-	for _, t := range s.out {
-		if !t.dropped {
-			t.owner = nil
-			back = append(back, t)
-		}
-	}
-	if len(back) > 0 {
-		m.pending = append(back, m.pending...)
-		m.broadcast()
-	}
 	delete(m.runners, s)
 	if len(m.runners) == 0 {
 		close(m.idle)
 	}
+	m.broadcast() // jobs back in line, or one runner fewer to wait for
+	m.mu.Unlock()
 	switch {
 	case err == nil:
 		s.log.Info("runner done")
 	default:
-		s.log.Warn("runner dropped", zap.Error(err), zap.Int("jobs back in line", len(back)))
+		s.log.Warn("runner dropped", zap.Error(err), zap.Int("jobs back in line", back))
 	}
 }
 
@@ -452,115 +433,110 @@ func (m *Manager) judge(s *remote) Verdict {
 	if m.Policy == nil {
 		return Allow
 	}
+	out := s.live()
 	m.mu.Lock()
-	r := m.records[s.host].view(s.host, s.live())
+	r := m.records[s.host].view(s.host, out)
 	m.mu.Unlock()
 	return m.Policy.Judge(r)
 }
 
-// next takes the next pending job for s, waiting up to IdleWait for one.
-// end is true when s may be told FINO.
-func (m *Manager) next(ctx context.Context, s *remote) (t *assignment, end bool) {
+// next takes the job at the front of the Dispatcher's line for s, waiting
+// up to IdleWait for one. end is true when s may be told FINO.
+func (m *Manager) next(ctx context.Context, s *remote) (t *transport.Ticket[string, laboro.Job], end bool) {
 	wait := m.IdleWait
 	if wait <= 0 {
 		wait = DefaultIdleWait
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if s.live() > 0 {
 		// While this PETO waits, the runner's other workers cannot send
 		// their results: hold them up only briefly.
 		wait = min(wait, busyWait)
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	var timer <-chan time.Time
 	for {
-		if len(m.pending) > 0 {
-			t = m.pending[0]
-			m.pending[0] = nil
-			m.pending = m.pending[1:]
-			t.owner = s
-			s.out[t.job.ID] = t
-			return t, false
-		}
-		if m.canEnd(s) {
-			return nil, true
-		}
-		wake := m.wake
-		m.mu.Unlock()
-		select {
-		case <-wake:
-		case <-timer.C:
-			m.mu.Lock()
-			return nil, false
-		case <-ctx.Done():
-			m.mu.Lock()
-			return nil, false
+		if ts := s.w.Take(1, s.accept); len(ts) == 1 {
+			return ts[0], false
 		}
 		m.mu.Lock()
+		end := m.canEnd(s)
+		wake := m.wake
+		m.mu.Unlock()
+		if end {
+			return nil, true
+		}
+		if timer == nil {
+			tm := time.NewTimer(wait)
+			defer tm.Stop()
+			timer = tm.C
+		}
+		// m.wake, not the Worker's Wake: it also says when s may end, and
+		// is not woken by a job that s.accept refuses.
+		select {
+		case <-wake:
+		case <-timer:
+			return nil, false
+		case <-ctx.Done():
+			return nil, false
+		}
 	}
 }
 
 // send is state 3: LABORO, PRETA, the contents. On an error the job stays
-// in s.out, and goes back in line when s leaves.
-func (m *Manager) send(s *remote, t *assignment) error {
-	msg := Message{Kind: KindLaboro, Name: t.job.ID, Type: string(t.typ), Size: int64(len(t.job.Script))}
+// with s, and goes back in line when s leaves.
+func (m *Manager) send(s *remote, t *transport.Ticket[string, laboro.Job]) error {
+	job := t.Value
+	typ, _ := jobType(job) // Validate checked it
+	s.sent[job.ID] = struct{}{}
+	msg := Message{Kind: KindLaboro, Name: job.ID, Type: string(typ), Size: int64(len(job.Script))}
 	if err := s.c.write(msg); err != nil {
 		return err
 	}
 	if _, err := s.c.expect(KindPreta); err != nil {
-		return fmt.Errorf("after LABORO %s: %w", t.job.ID, err)
+		return fmt.Errorf("after LABORO %s: %w", job.ID, err)
 	}
-	if err := s.c.writePayload(strings.NewReader(t.job.Script), msg.Size); err != nil {
+	if err := s.c.writePayload(strings.NewReader(job.Script), msg.Size); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	t.sent = time.Now()
-	m.mu.Unlock()
-	s.log.Debug("job sent", zap.String("job", t.job.ID))
+	s.log.Debug("job sent", zap.String("job", job.ID))
 	return nil
 }
 
 // receive is state 4: a REZULTO for a job sent to s, PRETA, the output
-// into a file, RICEVIS; then the job's Run returns.
-func (m *Manager) receive(s *remote, msg Message) (err error) {
-	m.mu.Lock()
-	t := s.out[msg.Name]
-	m.mu.Unlock()
-	if t == nil {
+// into a file, RICEVIS; then the result goes to the Dispatcher, which
+// hands it to the job's Run, or drops it and removes its file when the job
+// has ended meanwhile.
+func (m *Manager) receive(s *remote, msg Message) error {
+	if _, ok := s.sent[msg.Name]; !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownJob, msg.Name)
 	}
 	path, err := m.take(s, msg)
 	if err != nil {
 		return err
 	}
+	delete(s.sent, msg.Name)
 
-	res := laboro.Result{
-		ID: t.job.ID, Status: laboro.StatusSucceeded, Started: t.sent, Ended: time.Now(),
-		Output: laboro.NewOutput(path, msg.Size),
-	}
+	res := laboro.Result{ID: msg.Name, Status: laboro.StatusSucceeded, Output: laboro.NewOutput(path, msg.Size)}
 	if msg.Status == Failure {
 		res.Status, res.ExitCode, res.Err = laboro.StatusFailed, 1, fmt.Errorf("runexp: runner %s reported failure", s.host)
 	}
 	m.mu.Lock()
-	delete(s.out, msg.Name)
 	m.records[s.host].add(msg.Status)
 	m.done++
 	if msg.Status == Failure {
 		m.failed++
 	}
-	dropped := t.dropped
-	if !dropped {
-		t.result <- res // buffered; under m.mu, so that Run sees it or drops it, not both
-	}
+	m.mu.Unlock()
+	err = s.w.Complete(msg.Name, res)
+	m.mu.Lock()
 	m.broadcast() // one job fewer out: runners waiting to end may
 	m.mu.Unlock()
-	if dropped {
-		res.Output.Close()
-		s.log.Info("result of an abandoned job discarded", zap.String("job", t.job.ID))
+	if err != nil {
+		// ErrLate or ErrNotHeld: the job ended without this result
+		// (cancelled, timed out, closed); the output is removed.
+		s.log.Info("result of an abandoned job discarded", zap.String("job", msg.Name), zap.Error(err))
 		return nil
 	}
-	s.log.Debug("job done", zap.String("job", t.job.ID), zap.Stringer("status", msg.Status))
+	s.log.Debug("job done", zap.String("job", msg.Name), zap.Stringer("status", msg.Status))
 	return nil
 }
 

@@ -439,6 +439,68 @@ func TestManagerAbandonedJob(t *testing.T) {
 	require.Eventually(t, func() bool { return tm.logged("abandoned job discarded") == 1 }, 5*time.Second, 10*time.Millisecond)
 }
 
+// A job cancelled while out at a runner ends at once: runexp cannot tell
+// the runner, so its REZULTO comes later and is read and dropped, its
+// output removed, and the runner stays connected. A job submitted again
+// under the same name does not go to the runner that still runs the old
+// one, since a REZULTO could not tell the two apart.
+func TestManagerCancelledJob(t *testing.T) {
+	tm := startManager(t, &Manager{})
+	h := tm.submit(t, "j", "sleep 100\n")
+	r := join(t, tm.addr, "h")
+	r.take()
+	require.NoError(t, tm.ex.Cancel("j"))
+	res, _ := result(t, h)
+	assert.Equal(t, laboro.StatusCancelled, res.Status)
+	assert.ErrorIs(t, res.Err, laboro.ErrCancelled)
+	assert.Equal(t, 0, tm.m.Stats().Out, "a cancelled job is no longer awaited")
+
+	again := tm.submit(t, "j", "echo again\n")
+	require.Eventually(t, func() bool { return tm.m.Stats().Pending == 1 }, 5*time.Second, time.Millisecond)
+	r.exchange("PETO", "ATENDI") // this runner still runs the first j
+	r.report("j", "success", "late")
+	require.Eventually(t, func() bool { return tm.logged("abandoned job discarded") == 1 }, 5*time.Second, 10*time.Millisecond)
+	line, contents := r.take()
+	assert.Equal(t, "LABORO j .sh 11", line, "the same connection goes on")
+	assert.Equal(t, "echo again\n", contents)
+	r.report("j", "success", "again\n")
+	res, text := result(t, again)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	assert.Equal(t, "again\n", text, "the late result of the first j is not taken for the second")
+	assert.Zero(t, tm.logged("runner dropped"))
+	assert.Equal(t, 2, tm.m.Stats().Done)
+}
+
+// The Manager leaves Job.Timeout to the Executor: Run by itself does not
+// apply it. Through an Executor, the job times out at once, though its
+// runner cannot be told, and the late result is dropped.
+func TestManagerTimeout(t *testing.T) {
+	tm := startManager(t, &Manager{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	direct := NewJob("direct", ".sh", "true\n")
+	direct.Timeout = time.Nanosecond
+	ran := make(chan laboro.Result, 1)
+	go func() { ran <- tm.m.Run(ctx, direct) }()
+	r := join(t, tm.addr, "h")
+	r.take()
+	r.report("direct", "success", "ok")
+	res := <-ran
+	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	res.Output.Close()
+
+	job := NewJob("slow", ".sh", "sleep 100\n")
+	job.Timeout = 100 * time.Millisecond
+	h, err := tm.ex.Submit(ctx, job)
+	require.NoError(t, err)
+	r.take()
+	res, _ = result(t, h)
+	assert.Equal(t, laboro.StatusTimedOut, res.Status)
+	assert.ErrorIs(t, res.Err, laboro.ErrTimeout)
+	r.report("slow", "success", "late")
+	require.Eventually(t, func() bool { return tm.logged("abandoned job discarded") == 1 }, 5*time.Second, 10*time.Millisecond)
+}
+
 // With the ban policy, a runner under 60% success after 10 jobs is told
 // ELIRI, and stays banned; its results are still taken.
 func TestManagerBans(t *testing.T) {
@@ -542,12 +604,14 @@ func TestBanPolicy(t *testing.T) {
 func TestManagerValidate(t *testing.T) {
 	m := &Manager{}
 	assert.NoError(t, m.Validate(NewJob("sub/job", ".py", "print(1)")))
+	assert.NoError(t, m.Validate(laboro.Job{ID: "plain", Script: "x", Meta: "the caller's"}), "no Payload: a .sh job; Meta is the caller's")
 	for _, job := range []laboro.Job{
 		NewJob("", ".sh", "x"),
 		NewJob("two\nlines", ".sh", "x"),
 		NewJob("name", "sh", "x"),
 		NewJob("name", ".s h", "x"),
 		{ID: "cmd", Command: "ls"},
+		{ID: "meta", Script: "x", Payload: ".sh"}, // a string, not a JobType
 	} {
 		assert.Error(t, m.Validate(job), "%+v", job)
 	}

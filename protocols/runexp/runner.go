@@ -2,6 +2,7 @@ package runexp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,31 +103,49 @@ type Runner struct {
 //
 // When ctx ends, the running jobs are not killed: Run returns ctx.Err()
 // once they have been reported, unless FINO or ELIRI came first.
-// Cancelling ctx during the handshake closes the connection at once.
+// Cancelling ctx during the handshake closes the connection at once. To
+// be able to stop at once as well, use RunDrain.
 //
 // Run returns nil after FINO, an error matching ErrBanned after ELIRI,
 // ErrVersionMismatch or ErrGroupMismatch when the handshake fails on
 // them, and otherwise an error wrapping what broke the session: a
 // network error, a *ProtocolError, ErrSizeTooLarge, ErrMessageTooLong,
 // io.ErrUnexpectedEOF for a payload cut short... A broken session kills
-// the jobs still running, as their results could not be sent. When Run
-// returns, every goroutine it started has returned and every file it
-// wrote is removed.
+// the jobs still running (their whole process groups), as their results
+// could not be sent; a manager that goes away while every worker runs a
+// job is seen at once, not when a job ends. When Run returns, no job it
+// started still runs, every goroutine it started has returned and every
+// file it wrote is removed.
 func (r *Runner) Run(ctx context.Context) error {
+	return r.RunDrain(context.WithoutCancel(ctx), ctx)
+}
+
+// RunDrain is Run with two ways to stop. When drain ends, the runner
+// stops as Run does when its ctx ends: no worker asks for another job, the
+// running jobs finish and are reported, and the last worker says FINO
+// ANKAU. When ctx ends, it stops at once: the connection is closed without
+// a goodbye (the manager hands the jobs to other runners), the running
+// jobs are killed with their whole process groups, and RunDrain returns an
+// error matching ctx.Err() once they are gone. Either, during the
+// handshake, closes the connection at once. RunDrain returns otherwise as
+// Run does.
+func (r *Runner) RunDrain(ctx, drain context.Context) error {
 	cfg, err := r.withDefaults()
 	if err != nil {
 		return err
 	}
-	s, err := newRunnerSession(ctx, cfg)
+	s, err := newRunnerSession(drain, cfg)
 	if err != nil {
 		return err
 	}
 	defer s.release()
-	if err := s.connect(); err != nil {
+	if err := s.connect(ctx); err != nil {
 		return err
 	}
 	defer s.nc.Close()
+	stop := runnerOnDone(ctx, func() { s.kill(ctx.Err()) })
 	s.runWorkers()
+	stop()
 	return s.result()
 }
 
@@ -217,8 +236,8 @@ func runnerOnDone(ctx context.Context, f func()) (stop func() bool) {
 
 // runnerSession is one connection to a manager and the workers sharing it.
 type runnerSession struct {
-	ctx    context.Context
-	cfg    Runner // with the defaults filled in
+	ctx    context.Context // ends to drain (MASTERSTOP)
+	cfg    Runner          // with the defaults filled in
 	log    *zap.Logger
 	exec   *laboro.Executor
 	dir    string
@@ -228,9 +247,19 @@ type runnerSession struct {
 	c  *conn
 
 	// mu is the communication lock: the conversation is lock-step, so a
-	// worker holds it from its request to the last answer.
-	mu     sync.Mutex
-	active int // workers not yet in WaitClose; guarded by mu
+	// worker holds it from its request to the last answer. Take it with
+	// lock and release it with unlock.
+	mu      sync.Mutex
+	active  int // workers not yet in WaitClose; guarded by mu
+	running int // jobs received and not yet reported; guarded by mu
+
+	// While jobs run and no worker talks, the watcher reads the
+	// connection: the manager says nothing then, so what it reads is the
+	// connection's end, and the jobs are killed rather than left running
+	// for nobody until one of them ends.
+	watching bool          // the watcher reads; guarded by mu
+	watch    chan struct{} // tells the watcher to read
+	watched  chan error    // the end of its read: nil when a worker stopped it
 
 	stop      chan struct{} // MASTERSTOP: closed once no worker may ask for a job
 	stopOnce  sync.Once
@@ -239,6 +268,7 @@ type runnerSession struct {
 	broken   chan struct{} // closed once the connection is unusable
 	failOnce sync.Once
 	err      error // why it broke
+	killed   bool  // by RunDrain's ctx, not by a fault
 }
 
 // newRunnerSession prepares the directory and the executor before anything is
@@ -246,12 +276,14 @@ type runnerSession struct {
 // runner half-way through the handshake.
 func newRunnerSession(ctx context.Context, cfg Runner) (*runnerSession, error) {
 	s := &runnerSession{
-		ctx:    ctx,
-		cfg:    cfg,
-		log:    cfg.Logger.With(zap.String("manager", cfg.Addr)),
-		dir:    cfg.Dir,
-		stop:   make(chan struct{}),
-		broken: make(chan struct{}),
+		ctx:     ctx,
+		cfg:     cfg,
+		log:     cfg.Logger.With(zap.String("manager", cfg.Addr)),
+		dir:     cfg.Dir,
+		stop:    make(chan struct{}),
+		broken:  make(chan struct{}),
+		watch:   make(chan struct{}, 1),
+		watched: make(chan error, 1),
 	}
 	if s.dir == "" {
 		dir, err := os.MkdirTemp("", "runexp-runner-")
@@ -289,19 +321,23 @@ func (s *runnerSession) removeDir() {
 }
 
 // connect is state 1 up to the start of the workers: it dials and shakes
-// hands. Cancelling the session's context closes the connection at once.
-func (s *runnerSession) connect() error {
+// hands. The end of ctx or of the session's context closes the connection
+// at once.
+func (s *runnerSession) connect(ctx context.Context) error {
+	either, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
 	d := net.Dialer{Timeout: s.cfg.Timeout}
-	nc, err := d.DialContext(s.ctx, "tcp", s.cfg.Addr)
+	nc, err := d.DialContext(either, "tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("runexp: connect to %s: %w", s.cfg.Addr, err)
 	}
 	s.nc = nc
 	s.c = &conn{rw: nc, maxSize: s.cfg.MaxSize, timeout: s.cfg.Timeout}
-	stop := runnerOnDone(s.ctx, func() { nc.Close() })
+	stop := runnerOnDone(either, func() { nc.Close() })
 	err = s.handshake()
 	if stop() {
-		err = s.ctx.Err()
+		err = cmp.Or(ctx.Err(), s.ctx.Err())
 	}
 	if err != nil {
 		nc.Close()
@@ -338,19 +374,29 @@ func (s *runnerSession) handshake() error {
 	return c.write(Message{Kind: KindJes})
 }
 
-// runWorkers starts the workers and waits for all of them.
+// runWorkers starts the workers and the watcher, and waits for all of
+// them.
 func (s *runnerSession) runWorkers() {
+	watcher := make(chan struct{})
+	go func() {
+		defer close(watcher)
+		s.watcher()
+	}()
 	var wg sync.WaitGroup
 	s.active = s.cfg.Workers
 	for range s.cfg.Workers {
 		wg.Go(s.work)
 	}
 	wg.Wait()
+	close(s.watch) // every worker ended in waitClose, which stopped it
+	<-watcher
 }
 
 // result is Run's error once every worker has ended.
 func (s *runnerSession) result() error {
 	switch {
+	case s.killed:
+		return fmt.Errorf("runexp: runner stopped, its jobs killed: %w", s.err)
 	case s.err != nil:
 		return fmt.Errorf("runexp: session with %s broken: %w", s.cfg.Addr, s.err)
 	case errors.Is(s.stopCause, ErrBanned):
@@ -377,6 +423,60 @@ func (s *runnerSession) fail(err error) {
 		s.nc.Close()
 		s.exec.Close()
 	})
+}
+
+// kill stops the session at once (RunDrain's ctx ended): the connection
+// is closed without a goodbye, and the running jobs are killed.
+func (s *runnerSession) kill(cause error) {
+	s.failOnce.Do(func() {
+		s.err, s.killed = cause, true
+		s.log.Warn("stopped at once: the running jobs are killed", zap.Error(cause))
+		close(s.broken)
+		s.nc.Close()
+		s.exec.Close()
+	})
+}
+
+// lock takes the communication lock, and stops the watcher.
+func (s *runnerSession) lock() {
+	s.mu.Lock()
+	if s.watching {
+		s.watching = false
+		s.nc.SetReadDeadline(time.Unix(1, 0)) // its read ends at once
+		<-s.watched                           // an error there failed the session
+	}
+}
+
+// unlock releases the communication lock, and starts the watcher while
+// jobs run.
+func (s *runnerSession) unlock() {
+	if s.running > 0 && !s.isBroken() {
+		s.nc.SetReadDeadline(time.Time{})
+		s.watching = true
+		s.watch <- struct{}{} // never blocks: the watcher's last read was waited for
+	}
+	s.mu.Unlock()
+}
+
+// watcher reads the connection while jobs run and no worker talks. The
+// manager speaks only when asked, so its read ends in one of two ways: a
+// worker takes the lock (the deadline lock sets), or the connection ended
+// (the manager went away, or spoke out of turn), which breaks the session.
+func (s *runnerSession) watcher() {
+	var b [1]byte
+	for range s.watch {
+		_, err := s.nc.Read(b[:])
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			err = nil
+		case err == nil:
+			err = protocolErrorf("the manager spoke while no worker had asked")
+		}
+		if err != nil {
+			s.fail(fmt.Errorf("connection lost while jobs ran: %w", err))
+		}
+		s.watched <- err
+	}
 }
 
 func (s *runnerSession) isBroken() bool {
@@ -431,21 +531,29 @@ type runnerJob struct {
 // received, or nil after ATENDI once HoldWait has passed; more is false
 // when the worker must go to WaitClose.
 func (s *runnerSession) ask() (t *runnerJob, more bool) {
-	s.mu.Lock()
+	s.lock()
 	if s.stopping() {
-		s.mu.Unlock()
+		s.unlock()
 		return nil, false
 	}
 	m, err := s.peto()
 	if err == nil && m.Kind == KindLaboro {
 		t, err = s.receive(m)
 	}
-	s.mu.Unlock()
+	if t != nil {
+		s.running++ // until report
+	}
+	s.unlock()
 	if err == nil && t != nil && t.script == "" {
 		err = s.writeScript(t) // after the unlock: the others may talk meanwhile
 	}
 	if err != nil {
 		s.fail(err)
+		if t != nil {
+			s.lock()
+			s.running--
+			s.unlock()
+		}
 		return nil, false
 	}
 	switch m.Kind {
@@ -573,14 +681,14 @@ func (s *runnerSession) hold() {
 
 // waitClose is state 5: the last worker to reach it says FINO ANKAU.
 func (s *runnerSession) waitClose() {
-	s.mu.Lock()
+	s.lock()
 	s.active--
 	var err error
 	if s.active == 0 && !s.isBroken() {
 		err = s.c.write(Message{Kind: KindFinoAnkau})
 		s.log.Info("session ended (FINO ANKAU)", zap.Error(err))
 	}
-	s.mu.Unlock()
+	s.unlock()
 	if err != nil {
 		s.fail(err)
 	}
@@ -746,13 +854,14 @@ func scanFailed(b []byte, matched int) (int, bool) {
 // report is states 4.3–4.12: it sends the outcome and removes its files.
 func (s *runnerSession) report(o *runnerOutcome) {
 	defer o.close()
-	s.mu.Lock()
+	s.lock()
+	s.running--
 	if s.isBroken() {
-		s.mu.Unlock()
+		s.unlock()
 		return
 	}
 	err := s.sendResult(o)
-	s.mu.Unlock()
+	s.unlock()
 	if err != nil {
 		s.fail(fmt.Errorf("sending the result of %q: %w", o.name, err))
 	}

@@ -608,6 +608,121 @@ func TestRunnerManagerVanishes(t *testing.T) {
 	})
 }
 
+// longScript writes its shell's pid and its child's (a sleep of 300 s)
+// to a file, then waits for the child.
+func longScript(t *testing.T, name string) (script, pidFile string) {
+	pidFile = filepath.Join(t.TempDir(), name+".pids")
+	return fmt.Sprintf("sleep 300 &\necho $$ $! > %[1]s.tmp\nmv %[1]s.tmp %[1]s\nwait\n", pidFile), pidFile
+}
+
+// startedPids waits for a long script's pid file and returns its pids.
+func startedPids(t *testing.T, pidFile string) []int {
+	t.Helper()
+	var b []byte
+	require.Eventually(t, func() bool {
+		var err error
+		b, err = os.ReadFile(pidFile)
+		return err == nil
+	}, fakeWait, 5*time.Millisecond, "the job did not start")
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		require.NoError(t, err)
+		pids = append(pids, pid)
+	}
+	require.Len(t, pids, 2)
+	return pids
+}
+
+// requireGone checks that none of pids runs any more (gone, or a zombie).
+func requireGone(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		require.Eventually(t, func() bool {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				return true
+			}
+			fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+			return len(fields) > 0 && fields[0] == "Z"
+		}, fakeWait, 5*time.Millisecond, "process %d of a job still runs", pid)
+	}
+}
+
+// A manager that goes away while every worker runs a job, so that none
+// talks to it, is seen at once: the jobs are killed with their process
+// groups rather than left running for nobody; so are they when it speaks
+// out of turn.
+func TestRunnerManagerGoneWhileJobsRun(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		leave func(p *fakePeer)
+		check func(t *testing.T, err error)
+	}{
+		{"closed", func(p *fakePeer) { p.c.Close() }, func(t *testing.T, err error) {
+			require.ErrorIs(t, err, io.EOF)
+		}},
+		{"out of turn", func(p *fakePeer) { p.say("FINO") }, func(t *testing.T, err error) {
+			var pe *ProtocolError
+			require.ErrorAs(t, err, &pe)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newFakeManager(t)
+			r := testRunner(t, m)
+			r.Workers = 2
+			r.Timeout = time.Minute // the end must not come from a deadline
+			x := launchRunner(t, r)
+			p := m.accept(t)
+			p.handshake()
+			a, aPids := longScript(t, "a")
+			b, bPids := longScript(t, "b")
+			p.give("a", ".sh", a)
+			p.give("b", ".sh", b)
+			pids := append(startedPids(t, aPids), startedPids(t, bPids)...)
+			p.silent(20 * time.Millisecond) // both workers run: nobody talks
+			tc.leave(p)
+			tc.check(t, x.wait(t))
+			requireGone(t, pids)
+			requireEmptyDir(t, r.Dir)
+		})
+	}
+}
+
+// RunDrain: when drain ends, no job is asked for and the running one goes
+// on; when ctx ends, the runner leaves at once without a goodbye, and the
+// running job is killed with its process group.
+func TestRunnerRunDrainStopsAtOnce(t *testing.T) {
+	m := newFakeManager(t)
+	r := testRunner(t, m)
+	r.Workers = 2
+	drain, stopAsking := context.WithCancel(context.Background())
+	defer stopAsking()
+	ctx, quit := context.WithCancel(context.Background())
+	defer quit()
+	done := make(chan error, 1)
+	go func() { done <- r.RunDrain(ctx, drain) }()
+	p := m.accept(t)
+	p.handshake()
+	script, pidFile := longScript(t, "j")
+	p.give("j", ".sh", script)
+	pids := startedPids(t, pidFile)
+	p.expect("PETO") // the other worker
+	stopAsking()
+	p.say("ATENDI")
+	p.silent(100 * time.Millisecond) // it does not ask again (HoldWait is 50 ms)
+	quit()
+	p.closed()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(fakeWait):
+		t.Fatal("RunDrain did not return")
+	}
+	requireGone(t, pids)
+	requireEmptyDir(t, r.Dir)
+}
+
 func TestRunnerBadManager(t *testing.T) {
 	tests := []struct {
 		name, answer string
