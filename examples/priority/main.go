@@ -16,7 +16,10 @@
 // The program starts the Executor paused (concurrency 0) so that the jobs
 // queue up, submits jobs of mixed priorities, lists the queue, stops one job,
 // then sets the concurrency to 1 and shows that they run in priority order,
-// first in, first out among equal priorities.
+// first in, first out among equal priorities. Then it puts the same queue in
+// front of a remote Runner, the runexp manager with one runner over TCP
+// (remote.go): the caller's priority rides in Job.Meta, the protocol's job
+// type in Job.Payload, and the jobs reach the remote worker by priority.
 package main
 
 import (
@@ -35,6 +38,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Stdout)
+	if err == nil {
+		err = runRemote(ctx, os.Stdout)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "priority:", err)

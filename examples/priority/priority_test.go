@@ -325,3 +325,21 @@ queued, in the order they will start:
 func TestPriorityQueueConformance(t *testing.T) {
 	laborotest.Queue(t, func() laboro.Queue { return new(PriorityQueue) })
 }
+
+// TestRunRemote checks that the queue orders the jobs a remote runexp
+// runner gets: by priority, first in first out among equals, each run
+// there.
+func TestRunRemote(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	require.NoError(t, runRemote(ctx, &out))
+	t.Log("\n" + out.String())
+	require.Contains(t, out.String(), "queued for the runner: deploy, hotfix, test, lint, backup\n")
+	require.Regexp(t, `(?s)`+
+		`  1\. deploy  priority 9: deploy ran on the runner, pid \d+\n`+
+		`  2\. hotfix  priority 9: hotfix ran on the runner, pid \d+\n`+
+		`  3\. test    priority 5: test ran on the runner, pid \d+\n`+
+		`  4\. lint    priority 1: lint ran on the runner, pid \d+\n`+
+		`  5\. backup  priority 0: backup ran on the runner, pid \d+\n`, out.String())
+}
