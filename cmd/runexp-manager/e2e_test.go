@@ -111,7 +111,9 @@ func TestFailureAndResume(t *testing.T) {
 	manager, addr := startManager(t, base)
 	runner := startRunner(t, addr, "r1", 2)
 	assert.Equal(t, 1, manager.Wait(t, 60*time.Second), manager.Log())
-	assert.Equal(t, "4 jobs: 3 succeeded, 1 failed\n", manager.Stdout.String())
+	assert.Regexp(t, `^4 jobs: 3 succeeded, 1 failed\n`+
+		`batch-2/job-002 failed, exit status 1: .*runs/batch-2/job-002.sh \(report in .*outputs/batch-2/job-002.res\)\n`+
+		`    runexp: runner r1 reported failure\n$`, manager.Stdout.String(), "the failed job is named, with its files")
 	assert.Equal(t, 0, runner.Wait(t, 30*time.Second), runner.Log())
 	assert.True(t, strings.HasPrefix(results(t, base)["batch-2/job-002.res"], "runexp summary: failure\n\n"))
 

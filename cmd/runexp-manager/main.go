@@ -12,116 +12,149 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/runexp"
-	"github.com/schollz/progressbar/v3"
 	"go.uber.org/zap"
-	"golang.org/x/term"
 )
 
 func main() {
-	fs := flag.NewFlagSet("runexp-manager", flag.ContinueOnError)
+	c := cli.New("runexp-manager", "[-p PORT] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [BASEDIR]",
+		"Serves every job file under RUNS (BASEDIR/runs) to runexp runners and writes the result of job NAME to "+
+			"OUTPUTS/NAME.res (BASEDIR/outputs). Jobs whose result shows success are skipped, so a restarted manager resumes. "+
+			"Exit status: 0 when every job succeeded, 1 when some failed or the run was interrupted, 2 for a usage error.")
 	var port int
 	var group, runs, outputs string
 	for _, name := range []string{"p", "port"} {
-		fs.IntVar(&port, name, runexp.DefaultPort, "port to listen on")
+		c.Flags.IntVar(&port, name, runexp.DefaultPort, "port to listen on")
 	}
 	for _, name := range []string{"g", "group"} {
-		fs.StringVar(&group, name, runexp.DefaultGroup, "group name announced to runners")
+		c.Flags.StringVar(&group, name, runexp.DefaultGroup, "group name announced to runners")
 	}
 	for _, name := range []string{"r", "runs"} {
-		fs.StringVar(&runs, name, "", "job folder (default BASEDIR/runs)")
+		c.Flags.StringVar(&runs, name, "", "job folder (default BASEDIR/runs)")
 	}
 	for _, name := range []string{"o", "outputs"} {
-		fs.StringVar(&outputs, name, "", "results folder (default BASEDIR/outputs)")
+		c.Flags.StringVar(&outputs, name, "", "results folder (default BASEDIR/outputs)")
 	}
-	ban := fs.Bool("ban", false, "hold (ATENDI) or ban (ELIRI) runners that fail too often")
-	printJobs := fs.Bool("print-jobs", false, "list the jobs not yet done, and exit")
-	sorted := fs.Bool("sort", false, "serve jobs in name order instead of shuffled")
-	listen := fs.String("listen", "", "address to listen on (default: every interface)")
-	tty := term.IsTerminal(int(os.Stderr.Fd()))
+	ban := c.Flags.Bool("ban", false, "hold (ATENDI) or ban (ELIRI) runners that fail too often")
+	printJobs := c.Flags.Bool("print-jobs", false, "list the jobs not yet done, and exit")
+	sorted := c.Flags.Bool("sort", false, "serve jobs in name order instead of shuffled")
+	listen := c.Flags.String("listen", "", "address to listen on (default: every interface)")
+	progress := cli.NewProgress(os.Stderr, 0)
 	level := zap.InfoLevel
-	if tty {
+	if progress.Terminal() {
 		level = zap.WarnLevel // the progress bar tells the rest
 	}
-	fs.Var(&level, "log", "log level: debug, info, warn, error")
-	if err := fs.Parse(os.Args[1:]); err != nil || fs.NArg() > 1 || port < 0 || port > 65535 {
-		fmt.Fprintln(os.Stderr, "usage: runexp-manager [-p PORT] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [BASEDIR]")
-		os.Exit(2)
-	}
-	base := fs.Arg(0)
-	if base == "" {
-		base = "."
-	}
-	folder := runexp.Folder{Runs: or(runs, filepath.Join(base, "runs")), Outputs: or(outputs, filepath.Join(base, "outputs"))}
-	if *printJobs {
-		os.Exit(list(folder))
-	}
+	logFlag := c.LogFlag(level)
+	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
+		if len(args) > 1 {
+			return cli.Usagef("one BASEDIR at most, not %d", len(args))
+		}
+		if port < 0 || port > 65535 {
+			return cli.Usagef("port %d: must be 0 to 65535", port)
+		}
+		base := "."
+		if len(args) == 1 {
+			base = args[0]
+		}
+		folder := runexp.Folder{Runs: or(runs, filepath.Join(base, "runs")), Outputs: or(outputs, filepath.Join(base, "outputs"))}
+		if *printJobs {
+			return list(folder)
+		}
+		m := &runexp.Manager{Group: group, Logger: logFlag.Logger()}
+		if *ban {
+			m.Policy = runexp.BanPolicy{}
+		}
+		return serve(ctx, m, folder, net.JoinHostPort(*listen, strconv.Itoa(port)), *sorted, progress)
+	})
+}
 
-	cfg := zap.NewDevelopmentConfig()
-	cfg.Level, cfg.DisableStacktrace = zap.NewAtomicLevelAt(level), true
-	log, _ := cfg.Build()
-	ln, err := net.Listen("tcp", net.JoinHostPort(*listen, strconv.Itoa(port)))
+// serve serves every job of the folder not yet done, writes each result,
+// and returns once every job has a result and every runner has said FINO
+// ANKAU (or left).
+func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr string, sorted bool, progress *cli.Progress) error {
+	log := m.Logger
+	todo, _, skipped, err := folder.Jobs()
 	if err != nil {
-		log.Fatal("cannot listen", zap.Error(err))
+		return err
+	}
+	for _, err := range skipped {
+		log.Warn("skipped", zap.Error(err))
+	}
+	if !sorted { // as the reference manager does
+		rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
+	}
+	jobs := make([]laboro.Job, len(todo))
+	files := make(map[string]string, len(todo)) // job name → job file
+	for i, j := range todo {
+		if jobs[i], err = folder.Load(j); err != nil {
+			return err
+		}
+		files[j.Name] = j.Path
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
 	}
 	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("runs", folder.Runs))
-	m := &runexp.Manager{Group: group, Logger: log}
-	if *ban {
-		m.Policy = runexp.BanPolicy{}
-	}
-	run := &runexp.FolderRun{Folder: folder, Manager: m, Sorted: *sorted}
-	if tty {
-		run.OnProgress = bar()
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	p, err := run.Run(ctx, ln)
-	fmt.Printf("%d jobs: %d succeeded, %d failed\n", p.Total, p.Done-p.Failed, p.Failed)
+	// Every job goes to the Manager at once: runners take them as they ask.
+	n := max(1, len(jobs))
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithBufferSize(n), laboro.WithPoolSize(min(n, 4096)),
+		laboro.WithConcurrency(min(n, 4096)), laboro.WithLogger(log))
 	if err != nil {
-		log.Error("manager stopped", zap.Error(err))
+		ln.Close()
+		return err
 	}
-	if err != nil || p.Failed > 0 || p.Done < p.Total {
-		os.Exit(1)
+	defer ex.Close()
+	serveCtx, stopServing := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- m.Serve(serveCtx, ln) }()
+	defer func() { stopServing(); <-served }()
+
+	batch := cli.Batch{
+		Progress:  progress,
+		OnResult:  func(job laboro.Job, res laboro.Result) error { return folder.Save(job.ID, res.Output) },
+		Submitted: func() { m.Finish(ex) },
+		Workers:   func() int { return m.Stats().Runners },
+		Command: func(job laboro.Job) string {
+			return files[job.ID] + " (report in " + folder.ResultPath(job.ID) + ")"
+		},
 	}
+	sum, err := batch.Run(ctx, ex, jobs)
+	if err != nil {
+		return err
+	}
+	// Every runner must then have said FINO ANKAU, or left.
+	select {
+	case <-m.Idle():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	sum.Write(os.Stdout)
+	return sum.Err()
 }
 
 // list prints the jobs not yet done, one name per line.
-func list(folder runexp.Folder) int {
+func list(folder runexp.Folder) error {
 	todo, _, skipped, err := folder.Jobs()
 	for _, e := range skipped {
 		fmt.Fprintln(os.Stderr, e)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	for _, j := range todo {
 		fmt.Println(j.Name + string(j.Type))
 	}
-	return 0
-}
-
-// bar returns a progress display on stderr.
-func bar() func(runexp.Progress) {
-	var b *progressbar.ProgressBar
-	return func(p runexp.Progress) {
-		if b == nil {
-			b = progressbar.NewOptions(p.Total, progressbar.OptionSetWriter(os.Stderr),
-				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth(),
-				progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
-		}
-		b.Describe(fmt.Sprintf("running %d, failed %d, runners %d", p.Running, p.Failed, p.Runners))
-		b.Set(p.Done)
-	}
+	return nil
 }
 
 func or(s, def string) string {

@@ -51,6 +51,9 @@ func NewProgress(w io.Writer, every time.Duration) *Progress {
 	return &Progress{w: w, every: every, tty: ok && term.IsTerminal(int(f.Fd())), start: time.Now()}
 }
 
+// Terminal reports whether the progress goes to a terminal (as a bar).
+func (p *Progress) Terminal() bool { return p.tty }
+
 // Update shows c.
 func (p *Progress) Update(c Counts) {
 	p.mu.Lock()
@@ -205,6 +208,14 @@ type Batch struct {
 	// time, before its output is closed (to save it); its error fails the
 	// job in the summary.
 	OnResult func(job laboro.Job, res laboro.Result) error
+	// Submitted, if not nil, is called once every job is in the Executor
+	// (for a Runner that wants to know no more will come).
+	Submitted func()
+	// Workers, if not nil, tells Progress how many workers serve the batch.
+	Workers func() int
+	// Command, if not nil, says what a failed job ran, for the summary;
+	// by default Job.String.
+	Command func(job laboro.Job) string
 }
 
 // Run submits jobs to ex and waits for them all. It returns early with
@@ -236,6 +247,9 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 		} else {
 			sum.Failed++
 			f := FailureOf(job, res)
+			if b.Command != nil {
+				f.Command = b.Command(job)
+			}
 			if err != nil && res.Status == laboro.StatusSucceeded {
 				f.Status, f.Err = "not saved", err.Error()
 			}
@@ -251,6 +265,9 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 		c := sum.Counts
 		mu.Unlock()
 		c.Running, c.Queued = st.Running, st.Queued+st.Blocked
+		if b.Workers != nil {
+			c.Workers = b.Workers()
+		}
 		b.Progress.Update(c)
 	}
 	for _, job := range jobs {
@@ -267,9 +284,17 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 		})
 		update()
 	}
-	for range jobs {
+	if b.Submitted != nil {
+		b.Submitted()
+	}
+	tick := time.NewTicker(200 * time.Millisecond) // progress moves with no result too
+	defer tick.Stop()
+	for left := len(jobs); left > 0; {
 		select {
 		case <-results:
+			left--
+			update()
+		case <-tick.C:
 			update()
 		case <-ctx.Done():
 			return end(ctx.Err())

@@ -110,7 +110,7 @@ func (c *Command) Usage() string {
 func (c *Command) Help(w io.Writer) {
 	fmt.Fprintln(w, c.Usage())
 	if c.Doc != "" {
-		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(c.Doc))
+		fmt.Fprintf(w, "\n%s\n", wrap(c.Doc, 76))
 	}
 	n := 0
 	c.Flags.VisitAll(func(*flag.Flag) { n++ })
@@ -120,6 +120,27 @@ func (c *Command) Help(w io.Writer) {
 		c.Flags.PrintDefaults()
 		c.Flags.SetOutput(io.Discard)
 	}
+}
+
+// wrap folds the paragraphs of s (separated by blank lines) at width.
+func wrap(s string, width int) string {
+	var out []string
+	for _, para := range strings.Split(strings.TrimSpace(s), "\n\n") {
+		var lines []string
+		line := ""
+		for _, word := range strings.Fields(para) {
+			if line != "" && len(line)+1+len(word) > width {
+				lines = append(lines, line)
+				line = ""
+			}
+			if line != "" {
+				line += " "
+			}
+			line += word
+		}
+		out = append(out, strings.Join(append(lines, line), "\n"))
+	}
+	return strings.Join(out, "\n\n")
 }
 
 // errHelp and errVersion end Parse for a request that is already answered.
@@ -236,7 +257,7 @@ type Log struct{ level zapcore.Level }
 // LogFlag defines -log LEVEL (debug, info, warn, error), def by default.
 func (c *Command) LogFlag(def zapcore.Level) *Log {
 	l := &Log{level: def}
-	c.Flags.Var(&l.level, "log", "log level: debug, info, warn or error")
+	c.Flags.Var(&l.level, "log", "log `level`: debug, info, warn or error")
 	return l
 }
 

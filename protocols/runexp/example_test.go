@@ -48,9 +48,10 @@ func ExampleManager() {
 	// <nil>
 }
 
-// FolderRun serves a job folder as the reference manager does: results go
-// to outputs/<name>.res, and jobs already done are skipped next time.
-func ExampleFolderRun() {
+// A Folder is a job folder as the reference manager serves it: its job
+// files become jobs, each result goes to outputs/<name>.res, and jobs
+// already done are skipped next time.
+func ExampleFolder() {
 	base, _ := os.MkdirTemp("", "runexp-example")
 	defer os.RemoveAll(base)
 	os.MkdirAll(filepath.Join(base, "runs", "sweep"), 0o755)
@@ -59,14 +60,32 @@ func ExampleFolderRun() {
 	}
 	folder := runexp.Folder{Runs: filepath.Join(base, "runs"), Outputs: filepath.Join(base, "outputs")}
 
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := &runexp.Manager{}
+	ex, _ := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(8), laboro.WithConcurrency(8))
+	defer ex.Close()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	served := make(chan error, 1)
+	go func() { served <- m.Serve(ctx, ln) }()
+	defer func() { cancel(); <-served }()
 	r := &runexp.Runner{Addr: ln.Addr().String(), Name: "example", Workers: 2}
 	ran := make(chan error, 1)
 	go func() { ran <- r.Run(ctx) }()
-	run := &runexp.FolderRun{Folder: folder, Manager: &runexp.Manager{}, Sorted: true}
-	p, err := run.Run(ctx, ln)
-	fmt.Printf("%d jobs, %d done, %d failed, %v\n", p.Total, p.Done, p.Failed, err)
+
+	todo, _, _, _ := folder.Jobs()
+	var handles []*laboro.Handle
+	for _, j := range todo {
+		job, _ := folder.Load(j)
+		h, _ := ex.Submit(ctx, job)
+		handles = append(handles, h)
+	}
+	m.Finish(ex) // the runner is told FINO once they are done
+	for _, h := range handles {
+		res, _ := h.Wait(ctx)
+		folder.Save(res.ID, res.Output)
+		res.Output.Close()
+	}
 	fmt.Println(<-ran)
 
 	f, _ := os.Open(folder.ResultPath("sweep/b"))
@@ -76,7 +95,6 @@ func ExampleFolderRun() {
 	todo, done, _, _ := folder.Jobs()
 	fmt.Println(len(todo), "left,", done, "done")
 	// Output:
-	// 3 jobs, 3 done, 0 failed, <nil>
 	// <nil>
 	// runexp summary: success
 	// 0 left, 3 done

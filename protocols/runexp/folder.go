@@ -2,21 +2,15 @@ package runexp
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/laboro-go/laboro"
-	"go.uber.org/zap"
 )
 
 // SummaryLine is the first line of a result as the reference runner writes
@@ -135,140 +129,4 @@ func (f Folder) Save(name string, out *laboro.Output) (err error) {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-// Progress is the state of a folder run, for a progress display.
-type Progress struct {
-	Total   int // jobs to run in this run
-	Done    int // results received in this run
-	Failed  int // of which failures
-	Running int // jobs out at runners
-	Runners int // runners connected
-}
-
-// FolderRun serves a Folder's jobs to runners and saves their results.
-type FolderRun struct {
-	Folder  Folder
-	Manager *Manager
-	// Sorted serves jobs in lexical order; by default they are shuffled,
-	// as the reference manager does.
-	Sorted bool
-	// OnProgress, if set, is called after each result and every
-	// ProgressEvery (200 ms by default) from one goroutine.
-	OnProgress    func(Progress)
-	ProgressEvery time.Duration
-}
-
-// Run serves every job of the folder not yet done on ln and writes each
-// result, and returns once every job has a result and every runner has
-// said FINO ANKAU (or left), or when ctx ends. It returns the final
-// progress; Failed > 0 says that some jobs failed.
-func (r *FolderRun) Run(ctx context.Context, ln net.Listener) (Progress, error) {
-	m := r.Manager
-	m.init()
-	todo, _, skipped, err := r.Folder.Jobs()
-	if err != nil {
-		ln.Close()
-		return Progress{}, err
-	}
-	for _, err := range skipped {
-		m.Logger.Warn("skipped", zap.Error(err))
-	}
-	if !r.Sorted {
-		rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
-	}
-	// Every job goes to the Manager at once: runners take them as they ask.
-	n := max(1, len(todo))
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithBufferSize(n), laboro.WithPoolSize(min(n, 4096)),
-		laboro.WithConcurrency(min(n, 4096)), laboro.WithLogger(m.Logger))
-	if err != nil {
-		ln.Close()
-		return Progress{}, err
-	}
-	defer ex.Close()
-	serveCtx, stopServing := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- m.Serve(serveCtx, ln) }()
-	defer func() { stopServing(); <-served }()
-
-	var (
-		mu       sync.Mutex
-		progress = Progress{Total: len(todo)}
-		results  sync.WaitGroup
-		saveErr  error
-	)
-	snapshot := func() Progress {
-		st := m.Stats()
-		mu.Lock()
-		defer mu.Unlock()
-		p := progress
-		p.Running, p.Runners = st.Out, st.Runners
-		return p
-	}
-	for _, j := range todo {
-		job, err := r.Folder.Load(j)
-		if err != nil {
-			return snapshot(), err
-		}
-		h, err := ex.Submit(ctx, job)
-		if err != nil {
-			return snapshot(), err
-		}
-		results.Go(func() {
-			res, err := h.Wait(ctx)
-			if err != nil {
-				return
-			}
-			defer res.Output.Close()
-			err = r.Folder.Save(j.Name, res.Output)
-			mu.Lock()
-			progress.Done++
-			if res.Status != laboro.StatusSucceeded {
-				progress.Failed++
-			}
-			if err != nil && saveErr == nil {
-				saveErr = err
-			}
-			mu.Unlock()
-			if r.OnProgress != nil {
-				r.OnProgress(snapshot())
-			}
-		})
-	}
-	m.Finish(ex)
-
-	allResults := make(chan struct{})
-	go func() { results.Wait(); close(allResults) }()
-	every := r.ProgressEvery
-	if every <= 0 {
-		every = 200 * time.Millisecond
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	waitFor := func(done <-chan struct{}) error {
-		for {
-			select {
-			case <-done:
-				return nil
-			case <-tick.C:
-				if r.OnProgress != nil {
-					r.OnProgress(snapshot())
-				}
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-	}
-	if err := waitFor(allResults); err != nil {
-		ex.Close()
-		<-allResults
-		return snapshot(), err
-	}
-	// Every runner must then have said FINO ANKAU, or left.
-	if err := waitFor(m.Idle()); err != nil {
-		return snapshot(), err
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return progress, saveErr
 }
