@@ -48,13 +48,18 @@
 //     to the front of the foreman's line.
 //   - A worker runs a task as "Command <task number>" in WorkingDir, with
 //     standard output and error in LoggingDir/<Name>_<Task>.log
-//     (<Name>_<Task>-<i>.log when that exists). The output is written to a
-//     <pid>.output file in LoggingDir while the task runs and becomes the
-//     log when it ends, so a task killed with its worker leaves no log,
+//     (<Name>_<Task>-<i>.log when that exists), of mode 0666 less the
+//     umask, as the reference's. The output is written to a <pid>.output
+//     file in LoggingDir while the task runs and becomes the log when it
+//     ends, so a task killed with its worker, or cancelled, leaves no log,
 //     and its rerun elsewhere writes the only one.
 //   - UPDATE says Success true with Status "done", or Success false with
-//     "error encountered: …". A task cancelled by CANCEL sends no UPDATE;
-//     the OK to the CANCEL gives back its processor.
+//     "error encountered: …". A CANCEL names {JobId, Task} pairs; a
+//     negative Task means every task of the job (the reference foreman
+//     sends only that). The worker kills each named task's process group
+//     and reports it with an UPDATE (Success false), as the reference
+//     does: the reference foreman frees a processor only on UPDATE. Our
+//     foreman drops the UPDATE of a task it cancelled.
 //   - STOP(immediate) is not answered: the worker ends at once, killing its
 //     tasks, as the reference exits.
 //
