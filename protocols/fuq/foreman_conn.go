@@ -154,13 +154,17 @@ func (w *fworker) dispatch() error {
 		if free == 0 {
 			return nil // it reports each end: then
 		}
+		// Taken with f.mu held, as the tasks of a job are added: a JOB
+		// carries as many of a new job's tasks as fit, not the first one
+		// alone.
+		f := w.f
+		f.mu.Lock()
 		w.offered = w.dw.Take(free, nil)
 		if len(w.offered) == 0 {
+			f.mu.Unlock()
 			return nil // the Dispatcher wakes us when tasks come
 		}
 		m = Message{Header: Header{Type: TypeJob}, Tasks: make([]Task, 0, len(w.offered))}
-		f := w.f
-		f.mu.Lock()
 		for _, t := range w.offered {
 			delete(w.cancelled, t.Key)
 			m.Tasks = append(m.Tasks, t.Value)
@@ -305,8 +309,8 @@ func (w *fworker) replied(a Action) error {
 		// thought (a task we cancelled is still being killed, say) is
 		// offered no more until it reports a task's end, or for a
 		// while, so that it gets work again whatever it does.
-		for _, t := range w.offered {
-			w.dw.Release(t)
+		for i := len(w.offered) - 1; i >= 0; i-- { // each goes to the front
+			w.dw.Release(w.offered[i])
 		}
 		if a.Msg.Code == CodeNoProcs {
 			w.refused = true
