@@ -222,14 +222,20 @@ func (w *fworker) hello(h Hello) {
 	w.procs = h.NumProcs + len(h.Running)
 	w.f.mu.Unlock()
 	var stale []TaskPair
+	mine := map[TaskPair]bool{} // after a RESET, the tasks it runs are its already
+	for _, p := range w.dw.Held() {
+		mine[p] = true
+	}
 	for _, t := range h.Running {
 		pair := TaskPair{JobId: t.JobDescription.JobId, Task: t.Task}
 		if _, ok := w.dw.Reclaim(pair); !ok {
 			stale = append(stale, pair)
 			continue
 		}
-		delete(w.cancelled, pair)
-		w.log.Info("task taken back from the worker", zap.Uint64("job", pair.JobId), zap.Int("task", pair.Task))
+		if !mine[pair] {
+			delete(w.cancelled, pair)
+			w.log.Info("task taken back from the worker", zap.Uint64("job", pair.JobId), zap.Int("task", pair.Task))
+		}
 	}
 	if len(stale) > 0 {
 		w.log.Info("the worker runs tasks nobody waits for; cancelling them", zap.Int("tasks", len(stale)))
