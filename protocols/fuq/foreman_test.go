@@ -380,3 +380,23 @@ func TestResetOverTheWire(t *testing.T) {
 	assert.Greater(t, resets, 2, "the worker sent or answered RESETs")
 	assert.Greater(t, logs.FilterMessage("connected").Len(), 0)
 }
+
+// A fuq job's description travels in Job.Payload; Job.Meta is the
+// caller's, and the Foreman neither needs nor reads it.
+func TestForemanJobPayload(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	s.worker(s.addr, 1)
+	dir := t.TempDir()
+	job := NewJob("p", "/bin/true", 2, dir, dir)
+	job.Meta = map[string]int{"priority": 3}
+	h, err := s.ex.Submit(context.Background(), job)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+
+	_, err = s.ex.Submit(context.Background(), laboro.Job{Meta: JobDescription{Name: "old", Command: "/bin/true", NumTasks: 1}})
+	assert.ErrorIs(t, err, laboro.ErrInvalidJob, "a description in Meta is not a fuq job")
+	for _, bad := range []JobDescription{{Command: "/bin/true"}, {NumTasks: 1}} {
+		_, err = s.ex.Submit(context.Background(), laboro.Job{Payload: bad})
+		assert.ErrorIs(t, err, laboro.ErrInvalidJob, "%+v", bad)
+	}
+}
