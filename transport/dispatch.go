@@ -631,13 +631,16 @@ func (w *Worker[K, V]) Retry(t *Ticket[K, V], err error) bool {
 
 // Reclaim records that this worker runs the job key (a worker that
 // reconnects names the jobs it still runs): the job is held by this worker
-// from now on, out of the line or away from the worker that left it. It
-// returns false when no job of that key is unsettled: the protocol should
-// tell the worker to cancel it, and its result will be discarded.
+// from now on, out of the line or away from the worker that left it. If
+// the job was handed meanwhile to another worker that is still joined,
+// that worker is told to cancel it (through its cancel function), so that
+// a job runs only where the Dispatcher counts it. It returns false when no
+// job of that key is unsettled: the protocol should tell the worker to
+// cancel it, and its result will be discarded.
 func (w *Worker[K, V]) Reclaim(key K) (*Ticket[K, V], bool) {
 	d := w.d
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	t := d.tickets[key]
 	if t == nil || w.gone {
 		return nil, false
@@ -651,6 +654,7 @@ func (w *Worker[K, V]) Reclaim(key K) (*Ticket[K, V], bool) {
 			return t, true
 		}
 		delete(t.holder.held, t)
+		d.tellCancel(t.holder, key)
 	}
 	t.state, t.holder = held, w
 	if !handedTo(t, w) {

@@ -243,6 +243,33 @@ func TestGraceAndReclaim(t *testing.T) {
 	assert.Equal(t, laboro.StatusSucceeded, result(t, b).Status)
 }
 
+// A worker that comes back after its grace reclaims a job that went to
+// another worker meanwhile: the other worker, which no longer holds it, is
+// told to cancel its run, and the reclaimer's result settles the job.
+func TestReclaimFromAnotherWorker(t *testing.T) {
+	d := transport.NewDispatcher[string, int](transport.Config{})
+	ctx := testCtx(t)
+	r := run(ctx, d, "a", 0)
+	waitAdded(t, d, 1)
+	w1 := d.Join("w1", nil)
+	next(t, w1)
+	w1.Leave(errors.New("gone")) // no grace: back in line at once
+	c2 := newCancels()
+	w2 := d.Join("w2", c2.fn)
+	assert.Equal(t, 2, next(t, w2).Attempts())
+
+	back := d.Join("w1-again", nil)
+	tk, ok := back.Reclaim("a")
+	require.True(t, ok)
+	assert.Equal(t, "w1-again", tk.Holder())
+	assert.Equal(t, []string{"a"}, c2.wait(t), "the worker it was taken from is told to cancel it")
+	assert.Empty(t, w2.Held())
+	assert.Equal(t, 2, tk.Attempts(), "a reclaim of a held job is no new attempt")
+	require.NoError(t, back.Complete("a", laboro.Result{ExitCode: 3}))
+	assert.Equal(t, 3, result(t, r).ExitCode)
+	assert.ErrorIs(t, w2.Complete("a", laboro.Result{}), transport.ErrLate)
+}
+
 // A worker that shows no life for a lease loses its jobs to another; the
 // first result wins, from either, and the other worker is told to cancel.
 func TestLeaseExpires(t *testing.T) {

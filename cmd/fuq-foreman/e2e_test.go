@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,19 @@ func logs(t *testing.T, dir string) []string {
 	var names []string
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".log") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// spooled lists the outcomes waiting in a worker's spool directory.
+func spooled(t *testing.T, dir string) []string {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".update") {
 			names = append(names, e.Name())
 		}
 	}
@@ -67,7 +81,8 @@ func TestFiveHundredTasks(t *testing.T) {
 	require.Eventually(t, func() bool { return len(logs(t, logDir)) >= 250 }, 60*time.Second, 10*time.Millisecond)
 	flaky.Down.Store(true)
 	flaky.Cut()
-	time.Sleep(time.Second) // tasks end while the connection is down
+	require.Eventually(t, func() bool { return len(spooled(t, filepath.Join(dir, "spool-cut"))) >= 2 }, 30*time.Second, 10*time.Millisecond,
+		"tasks end while the connection is down, their outcomes kept on disk")
 	flaky.Down.Store(false)
 
 	require.Equal(t, 0, submit.Wait(t, 120*time.Second), "submit -wait: %s\nforeman:\n%s", submit.Stdout.String(), foreman.Log())
@@ -118,4 +133,60 @@ func TestUsage(t *testing.T) {
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 	}
+}
+
+// "fuq-foreman cancel" ends a running job: its task in line is dropped,
+// its running tasks' processes are killed on the worker, and the job ends
+// cancelled; the worker is free for the next job.
+func TestCancel(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	task := filepath.Join(dir, "task.sh")
+	require.NoError(t, os.WriteFile(task, fmt.Appendf(nil, "#!/bin/sh\necho $$ > %s/pid-$1\nexec sleep 300\n", dir), 0o755))
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control)
+	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
+	worker := e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "2", "-spool", filepath.Join(dir, "spool"))
+
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "c", "-command", task,
+		"-tasks", "3", "-wd", dir, "-logdir", dir)
+	var pids []int
+	for n := 1; n <= 2; n++ {
+		require.Eventually(t, func() bool {
+			b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("pid-%d", n)))
+			if err != nil || !strings.HasSuffix(string(b), "\n") {
+				return false
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			require.NoError(t, err)
+			pids = append(pids, pid)
+			return true
+		}, 30*time.Second, 10*time.Millisecond, "task %d did not start", n)
+	}
+	out, err := exec.Command(foremanBin, "cancel", "-control", control, "job_1").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, 1, submit.Wait(t, 30*time.Second))
+	assert.Regexp(t, `^job_1\njob_1\tc\tcancelled\tdone 0/3\tfailed 0\trunning 0\tpending 0\tcancelled 3\n$`, submit.Stdout.String())
+	for _, pid := range pids {
+		require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil || zombie(pid) }, 10*time.Second, 10*time.Millisecond,
+			"process %d of a cancelled task still runs", pid)
+	}
+
+	next := exec.Command(foremanBin, "submit", "-control", control, "-wait", "-name", "n", "-command", "/bin/true", "-tasks", "2", "-wd", dir, "-logdir", dir)
+	out, err = next.Output()
+	require.NoError(t, err, "%s\nforeman:\n%s", out, foreman.Log())
+	assert.Contains(t, string(out), "succeeded\tdone 2/2")
+	require.NoError(t, exec.Command(foremanBin, "stop", "-control", control, "0").Run())
+	assert.Equal(t, 0, worker.Wait(t, 30*time.Second), worker.Log())
+}
+
+// zombie reports whether pid is a process that has ended and waits to be
+// reaped.
+func zombie(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) > 0 && fields[0] == "Z"
 }

@@ -135,19 +135,17 @@ func (c *Control) status(id string) JobReport {
 	return st
 }
 
+// cancel ends a job through the Executor: a queued one leaves the queue
+// (stopped), a running one's tasks are dropped or cancelled on their
+// workers (cancelled).
 func (c *Control) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := c.Executor.Stop(id); err == nil {
 		writeJSON(w, map[string]string{"id": id, "state": "removed"})
 		return
 	}
-	info, ok := c.Foreman.JobByRef(id)
-	if !ok {
+	if err := c.Executor.Cancel(id); err != nil {
 		http.Error(w, "no running job "+id, http.StatusNotFound)
-		return
-	}
-	if err := c.Foreman.Cancel(info.JobId); err != nil {
-		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
 	writeJSON(w, map[string]string{"id": id, "state": "cancelled"})

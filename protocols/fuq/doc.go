@@ -4,11 +4,15 @@
 // sequence number.
 //
 // Foreman is the foreman side, a laboro.Runner whose jobs are fuq jobs of
-// NumTasks tasks (NewJob); Worker is the worker side, which runs tasks
-// through a local Executor. Control is the user's API to a running
-// foreman (submit, status, cancel, stop), which cmd/fuq-foreman serves on
-// a Unix socket. The codec (codec.go, bodies.go) and the sequence-number
-// state machine (Seq, seq.go) start no goroutines and do no I/O.
+// NumTasks tasks (NewJob: the JobDescription travels in Job.Payload). Each
+// task is a ticket of a transport.Dispatcher, keyed by its {JobId, Task}
+// pair; each worker's connection takes from it as many tasks as the worker
+// has free processors and pushes them in a JOB. Worker is the worker side,
+// which runs tasks through a local Executor. Control is the user's API to
+// a running foreman (submit, status, cancel, stop), which cmd/fuq-foreman
+// serves on a Unix socket. The codec (codec.go, bodies.go) and the
+// sequence-number state machine (Seq, seq.go) start no goroutines and do
+// no I/O.
 //
 //	f := &fuq.Foreman{}
 //	ex, _ := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(16), laboro.WithConcurrency(16))
@@ -45,16 +49,24 @@
 //     body; the processor counts travel in the OK replies.
 //   - A task takes one processor. A JOB of more tasks than the worker has
 //     free processors is answered ERROR(no procs), and its tasks go back
-//     to the front of the foreman's line.
+//     to the front of the foreman's line. That worker is offered no more
+//     until it reports a task's end (UPDATE), or after a wait that
+//     doubles from 250 ms to 10 s, so that a worker never stays without
+//     work whatever it said. (The reference foreman drops the connection.)
 //   - A worker runs a task as "Command <task number>" in WorkingDir, with
 //     standard output and error in LoggingDir/<Name>_<Task>.log
-//     (<Name>_<Task>-<i>.log when that exists). The output is written to a
-//     <pid>.output file in LoggingDir while the task runs and becomes the
-//     log when it ends, so a task killed with its worker leaves no log,
+//     (<Name>_<Task>-<i>.log when that exists), of mode 0666 less the
+//     umask, as the reference's. The output is written to a <pid>.output
+//     file in LoggingDir while the task runs and becomes the log when it
+//     ends, so a task killed with its worker, or cancelled, leaves no log,
 //     and its rerun elsewhere writes the only one.
 //   - UPDATE says Success true with Status "done", or Success false with
-//     "error encountered: …". A task cancelled by CANCEL sends no UPDATE;
-//     the OK to the CANCEL gives back its processor.
+//     "error encountered: …". A CANCEL names {JobId, Task} pairs; a
+//     negative Task means every task of the job (the reference foreman
+//     sends only that). The worker kills each named task's process group
+//     and reports it with an UPDATE (Success false), as the reference
+//     does: the reference foreman frees a processor only on UPDATE. Our
+//     foreman drops the UPDATE of a task it cancelled.
 //   - STOP(immediate) is not answered: the worker ends at once, killing its
 //     tasks, as the reference exits.
 //
@@ -66,8 +78,22 @@
 // its running tasks in HELLO, and then sends what the spool holds,
 // removing each once the foreman's OK has come; a worker restarted on the
 // same spool sends what is left. While connected, UPDATEs go from memory,
-// since a sync per task would halve the rate. The foreman holds a vanished worker's tasks for Foreman.Grace
-// (10 s): named in a HELLO in that time, they are taken back; otherwise
-// they go to other workers. A task may thus run twice when a worker is
-// gone longer than the grace period; only its first outcome is recorded.
+// since a sync per task would halve the rate. The foreman holds a vanished
+// worker's tasks for Foreman.Grace (10 s): named in a HELLO in that time,
+// they are taken back; otherwise they go to other workers. A task may thus
+// run twice when a worker is gone longer than the grace period; only its
+// first outcome is recorded, and the other run is cancelled: a HELLO that
+// names a task that has ended gets a CANCEL for it, and one that names a
+// task another worker took meanwhile takes it back, and that other worker
+// gets the CANCEL.
+//
+// # Cancelling
+//
+// When a job's Run ends early (Executor.Cancel, the Job.Timeout that the
+// Executor applies, Close) or Foreman.Cancel is called, its tasks waiting
+// for a worker leave the line and its running ones get a CANCEL on their
+// workers, which kill their process groups; Run returns at once, with the
+// status laboro.Interruption gives (StatusKilled with ErrJobCancelled for
+// Foreman.Cancel). The UPDATE a worker then sends for a cancelled task is
+// dropped.
 package fuq

@@ -72,21 +72,26 @@ type WorkerInfo struct {
 
 // NewJob returns the laboro.Job of a fuq job: numTasks tasks, each running
 // command with its task number (1 … numTasks) as argument, in workingDir,
-// logging to loggingDir/<name>_<task>.log.
+// logging to loggingDir/<name>_<task>.log. The JobDescription travels in
+// the job's Payload; its Meta is left to the caller.
 func NewJob(name, command string, numTasks int, workingDir, loggingDir string) laboro.Job {
-	return laboro.Job{Meta: JobDescription{Name: name, Command: command, NumTasks: numTasks, WorkingDir: workingDir, LoggingDir: loggingDir}}
+	return laboro.Job{Payload: JobDescription{Name: name, Command: command, NumTasks: numTasks, WorkingDir: workingDir, LoggingDir: loggingDir}}
 }
 
 // Foreman is the foreman side: a laboro.Runner whose jobs are fuq jobs
-// (see NewJob). Run splits a job into its tasks and the Foreman pushes
-// them to connected workers, as many to each as it has free processors;
+// (see NewJob). Run splits a job into its tasks and hands them to a
+// transport.Dispatcher, which the connection of each worker asks for as
+// many tasks as the worker has free processors, and sends them in a JOB;
 // Run returns when every task has ended. Jobs, Job and Workers tell the
 // state of everything; Cancel and StopWorkers act on it.
 //
 // A task of a worker that vanishes waits Grace for the worker to come back
 // (its HELLO names the tasks it still runs), then goes to another worker:
-// a task may run twice, but only its first outcome is recorded. Set the
-// fields before first use; a Foreman is safe for concurrent use.
+// a task may run twice, but only its first outcome is recorded. A HELLO
+// that names a task nobody waits for any more (cancelled, ended, unknown)
+// gets a CANCEL for it. Set the fields before first use; a Foreman is
+// safe for concurrent use. Its jobs and workers last as long as it does:
+// there is nothing to close.
 type Foreman struct {
 	// Grace is how long a vanished worker's tasks wait for it; 0 means
 	// DefaultGrace, a negative value no wait.
@@ -102,36 +107,32 @@ type Foreman struct {
 	Logger *zap.Logger
 
 	once       sync.Once
+	d          *transport.Dispatcher[TaskPair, Task]
 	mu         sync.Mutex
 	nextJob    uint64
 	jobs       map[uint64]*fjob
-	pending    []*ftask
 	workers    map[*fworker]bool
 	nextWorker int
 }
 
+// fjob is a job at the Foreman. Its fields are guarded by the Foreman's
+// mutex.
 type fjob struct {
-	ref   string // the laboro job's id
-	desc  JobDescription
-	tasks []*ftask
-	left  int
-	done  chan struct{}
-	err   error // why it ended early
+	ref     string // the laboro job's id
+	desc    JobDescription
+	tickets []*transport.Ticket[TaskPair, Task] // task n's is tickets[n-1]
+	tasks   []ftask                             // task n's is tasks[n-1]
+	left    int                                 // tasks not yet ended
+	done    chan struct{}                       // closed once left is 0
+	cause   error                               // why it was cancelled, if it was
 }
 
+// ftask is what the Foreman records of a task beyond its ticket.
 type ftask struct {
-	job      *fjob
-	n        int
-	state    TaskState
-	worker   *fworker
-	status   string
-	attempts int
-	orphaned *time.Timer // running at a worker that vanished
+	state  TaskState // TaskPending until it has ended: the ticket tells the rest
+	status string    // the worker's word on it, or why it was cancelled
+	worker string    // the worker whose outcome was recorded, or that last had it
 }
-
-func (t *ftask) pair() TaskPair { return TaskPair{JobId: t.job.desc.JobId, Task: t.n} }
-
-func (t *ftask) wire() Task { return Task{Task: t.n, JobDescription: t.job.desc} }
 
 var (
 	_ laboro.Runner    = (*Foreman)(nil)
@@ -145,15 +146,27 @@ func (f *Foreman) init() {
 		}
 		f.jobs = map[uint64]*fjob{}
 		f.workers = map[*fworker]bool{}
+		f.d = transport.NewDispatcher[TaskPair, Task](transport.Config{Grace: f.grace(), Logger: f.Logger})
+		f.d.OnSettle(f.settled)
 	})
+}
+
+func (f *Foreman) grace() time.Duration {
+	switch {
+	case f.Grace < 0:
+		return 0
+	case f.Grace == 0:
+		return DefaultGrace
+	}
+	return f.Grace
 }
 
 // Validate refuses a job that is not a fuq job.
 func (f *Foreman) Validate(job laboro.Job) error {
-	d, ok := job.Meta.(JobDescription)
+	d, ok := job.Payload.(JobDescription)
 	switch {
 	case !ok:
-		return errors.New("fuq: a job's Meta is its JobDescription; see NewJob")
+		return errors.New("fuq: a job's Payload is its JobDescription; see NewJob")
 	case d.NumTasks < 1:
 		return errors.New("fuq: a job needs at least one task")
 	case d.Command == "":
@@ -163,8 +176,10 @@ func (f *Foreman) Validate(job laboro.Job) error {
 }
 
 // Run runs the job's tasks on the workers and waits for all of them. The
-// job succeeds when every task succeeded. When ctx ends, the tasks still
-// pending are dropped and the running ones cancelled.
+// job succeeds when every task succeeded. When ctx ends (Executor.Cancel,
+// a Job.Timeout applied by the Executor, Close), its tasks still in line
+// leave it and its running ones are cancelled on their workers (CANCEL),
+// and Run returns at once with the status laboro.Interruption gives.
 func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	f.init()
 	res := laboro.Result{ID: job.ID, ExitCode: -1, Started: time.Now()}
@@ -172,28 +187,36 @@ func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		res.Status, res.Err, res.Ended = laboro.StatusFailed, err, time.Now()
 		return res
 	}
-	j := f.add(job.ID, job.Meta.(JobDescription))
-	f.kick()
+	j, err := f.add(ctx, job.ID, job.Payload.(JobDescription))
+	if err != nil {
+		res.Status, res.Err, res.Ended = laboro.StatusFailed, err, time.Now()
+		return res
+	}
 	select {
 	case <-j.done:
 	case <-ctx.Done():
-		f.cancel(j, context.Cause(ctx))
-		<-j.done
+		st, cause := laboro.Interruption(ctx)
+		f.cancel(j, st, cause)
+		<-j.done // at once: the abandoned tasks are settled by now
 	}
 	res.Ended = time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	failed := 0
+	failed, cancelled := 0, 0
 	for _, t := range j.tasks {
-		if t.state != TaskDone {
+		switch t.state {
+		case TaskDone:
+		case TaskCancelled:
+			cancelled++
+		default:
 			failed++
 		}
 	}
 	switch {
-	case j.err != nil:
-		res.Status, res.Err = laboro.StatusKilled, j.err
-		if errors.Is(j.err, laboro.ErrTimeout) {
-			res.Status = laboro.StatusTimedOut
+	case cancelled > 0:
+		res.Status, res.Err = laboro.StatusKilled, j.cause
+		if st, cause := laboro.Interruption(ctx); st != 0 {
+			res.Status, res.Err = st, cause
 		}
 	case failed > 0:
 		res.Status, res.ExitCode = laboro.StatusFailed, 1
@@ -204,26 +227,40 @@ func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	return res
 }
 
-// add registers a job and queues its tasks.
-func (f *Foreman) add(ref string, d JobDescription) *fjob {
+// add registers a job and puts its tasks in the Dispatcher's line.
+func (f *Foreman) add(ctx context.Context, ref string, d JobDescription) (*fjob, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.nextJob++
 	d.JobId = f.nextJob
 	d.Status = JobRunning
-	j := &fjob{ref: ref, desc: d, left: d.NumTasks, done: make(chan struct{})}
-	for n := 1; n <= d.NumTasks; n++ {
-		t := &ftask{job: j, n: n}
-		j.tasks = append(j.tasks, t)
-		f.pending = append(f.pending, t)
+	j := &fjob{ref: ref, desc: d, left: d.NumTasks, done: make(chan struct{}), tasks: make([]ftask, d.NumTasks)}
+	j.tickets = make([]*transport.Ticket[TaskPair, Task], 0, d.NumTasks)
+	// Add settles nothing, so it may be called with f.mu held (the
+	// Dispatcher's OnSettle takes f.mu): the job is whole before anyone
+	// looks at it.
+	var err error
+	for n := 1; n <= d.NumTasks && err == nil; n++ {
+		var t *transport.Ticket[TaskPair, Task]
+		if t, err = f.d.Add(ctx, TaskPair{JobId: d.JobId, Task: n}, Task{Task: n, JobDescription: d}); err == nil {
+			j.tickets = append(j.tickets, t)
+		}
 	}
-	f.jobs[d.JobId] = j
+	if err == nil {
+		f.jobs[d.JobId] = j
+	}
+	f.mu.Unlock()
+	if err != nil { // not in f.jobs: settled ignores these tickets
+		f.d.AbandonAll(j.tickets, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
+		return nil, err
+	}
 	f.Logger.Info("job queued", zap.Uint64("job", d.JobId), zap.String("name", d.Name), zap.Int("tasks", d.NumTasks))
-	return j
+	return j, nil
 }
 
 // Cancel cancels a job: its pending tasks are dropped and its running ones
-// cancelled on their workers; its Run returns with ErrJobCancelled.
+// cancelled on their workers; its Run returns StatusKilled with
+// ErrJobCancelled. Cancelling a job that has ended does nothing; a job
+// the Foreman never had is an error.
 func (f *Foreman) Cancel(jobID uint64) error {
 	f.init()
 	f.mu.Lock()
@@ -232,61 +269,67 @@ func (f *Foreman) Cancel(jobID uint64) error {
 	if j == nil {
 		return fmt.Errorf("fuq: no job %d", jobID)
 	}
-	f.cancel(j, ErrJobCancelled)
+	f.cancel(j, laboro.StatusKilled, ErrJobCancelled)
 	return nil
 }
 
-func (f *Foreman) cancel(j *fjob, cause error) {
+// cancel ends every task of j that has not ended: the Dispatcher drops
+// those in line and has the workers of the others told (CANCEL). f.mu is
+// not held: the Dispatcher reports the settled tasks to settled.
+func (f *Foreman) cancel(j *fjob, st laboro.Status, cause error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if j.left == 0 {
+		f.mu.Unlock()
 		return
 	}
-	j.err = cause
-	byWorker := map[*fworker][]TaskPair{}
-	for _, t := range j.tasks {
-		if t.state.final() {
-			continue
-		}
-		if t.state == TaskRunning && t.worker != nil && t.orphaned == nil {
-			byWorker[t.worker] = append(byWorker[t.worker], t.pair())
-			delete(t.worker.running, t.pair())
-		}
-		f.settle(t, TaskCancelled, cause.Error())
+	if j.cause == nil {
+		j.cause = cause
 	}
-	for w, pairs := range byWorker {
-		w.outbox = append(w.outbox, Message{Header: Header{Type: TypeCancel}, Cancel: pairs})
-		w.wake()
-	}
+	tickets := j.tickets
+	f.mu.Unlock()
+	f.d.AbandonAll(tickets, laboro.Result{Status: st, ExitCode: -1, Err: cause, Ended: time.Now()})
 }
 
-// settle gives t its final state. f.mu is held.
-func (f *Foreman) settle(t *ftask, s TaskState, status string) {
-	if t.orphaned != nil {
-		t.orphaned.Stop()
-		t.orphaned = nil
+// settled hears from the Dispatcher of every task that has ended. The
+// outcomes of workers are recorded by the connection that delivered them
+// (see fworker.complete), which knows the worker; here are the others:
+// tasks abandoned, by Cancel or because their Run's context ended. (No
+// MaxAttempts is set, so the Dispatcher fails no task of its own.)
+func (f *Foreman) settled(t *transport.Ticket[TaskPair, Task]) {
+	res, _ := t.Result()
+	if res.Status == laboro.StatusSucceeded || res.Status == laboro.StatusFailed {
+		return
 	}
-	if t.state == TaskPending {
-		f.unqueue(t)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j := f.jobs[t.Key.JobId]
+	if j == nil {
+		return // a job whose Add failed
 	}
-	t.state, t.status = s, status
-	t.job.left--
-	if t.job.left == 0 {
-		t.job.desc.Status = JobFinished
-		if t.job.err != nil {
-			t.job.desc.Status = JobCancelled
-		}
-		close(t.job.done)
+	why := "cancelled"
+	if res.Err != nil {
+		why = res.Err.Error()
 	}
+	f.ended(j, t.Key.Task, TaskCancelled, why, "")
 }
 
-// unqueue removes t from the pending line. f.mu is held.
-func (f *Foreman) unqueue(t *ftask) {
-	for i, p := range f.pending {
-		if p == t {
-			f.pending = append(f.pending[:i], f.pending[i+1:]...)
-			return
+// ended records the end of task n of j. f.mu is held.
+func (f *Foreman) ended(j *fjob, n int, state TaskState, status, worker string) {
+	t := &j.tasks[n-1]
+	if t.state.final() {
+		return
+	}
+	t.state, t.status = state, status
+	if worker != "" {
+		t.worker = worker
+	}
+	j.left--
+	if j.left == 0 {
+		j.desc.Status = JobFinished
+		if j.cause != nil {
+			j.desc.Status = JobCancelled
 		}
+		close(j.done)
 	}
 }
 
@@ -298,8 +341,7 @@ func (f *Foreman) StopWorkers(n uint32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for w := range f.workers {
-		w.outbox = append(w.outbox, Message{Header: Header{Type: TypeStop, Arg0: n}})
-		w.wake()
+		w.send(Message{Header: Header{Type: TypeStop, Arg0: n}})
 	}
 }
 
@@ -346,15 +388,20 @@ func (f *Foreman) Jobs() []JobInfo {
 	return infos
 }
 
+// info returns the state of j. f.mu is held.
 func (j *fjob) info() JobInfo {
-	info := JobInfo{JobDescription: j.desc, Ref: j.ref}
-	for _, t := range j.tasks {
-		ti := TaskInfo{Task: t.n, State: t.state, Status: t.status, Attempts: t.attempts}
-		if t.worker != nil {
-			ti.Worker = t.worker.name
+	info := JobInfo{JobDescription: j.desc, Ref: j.ref, Tasks: make([]TaskInfo, 0, len(j.tasks))}
+	for i, t := range j.tasks {
+		tk := j.tickets[i]
+		ti := TaskInfo{Task: i + 1, State: t.state, Status: t.status, Worker: t.worker, Attempts: tk.Attempts()}
+		if !t.state.final() {
+			ti.Worker = tk.Holder()
+			if ti.Worker != "" {
+				ti.State = TaskRunning
+			}
 		}
 		info.Tasks = append(info.Tasks, ti)
-		switch t.state {
+		switch ti.State {
 		case TaskPending:
 			info.Pending++
 		case TaskRunning:
@@ -377,19 +424,11 @@ func (f *Foreman) Workers() []WorkerInfo {
 	defer f.mu.Unlock()
 	var infos []WorkerInfo
 	for w := range f.workers {
-		infos = append(infos, WorkerInfo{ID: w.id, Addr: w.addr, Free: w.free(), Running: len(w.running)})
+		held := w.held()
+		infos = append(infos, WorkerInfo{ID: w.id, Addr: w.addr, Free: max(0, w.procs-held), Running: held})
 	}
 	sort.Slice(infos, func(a, b int) bool { return infos[a].ID < infos[b].ID })
 	return infos
-}
-
-// kick wakes every worker's loop to look at the pending tasks.
-func (f *Foreman) kick() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for w := range f.workers {
-		w.wake()
-	}
 }
 
 // Serve accepts workers on ln until ctx ends, then closes ln and every

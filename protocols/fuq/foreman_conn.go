@@ -5,46 +5,78 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
 
-// fworker is one connected worker, seen by the Foreman. Its fields other
-// than l, greeted and inflight are guarded by the Foreman's mutex; l and
-// the rest belong to the connection's goroutine.
+// The waits before a worker that answered a JOB with ERROR(no procs) is
+// offered tasks again, unless it reports a task's end first.
+const (
+	refusedMin = 250 * time.Millisecond
+	refusedMax = 10 * time.Second
+)
+
+// fworker is one connected worker, seen by the Foreman: its connection's
+// goroutine moves tasks from the Dispatcher (dw) to the wire in JOBs, and
+// outcomes from UPDATEs to the Dispatcher.
 type fworker struct {
-	f       *Foreman
-	id      int
-	addr    string
-	name    string
-	log     *zap.Logger
-	procs   int // its processors: free + running, as it last said
-	running map[TaskPair]*ftask
-	outbox  []Message // CANCEL and STOP requests to send
-	kick    chan struct{}
+	f    *Foreman
+	id   int
+	addr string
+	name string
+	log  *zap.Logger
+	dw   *transport.Worker[TaskPair, Task]
 
-	l        *link
-	greeted  bool
-	inflight *Message // the request of ours awaiting its reply
-	offered  []*ftask // the tasks of an unanswered JOB
+	// procs is its processors, free and busy, as it last said. Written by
+	// the connection's goroutine with the Foreman's mutex held.
+	procs int
+
+	mu     sync.Mutex
+	outbox []Message // CANCEL and STOP requests to send
+	kick   chan struct{}
+
+	// The rest belongs to the connection's goroutine.
+	l         *link
+	greeted   bool
+	inflight  *Message                            // the request of ours awaiting its reply
+	offered   []*transport.Ticket[TaskPair, Task] // the tasks of an unanswered JOB
+	refused   bool                                // it answered ERROR(no procs): no JOB until it reports an end, or retry fires
+	retry     *time.Timer
+	retryC    <-chan time.Time
+	backoff   transport.Backoff
+	cancelled map[TaskPair]bool // told to cancel: their UPDATE is not an outcome
 }
 
-// free is how many processors the worker has free, as the foreman sees it:
-// its processors less the tasks the foreman knows it runs. (Counting from
-// the OK replies alone would count twice a task whose UPDATE waits behind
-// a JOB's reply.) f.mu is held.
-func (w *fworker) free() int {
-	return max(0, w.procs-len(w.running))
-}
-
-// wake asks the worker's goroutine to look for work to send.
-func (w *fworker) wake() {
+// send queues a CANCEL or STOP for the worker; it never waits.
+func (w *fworker) send(m Message) {
+	w.mu.Lock()
+	w.outbox = append(w.outbox, m)
+	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
 	default:
 	}
 }
+
+// cancelTasks is the Dispatcher's word that tasks this worker holds have
+// ended without it (their job was cancelled, or another worker's outcome
+// came first): a CANCEL tells the worker to kill them.
+func (w *fworker) cancelTasks(pairs []TaskPair) {
+	w.log.Info("cancelling tasks on the worker", zap.Int("tasks", len(pairs)))
+	w.send(Message{Header: Header{Type: TypeCancel}, Cancel: pairs})
+}
+
+// held is how many tasks the worker holds.
+func (w *fworker) held() int { return len(w.dw.Held()) }
+
+// free is how many processors the worker has free, as the foreman sees it:
+// its processors less the tasks it holds. (Counting from the OK replies
+// alone would count twice a task whose UPDATE waits behind a JOB's reply.)
+func (w *fworker) free() int { return max(0, w.procs-w.held()) }
 
 func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
 	timeout := f.Timeout
@@ -53,28 +85,36 @@ func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
 	}
 	f.mu.Lock()
 	f.nextWorker++
-	w := &fworker{f: f, id: f.nextWorker, addr: conn.RemoteAddr().String(), running: map[TaskPair]*ftask{}, kick: make(chan struct{}, 1)}
+	w := &fworker{
+		f: f, id: f.nextWorker, addr: conn.RemoteAddr().String(), kick: make(chan struct{}, 1),
+		backoff: transport.Backoff{Min: refusedMin, Max: refusedMax}, cancelled: map[TaskPair]bool{},
+	}
 	w.name = fmt.Sprintf("worker-%d", w.id)
 	w.log = f.Logger.With(zap.String("worker", w.name), zap.String("addr", w.addr))
+	w.dw = f.d.Join(w.name, w.cancelTasks)
 	f.workers[w] = true
 	f.mu.Unlock()
 	w.l = newLink(conn, RoleForeman, f.Seq, f.MaxBody, timeout, w.log)
 	defer w.l.close()
-	defer f.drop(w)
+	var err error
+	defer func() { f.drop(w, err) }()
 
 	hello := time.NewTimer(timeout)
 	defer hello.Stop()
 	for {
-		var err error
 		select {
 		case r := <-w.l.in:
 			err = w.l.receive(r, w.handle)
 		case <-w.kick:
+		case <-w.dw.Wake():
+		case <-w.retryC:
+			w.refused, w.retryC = false, nil
 		case <-hello.C:
 			if !w.greeted {
 				err = errors.New("no HELLO in time")
 			}
 		case <-ctx.Done():
+			err = ctx.Err()
 			return
 		}
 		if err == nil {
@@ -88,36 +128,55 @@ func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
 }
 
 // dispatch sends the next request, if none is awaiting its reply: a
-// CANCEL or STOP first, else a JOB of as many pending tasks as the worker
-// has free processors.
+// CANCEL or STOP first, else a JOB of as many tasks as the worker has free
+// processors, taken from the Dispatcher.
 func (w *fworker) dispatch() error {
 	if !w.greeted || w.inflight != nil {
 		return nil
 	}
-	f := w.f
-	f.mu.Lock()
 	var m Message
-	switch {
-	case len(w.outbox) > 0:
+	w.mu.Lock()
+	if len(w.outbox) > 0 {
 		m = w.outbox[0]
 		w.outbox = w.outbox[1:]
-	case w.free() > 0 && len(f.pending) > 0:
-		n := min(w.free(), len(f.pending))
-		tasks := make([]Task, 0, n)
-		w.offered = append(w.offered[:0], f.pending[:n]...)
-		f.pending = append(f.pending[:0:0], f.pending[n:]...)
-		for _, t := range w.offered {
-			t.state, t.worker = TaskRunning, w
-			t.attempts++
-			w.running[t.pair()] = t
-			tasks = append(tasks, t.wire())
-		}
-		m = Message{Header: Header{Type: TypeJob}, Tasks: tasks}
-	default:
-		f.mu.Unlock()
-		return nil
 	}
-	f.mu.Unlock()
+	w.mu.Unlock()
+	switch {
+	case m.Type == TypeCancel:
+		for _, p := range m.Cancel {
+			w.cancelled[p] = true
+		}
+	case m.Type != 0:
+	case w.refused:
+		return nil
+	default:
+		free := w.free()
+		if free == 0 {
+			return nil // it reports each end: then
+		}
+		// Taken with f.mu held, as the tasks of a job are added: a JOB
+		// carries as many of a new job's tasks as fit, not the first one
+		// alone.
+		f := w.f
+		f.mu.Lock()
+		w.offered = w.dw.Take(free, nil)
+		if len(w.offered) == 0 {
+			f.mu.Unlock()
+			return nil // the Dispatcher wakes us when tasks come
+		}
+		m = Message{Header: Header{Type: TypeJob}, Tasks: make([]Task, 0, len(w.offered))}
+		for _, t := range w.offered {
+			delete(w.cancelled, t.Key)
+			m.Tasks = append(m.Tasks, t.Value)
+			if j := f.jobs[t.Key.JobId]; j != nil {
+				j.tasks[t.Key.Task-1].worker = w.name
+			}
+			if t.Attempts() > 1 {
+				w.log.Info("task given to another worker", zap.Uint64("job", t.Key.JobId), zap.Int("task", t.Key.Task), zap.Int("attempt", t.Attempts()))
+			}
+		}
+		f.mu.Unlock()
+	}
 	w.inflight = &m
 	return w.l.request(m, w.handle)
 }
@@ -137,184 +196,163 @@ func (w *fworker) handle(a Action) ([]Action, error) {
 
 // answer handles a worker's request: HELLO or UPDATE.
 func (w *fworker) answer(m Message) ([]Action, error) {
-	f := w.f
 	switch m.Type {
 	case TypeHello:
 		if m.Hello == nil {
 			return nil, &ProtocolError{Msg: "HELLO without its body"}
 		}
-		f.mu.Lock()
-		w.procs = m.Hello.NumProcs + len(m.Hello.Running)
-		for _, t := range m.Hello.Running {
-			f.reattach(w, t)
-		}
-		free, nrun := w.free(), len(w.running)
-		f.mu.Unlock()
-		w.greeted = true
-		w.log.Info("worker joined", zap.Int("free", free), zap.Int("running", nrun))
-		return w.l.reply(m.Header, ok(free, nrun))
+		w.hello(*m.Hello)
 	case TypeUpdate:
 		if m.Update == nil {
 			return nil, &ProtocolError{Msg: "UPDATE without its body"}
 		}
-		f.mu.Lock()
-		f.record(w, *m.Update)
-		free, nrun := w.free(), len(w.running)
-		f.mu.Unlock()
-		return w.l.reply(m.Header, ok(free, nrun))
+		w.complete(*m.Update)
+		w.stopRefusing() // a processor is free again
+	default:
+		return nil, unexpected(m)
 	}
-	return nil, unexpected(m)
+	return w.l.reply(m.Header, ok(w.free(), w.held()))
+}
+
+// hello takes the worker's word on its processors, and takes back the
+// tasks it still runs (it ran them on a connection that dropped, or
+// before a RESET); those that nobody waits for any more get a CANCEL.
+func (w *fworker) hello(h Hello) {
+	w.f.mu.Lock()
+	w.procs = h.NumProcs + len(h.Running)
+	w.f.mu.Unlock()
+	var stale []TaskPair
+	mine := map[TaskPair]bool{} // after a RESET, the tasks it runs are its already
+	for _, p := range w.dw.Held() {
+		mine[p] = true
+	}
+	for _, t := range h.Running {
+		pair := TaskPair{JobId: t.JobDescription.JobId, Task: t.Task}
+		if _, ok := w.dw.Reclaim(pair); !ok {
+			stale = append(stale, pair)
+			continue
+		}
+		if !mine[pair] {
+			delete(w.cancelled, pair)
+			w.log.Info("task taken back from the worker", zap.Uint64("job", pair.JobId), zap.Int("task", pair.Task))
+		}
+	}
+	if len(stale) > 0 {
+		w.log.Info("the worker runs tasks nobody waits for; cancelling them", zap.Int("tasks", len(stale)))
+		w.send(Message{Header: Header{Type: TypeCancel}, Cancel: stale})
+	}
+	w.greeted = true
+	w.stopRefusing()
+	w.log.Info("worker joined", zap.Int("free", w.free()), zap.Int("running", w.held()))
+}
+
+// complete takes a task's outcome from its UPDATE. The first outcome of a
+// task is recorded; a later one, or that of a task this worker was told to
+// cancel, is dropped.
+func (w *fworker) complete(u StatusUpdate) {
+	pair := TaskPair{JobId: u.JobId, Task: u.Task}
+	if w.cancelled[pair] {
+		delete(w.cancelled, pair)
+		w.log.Debug("UPDATE of a cancelled task dropped", zap.Uint64("job", u.JobId), zap.Int("task", u.Task))
+		return
+	}
+	res := laboro.Result{Status: laboro.StatusSucceeded, ExitCode: 0}
+	state := TaskDone
+	if !u.Success {
+		res = laboro.Result{Status: laboro.StatusFailed, ExitCode: 1, Err: errors.New(u.Status)}
+		state = TaskFailed
+	}
+	err := w.dw.Complete(pair, res)
+	if errors.Is(err, transport.ErrNotHeld) {
+		// The worker ran it while on an earlier connection, and kept its
+		// UPDATE until now.
+		if _, ok := w.dw.Reclaim(pair); ok {
+			err = w.dw.Complete(pair, res)
+		}
+	}
+	if err != nil {
+		w.log.Info("outcome of a task ignored", zap.Uint64("job", u.JobId), zap.Int("task", u.Task), zap.Error(err))
+		return
+	}
+	f := w.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if j := f.jobs[u.JobId]; j != nil {
+		f.ended(j, u.Task, state, u.Status, w.name)
+	}
 }
 
 // replied handles the worker's reply to our request.
 func (w *fworker) replied(a Action) error {
-	f := w.f
 	if a.Msg.Type == TypeError && a.Msg.Code == CodeOverflow {
 		return nil // the Seq sends the request again
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f := w.f
 	switch {
 	case a.Msg.Type == TypeOK && a.Req.Type == TypeStop:
 		// The worker lowered its processors as the spec says. Its OK
 		// counts the tasks it still runs, whose processors are not free
 		// again when they end: its count is not taken.
+		f.mu.Lock()
 		if n := int(a.Req.Arg0); n == 0 || n >= w.procs {
 			w.procs = 0
 		} else {
 			w.procs -= n
 		}
+		f.mu.Unlock()
 		w.log.Info("worker's processors lowered by STOP", zap.Int("procs", w.procs))
 	case a.Msg.Type == TypeOK:
 		nproc, nrun := UnpackOK(a.Msg.Arg0)
+		f.mu.Lock()
 		w.procs = int(nproc) + int(nrun)
-	case a.Req.Type == TypeJob && a.Msg.Code == CodeNoProcs:
-		// The worker has fewer processors than it said: the tasks go
-		// back, first in line.
-		var back []*ftask
-		for _, t := range w.offered {
-			if t.state == TaskRunning && t.worker == w {
-				delete(w.running, t.pair())
-				t.state, t.worker = TaskPending, nil
-				back = append(back, t)
-			}
+		f.mu.Unlock()
+		if a.Req.Type == TypeJob {
+			w.backoff.Reset()
 		}
-		f.pending = append(back, f.pending...)
-		w.procs = len(w.running) // until its next OK says more
-		w.log.Info("no processors for a JOB; its tasks go back in line", zap.Int("tasks", len(back)))
+	case a.Req.Type == TypeJob:
+		// The tasks were not taken: back to the front of the line, for
+		// any worker. A worker with fewer processors free than we
+		// thought (a task we cancelled is still being killed, say) is
+		// offered no more until it reports a task's end, or for a
+		// while, so that it gets work again whatever it does.
+		for i := len(w.offered) - 1; i >= 0; i-- { // each goes to the front
+			w.dw.Release(w.offered[i])
+		}
+		if a.Msg.Code == CodeNoProcs {
+			w.refused = true
+			wait := w.backoff.Next()
+			if w.retry == nil {
+				w.retry = time.NewTimer(wait)
+			} else {
+				w.retry.Reset(wait)
+			}
+			w.retryC = w.retry.C
+		}
+		w.log.Info("JOB refused; its tasks go back in line", zap.Int("tasks", len(w.offered)), zap.Stringer("code", a.Msg.Code))
 	default:
 		w.log.Warn("request refused", zap.Stringer("request", a.Req.Type), zap.Stringer("code", a.Msg.Code))
 	}
-	w.inflight, w.offered = nil, w.offered[:0]
+	w.inflight, w.offered = nil, nil
 	return nil
 }
 
-// reattach takes back a task that a worker announces it still runs, after
-// its connection dropped. f.mu is held.
-func (f *Foreman) reattach(w *fworker, task Task) {
-	j := f.jobs[task.JobDescription.JobId]
-	if j == nil || task.Task < 1 || task.Task > len(j.tasks) {
-		w.log.Warn("the worker runs a task of no known job", zap.Uint64("job", task.JobDescription.JobId), zap.Int("task", task.Task))
-		return
+// stopRefusing lets the worker be offered tasks again.
+func (w *fworker) stopRefusing() {
+	w.refused, w.retryC = false, nil
+	if w.retry != nil {
+		w.retry.Stop()
 	}
-	t := j.tasks[task.Task-1]
-	if t.state.final() {
-		return
-	}
-	if t.orphaned != nil {
-		t.orphaned.Stop()
-		t.orphaned = nil
-	}
-	if t.state == TaskPending {
-		f.unqueue(t)
-	}
-	if t.worker != nil && t.worker != w {
-		delete(t.worker.running, t.pair()) // it may run there too: the first outcome counts
-	}
-	t.state, t.worker = TaskRunning, w
-	w.running[t.pair()] = t
-	w.log.Info("task taken back from the worker", zap.Uint64("job", j.desc.JobId), zap.Int("task", t.n))
-}
-
-// record takes a task's outcome; only the first is kept. f.mu is held.
-func (f *Foreman) record(w *fworker, u StatusUpdate) {
-	pair := TaskPair{JobId: u.JobId, Task: u.Task}
-	j := f.jobs[u.JobId]
-	if j == nil || u.Task < 1 || u.Task > len(j.tasks) {
-		w.log.Warn("UPDATE for no known task", zap.Uint64("job", u.JobId), zap.Int("task", u.Task))
-		return
-	}
-	t := j.tasks[u.Task-1]
-	if w.running[pair] == t {
-		delete(w.running, pair)
-	}
-	if t.state.final() {
-		w.log.Info("second outcome of a task ignored", zap.Uint64("job", u.JobId), zap.Int("task", u.Task), zap.Stringer("recorded", t.state))
-		return
-	}
-	if t.worker != nil && t.worker != w {
-		delete(t.worker.running, pair)
-	}
-	t.worker = w
-	state := TaskFailed
-	if u.Success {
-		state = TaskDone
-	}
-	f.settle(t, state, u.Status)
 }
 
 // drop forgets a worker whose connection ended; its tasks wait Grace for
 // it to come back, then go to others.
-func (f *Foreman) drop(w *fworker) {
+func (f *Foreman) drop(w *fworker, err error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	delete(f.workers, w)
-	held := 0
-	for _, t := range w.running {
-		if t.state == TaskRunning && t.worker == w {
-			f.orphan(t)
-			held++
-		}
-	}
-	w.running = map[TaskPair]*ftask{}
-	if held > 0 {
+	f.mu.Unlock()
+	w.stopRefusing()
+	if held := w.held(); held > 0 {
 		w.log.Warn("worker gone; its tasks wait for it", zap.Int("tasks", held), zap.Duration("grace", f.grace()))
 	}
-}
-
-func (f *Foreman) grace() time.Duration {
-	switch {
-	case f.Grace < 0:
-		return 0
-	case f.Grace == 0:
-		return DefaultGrace
-	}
-	return f.Grace
-}
-
-// orphan holds a task of a vanished worker for the grace period. f.mu is
-// held.
-func (f *Foreman) orphan(t *ftask) {
-	requeue := func() {
-		t.orphaned = nil
-		t.state, t.worker = TaskPending, nil
-		f.pending = append([]*ftask{t}, f.pending...)
-		for w := range f.workers {
-			w.wake()
-		}
-	}
-	if f.grace() == 0 {
-		requeue()
-		return
-	}
-	var timer *time.Timer
-	timer = time.AfterFunc(f.grace(), func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if t.orphaned == timer { // not taken back or settled meanwhile
-			f.Logger.Info("task given to another worker", zap.Uint64("job", t.job.desc.JobId), zap.Int("task", t.n))
-			requeue()
-		}
-	})
-	t.orphaned = timer
+	w.dw.Leave(err)
 }

@@ -230,36 +230,79 @@ func TestForemanStopLowersProcessors(t *testing.T) {
 	}
 }
 
+// spoolFiles returns the UPDATEs in w's spool directory.
+func spoolFiles(w *Worker) []string {
+	entries, _ := os.ReadDir(w.SpoolDir)
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".update") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// gated is a script, for tasks that mark their start and then wait to be
+// let go.
+type gated struct {
+	t   *testing.T
+	dir string
+}
+
+// script returns a script body that creates the file started-<task> in
+// dir, waits for the file gate-<task>, then echoes its task number.
+func (g gated) script() string {
+	return fmt.Sprintf("touch %[1]s/started-$1\nwhile [ ! -e %[1]s/gate-$1 ]; do sleep 0.01; done\necho $1\n", g.dir)
+}
+
+// running waits until tasks 1 … n have started (on a worker, not merely
+// sent to it), and removes their marks.
+func (g gated) running(n int) {
+	g.t.Helper()
+	for i := 1; i <= n; i++ {
+		mark := filepath.Join(g.dir, fmt.Sprintf("started-%d", i))
+		require.Eventually(g.t, func() bool { return os.Remove(mark) == nil }, 20*time.Second, time.Millisecond, "task %d did not start", i)
+	}
+}
+
+// open lets task n go.
+func (g gated) open(n int) {
+	require.NoError(g.t, os.WriteFile(filepath.Join(g.dir, fmt.Sprintf("gate-%d", n)), nil, 0o600))
+}
+
 // A worker whose connection drops runs its tasks on, keeps their UPDATEs
 // on disk, and delivers them once connected again; it announces the tasks
 // it still runs, so that none runs twice.
 func TestWorkerReconnects(t *testing.T) {
-	s := startSystem(t, &Foreman{Grace: 10 * time.Second})
+	s := startSystem(t, &Foreman{Grace: time.Minute})
 	r := e2e.NewRelay(t, s.addr)
 	w, _ := s.worker(r.Addr(), 4)
-	h, logDir := s.submit("r", s.script("sleep 0.$(( $1 * 2 ))\necho $1\n"), 4)
-	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(h.ID()); return info.Running == 4 }, 10*time.Second, time.Millisecond)
+	g := gated{t, t.TempDir()}
+	h, logDir := s.submit("r", s.script(g.script()), 4)
+	g.running(4)
 
 	r.Down.Store(true)
 	r.Cut()
-	require.Eventually(t, func() bool {
-		entries, _ := os.ReadDir(w.SpoolDir)
-		return len(entries) >= 2
-	}, 10*time.Second, time.Millisecond, "UPDATEs wait on disk")
+	g.open(1)
+	g.open(2)
+	require.Eventually(t, func() bool { return len(spoolFiles(w)) == 2 }, 10*time.Second, time.Millisecond,
+		"UPDATEs of the tasks that ended wait on disk")
 	r.Down.Store(false)
+	require.Eventually(t, func() bool { return s.logs.FilterMessage("task taken back from the worker").Len() == 2 }, 20*time.Second, time.Millisecond,
+		"the tasks still running are taken back")
+	g.open(3)
+	g.open(4)
 
 	res := wait(t, h)
 	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 	info, _ := s.f.JobByRef(h.ID())
 	for _, ti := range info.Tasks {
 		assert.Equal(t, 1, ti.Attempts, "task %d ran once", ti.Task)
+		assert.Equal(t, TaskDone, ti.State)
 	}
 	assert.Len(t, logFiles(t, logDir), 4)
-	require.Eventually(t, func() bool {
-		entries, _ := os.ReadDir(w.SpoolDir)
-		return len(entries) == 0
-	}, 10*time.Second, time.Millisecond, "delivered UPDATEs leave the spool")
-	assert.Positive(t, s.logs.FilterMessage("task taken back from the worker").Len())
+	require.Eventually(t, func() bool { return len(spoolFiles(w)) == 0 }, 10*time.Second, time.Millisecond,
+		"delivered UPDATEs leave the spool")
 }
 
 // The tasks of a worker that vanishes for good go to another worker once
@@ -268,18 +311,48 @@ func TestVanishedWorkersTasksGoElsewhere(t *testing.T) {
 	s := startSystem(t, &Foreman{Grace: 200 * time.Millisecond})
 	r := e2e.NewRelay(t, s.addr)
 	s.worker(r.Addr(), 2)
-	h, _ := s.submit("v", s.script("exec sleep 2\n"), 2)
-	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(h.ID()); return info.Running == 2 }, 10*time.Second, time.Millisecond)
+	g := gated{t, t.TempDir()}
+	h, _ := s.submit("v", s.script(g.script()), 2)
+	g.running(2)
 	r.Down.Store(true) // gone for good
 	r.Cut()
 	s.worker(s.addr, 2)
+	g.running(2) // on the other worker
+	g.open(1)
+	g.open(2)
 	res := wait(t, h)
 	assert.Equal(t, laboro.StatusSucceeded, res.Status)
 	info, _ := s.f.JobByRef(h.ID())
 	for _, ti := range info.Tasks {
 		assert.Equal(t, 2, ti.Attempts)
+		assert.Equal(t, "worker-2", ti.Worker)
 	}
 	assert.Equal(t, 2, s.logs.FilterMessage("task given to another worker").Len())
+}
+
+// When Run's context ends (here Executor.Cancel), the job's tasks in line
+// leave it and its running ones are cancelled on their workers, whose
+// processors are free again for the next job.
+func TestForemanRunContextEnds(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	s.worker(s.addr, 2)
+	h, logDir := s.submit("long", s.script("exec sleep 30\n"), 5)
+	require.Eventually(t, func() bool { info, _ := s.f.JobByRef(h.ID()); return info.Running == 2 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, s.ex.Cancel(h.ID()))
+	res := wait(t, h)
+	assert.Equal(t, laboro.StatusCancelled, res.Status)
+	assert.ErrorIs(t, res.Err, laboro.ErrCancelled)
+	info, _ := s.f.JobByRef(h.ID())
+	assert.Equal(t, 5, info.Cancelled)
+	assert.Equal(t, JobCancelled, info.Status)
+	require.Eventually(t, func() bool {
+		ws := s.f.Workers()
+		return len(ws) == 1 && ws[0].Free == 2
+	}, 10*time.Second, time.Millisecond, "the worker's processors are free again")
+
+	next, _ := s.submit("next", s.script("echo $1\n"), 4)
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, next).Status)
+	assert.Empty(t, logFiles(t, logDir), "cancelled tasks leave no log")
 }
 
 // With a small sequence space both sides RESET often; the worker then
@@ -306,4 +379,24 @@ func TestResetOverTheWire(t *testing.T) {
 	}
 	assert.Greater(t, resets, 2, "the worker sent or answered RESETs")
 	assert.Greater(t, logs.FilterMessage("connected").Len(), 0)
+}
+
+// A fuq job's description travels in Job.Payload; Job.Meta is the
+// caller's, and the Foreman neither needs nor reads it.
+func TestForemanJobPayload(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	s.worker(s.addr, 1)
+	dir := t.TempDir()
+	job := NewJob("p", "/bin/true", 2, dir, dir)
+	job.Meta = map[string]int{"priority": 3}
+	h, err := s.ex.Submit(context.Background(), job)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+
+	_, err = s.ex.Submit(context.Background(), laboro.Job{Meta: JobDescription{Name: "old", Command: "/bin/true", NumTasks: 1}})
+	assert.ErrorIs(t, err, laboro.ErrInvalidJob, "a description in Meta is not a fuq job")
+	for _, bad := range []JobDescription{{Command: "/bin/true"}, {NumTasks: 1}} {
+		_, err = s.ex.Submit(context.Background(), laboro.Job{Payload: bad})
+		assert.ErrorIs(t, err, laboro.ErrInvalidJob, "%+v", bad)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
 
@@ -35,7 +36,13 @@ var ErrStopped = errors.New("fuq: worker stopped by the foreman")
 // processors, and runs the tasks it is pushed through a local Executor,
 // one processor each, as the reference does: Command <task number> in the
 // job's WorkingDir, standard output and error to
-// LoggingDir/<Name>_<Task>.log (<Name>_<Task>-<i>.log when that exists).
+// LoggingDir/<Name>_<Task>.log (<Name>_<Task>-<i>.log when that exists),
+// created with mode 0666 less the umask, as the reference creates it.
+//
+// A CANCEL kills the named tasks' process groups (a negative Task names
+// every task of the job, as the reference foreman sends it); each cancelled
+// task is reported by an UPDATE (Success false), since the reference
+// foreman frees a processor only on UPDATE, and leaves no log.
 //
 // When the connection drops, the tasks run on; the worker connects again,
 // announces them in HELLO, and then sends the UPDATEs of the tasks that
@@ -74,39 +81,24 @@ type workerState struct {
 	w        *Worker
 	log      *zap.Logger
 	ex       *laboro.Executor
-	running  map[TaskPair]*runningTask
-	maxProcs int // lowered by STOP
+	running  map[TaskPair]Task
+	maxProcs int         // lowered by STOP
+	logMode  os.FileMode // of the task logs: 0666 less the umask
 	spooled  []spooled
 	done     chan finished
 	tasks    sync.WaitGroup
 	handle   func(Action) ([]Action, error) // the current session's
 }
 
-// runningTask is a task the worker runs.
-type runningTask struct {
-	task Task
-	mu   sync.Mutex
-	stop context.CancelCauseFunc // set once its process starts
-	gone bool                    // cancelled by the foreman: no UPDATE
-}
-
-// cancel kills the task's process group, now or as soon as it starts.
-func (t *runningTask) cancel() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.gone = true
-	if t.stop != nil {
-		t.stop(errCancelled)
-	}
-}
-
-var errCancelled = errors.New("fuq: task cancelled by the foreman")
-
 // finished is a task's end, reported by its goroutine.
 type finished struct {
 	pair   TaskPair
-	update *StatusUpdate // nil when cancelled
+	update StatusUpdate
 }
+
+// taskID is the id of a task's job in the worker's Executor, by which a
+// CANCEL finds it.
+func taskID(p TaskPair) string { return strconv.FormatUint(p.JobId, 10) + "/" + strconv.Itoa(p.Task) }
 
 // spooled is an UPDATE waiting for the foreman's OK.
 type spooled struct {
@@ -134,13 +126,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := os.MkdirAll(w.SpoolDir, 0o700); err != nil {
 		return err
 	}
+	logMode, err := fileMode(w.SpoolDir)
+	if err != nil {
+		return err
+	}
+	// The worker never has more than procs tasks submitted and not yet
+	// reported, so that Submit never waits for room.
 	ex, err := laboro.New(laboro.WithRunner(taskRunner{}), laboro.WithPoolSize(procs),
 		laboro.WithConcurrency(procs), laboro.WithBufferSize(procs), laboro.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	s := &workerState{
-		w: w, log: log, ex: ex, running: map[TaskPair]*runningTask{}, maxProcs: procs,
+		w: w, log: log, ex: ex, running: map[TaskPair]Task{}, maxProcs: procs, logMode: logMode,
 		done: make(chan finished, procs),
 	}
 	defer func() {
@@ -154,11 +152,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := s.loadSpool(); err != nil {
 		return err
 	}
-	wait := w.Reconnect
-	if wait <= 0 {
-		wait = DefaultReconnect
+	backoff := transport.Backoff{Min: w.Reconnect, Max: MaxReconnect}
+	if backoff.Min <= 0 {
+		backoff.Min = DefaultReconnect
 	}
-	backoff := wait
 	for {
 		err := s.session(ctx)
 		s.persistAll()
@@ -169,14 +166,36 @@ func (w *Worker) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, errSessionWorked):
-			backoff = wait
+			backoff.Reset()
 		}
-		log.Warn("not connected to the foreman", zap.Error(err), zap.Duration("retry in", backoff))
-		if err := s.pause(ctx, backoff); err != nil {
+		wait := backoff.Next()
+		log.Warn("not connected to the foreman", zap.Error(err), zap.Duration("retry in", wait))
+		if err := s.pause(ctx, wait); err != nil {
 			return err
 		}
-		backoff = min(2*backoff, MaxReconnect)
 	}
+}
+
+// fileMode returns the mode a file created with mode 0666 gets in dir: 0666
+// less the umask, found by creating one (reading the umask would change it
+// for every thread of the process for a moment).
+func fileMode(dir string) (os.FileMode, error) {
+	name := filepath.Join(dir, fmt.Sprintf(".mode-%d", os.Getpid()))
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+	if errors.Is(err, os.ErrExist) {
+		os.Remove(name) // left by a process of the same pid
+		f, err = os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(name)
+	fi, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Mode().Perm(), nil
 }
 
 // errSessionWorked wraps the end of a session that got past HELLO, so
@@ -269,7 +288,7 @@ func (s *workerState) session(ctx context.Context) error {
 func (s *workerState) hello(l *link) error {
 	h := &Hello{NumProcs: s.free(), Running: []Task{}}
 	for _, t := range s.running {
-		h.Running = append(h.Running, t.task)
+		h.Running = append(h.Running, t)
 	}
 	sort.Slice(h.Running, func(i, j int) bool { return taskLess(h.Running[i], h.Running[j]) })
 	return l.request(Message{Header: Header{Type: TypeHello}, Hello: h}, s.handle)
@@ -295,9 +314,14 @@ func (s *workerState) answer(l *link, m Message) ([]Action, error) {
 		}
 	case TypeCancel:
 		for _, p := range m.Cancel {
-			if t := s.running[p]; t != nil {
-				s.log.Info("cancelling", zap.Uint64("job", p.JobId), zap.Int("task", p.Task))
-				t.cancel()
+			if p.Task >= 0 {
+				s.cancel(p)
+				continue
+			}
+			for running := range s.running { // every task of the job
+				if running.JobId == p.JobId {
+					s.cancel(running)
+				}
 			}
 		}
 	case TypeStop:
@@ -358,44 +382,58 @@ func (s *workerState) sendUpdate(l *link, sp *spooled) error {
 	return l.request(Message{Header: Header{Type: TypeUpdate}, Update: &u}, s.handle)
 }
 
-// start runs a task in its own goroutine through the Executor.
+// start submits a task to the Executor, under an id made of its pair (see
+// cancel), and waits for it in a goroutine of its own.
 func (s *workerState) start(t Task) {
 	pair := TaskPair{JobId: t.JobDescription.JobId, Task: t.Task}
-	if s.running[pair] != nil {
+	if _, ok := s.running[pair]; ok {
 		return // announced twice: it runs already
 	}
-	rt := &runningTask{task: t}
-	s.running[pair] = rt
-	s.log.Debug("task started", zap.Uint64("job", pair.JobId), zap.Int("task", pair.Task))
+	s.running[pair] = t
+	job := laboro.Job{
+		ID:      taskID(pair),
+		Args:    []string{t.JobDescription.Command, strconv.Itoa(t.Task)},
+		Dir:     t.JobDescription.WorkingDir,
+		Payload: t,
+	}
+	// Submit does not wait: the Executor has room for every task the
+	// worker has accepted (see Run).
+	h, err := s.ex.Submit(context.Background(), job)
+	s.log.Debug("task started", zap.Uint64("job", pair.JobId), zap.Int("task", pair.Task), zap.Error(err))
 	s.tasks.Go(func() {
-		s.done <- finished{pair: pair, update: s.runTask(rt)}
+		s.done <- finished{pair: pair, update: s.outcome(t, h, err)}
 	})
 }
 
-// runTask runs one task and returns its UPDATE; nil when it was cancelled.
-func (s *workerState) runTask(rt *runningTask) *StatusUpdate {
-	t := rt.task
-	job := laboro.Job{
-		Args: []string{t.JobDescription.Command, strconv.Itoa(t.Task)},
-		Dir:  t.JobDescription.WorkingDir,
-		Meta: rt,
+// cancel kills a running task's process group (or takes it out of the
+// Executor's queue). Its goroutine then reports it as failed.
+func (s *workerState) cancel(p TaskPair) {
+	if _, ok := s.running[p]; !ok {
+		return
 	}
-	u := &StatusUpdate{JobId: t.JobDescription.JobId, Task: t.Task}
-	h, err := s.ex.Submit(context.Background(), job)
+	s.log.Info("cancelling", zap.Uint64("job", p.JobId), zap.Int("task", p.Task))
+	if err := s.ex.Cancel(taskID(p)); err != nil {
+		s.log.Debug("nothing to cancel: the task has just ended", zap.Uint64("job", p.JobId), zap.Int("task", p.Task), zap.Error(err))
+	}
+}
+
+// outcome waits for a task's end and returns its UPDATE: done once it has
+// succeeded and its log is kept; else its error. A task cancelled by the
+// foreman leaves no log.
+func (s *workerState) outcome(t Task, h *laboro.Handle, err error) StatusUpdate {
+	u := StatusUpdate{JobId: t.JobDescription.JobId, Task: t.Task}
 	if err != nil {
 		u.Status = "error encountered: " + err.Error()
 		return u
 	}
 	res, _ := h.Wait(context.Background())
-	rt.mu.Lock()
-	gone := rt.gone
-	rt.mu.Unlock()
-	if gone {
-		res.Output.Close()
-		return nil
+	defer res.Output.Close()
+	var logErr error
+	switch res.Status {
+	case laboro.StatusCancelled, laboro.StatusStopped, laboro.StatusKilled:
+	default:
+		logErr = keepLog(res.Output, t, s.logMode)
 	}
-	logErr := keepLog(res.Output, t)
-	res.Output.Close()
 	switch {
 	case res.Status == laboro.StatusSucceeded && logErr == nil:
 		u.Success, u.Status = true, "done"
@@ -408,8 +446,9 @@ func (s *workerState) runTask(rt *runningTask) *StatusUpdate {
 }
 
 // keepLog moves a task's output to LoggingDir/<Name>_<Task>.log, or
-// <Name>_<Task>-<i>.log when that exists, never replacing a file.
-func keepLog(out *laboro.Output, t Task) error {
+// <Name>_<Task>-<i>.log when that exists, never replacing a file, and
+// gives it mode.
+func keepLog(out *laboro.Output, t Task, mode os.FileMode) error {
 	if out == nil {
 		return errors.New("no output")
 	}
@@ -418,6 +457,9 @@ func keepLog(out *laboro.Output, t Task) error {
 	for i := 1; ; i++ {
 		err := os.Link(out.Path(), name)
 		if err == nil {
+			if err := os.Chmod(name, mode); err != nil {
+				return fmt.Errorf("keeping the log: %w", err)
+			}
 			return nil
 		}
 		if !errors.Is(err, os.ErrExist) || i > 1000 {
@@ -427,15 +469,12 @@ func keepLog(out *laboro.Output, t Task) error {
 	}
 }
 
-// finish records a task's end; it returns the UPDATE to send, if any.
-// While connected, the UPDATE is sent from memory; it goes to disk only if
-// the connection drops before the foreman's OK (see persist).
+// finish records a task's end and returns its UPDATE to send. While
+// connected, the UPDATE is sent from memory; it goes to disk only if the
+// connection drops before the foreman's OK (see persist).
 func (s *workerState) finish(f finished, connected bool) *spooled {
 	delete(s.running, f.pair)
-	if f.update == nil {
-		return nil
-	}
-	s.spooled = append(s.spooled, spooled{update: *f.update})
+	s.spooled = append(s.spooled, spooled{update: f.update})
 	sp := &s.spooled[len(s.spooled)-1]
 	if !connected {
 		s.persist(sp)
@@ -524,21 +563,18 @@ func (s *workerState) loadSpool() error {
 	return nil
 }
 
-// taskRunner runs a task's process with its output in the job's
-// LoggingDir (so that the log is made by a rename in one directory), and
-// lets the foreman's CANCEL kill it.
+// taskRunner runs a task's process (its Job.Payload is its Task) with its
+// output in the job's LoggingDir, so that the log is made by a link in one
+// directory. A CANCEL ends it through Executor.Cancel, which kills its
+// process group.
 type taskRunner struct{}
 
 func (taskRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
-	rt := job.Meta.(*runningTask)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	rt.mu.Lock()
-	rt.stop = cancel
-	if rt.gone {
-		cancel(errCancelled)
+	t, ok := job.Payload.(Task)
+	if !ok {
+		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1,
+			Err: fmt.Errorf("%w: a task's Payload is its Task", laboro.ErrInvalidJob)}
 	}
-	rt.mu.Unlock()
-	pr := &laboro.ProcessRunner{Dir: rt.task.JobDescription.LoggingDir, Stderr: laboro.StderrToOutput}
+	pr := &laboro.ProcessRunner{Dir: t.JobDescription.LoggingDir, Stderr: laboro.StderrToOutput}
 	return pr.Run(ctx, job)
 }

@@ -2,8 +2,15 @@ package fuq
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,62 +18,189 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A foreman played by the test, over TCP: a worker with one processor
-// answers a JOB of two tasks with ERROR(no procs), runs a JOB of one, and
-// reports it with UPDATE; STOP(1) leaves it no processor, and it ends.
-func TestWorkerAgainstScriptedForeman(t *testing.T) {
+// scripted is a foreman played by the test, over TCP, for one Worker.
+type scripted struct {
+	t    *testing.T
+	conn net.Conn
+	r    *bufio.Reader
+	ran  chan error // the Worker's Run
+}
+
+// startScripted starts w against a listener of the test's and accepts its
+// connection.
+func startScripted(t *testing.T, w *Worker) *scripted {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	w := &Worker{Addr: ln.Addr().String(), Procs: 1, SpoolDir: t.TempDir()}
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(ctx) }()
-
-	conn, err := ln.Accept()
+	w.Addr = ln.Addr().String()
+	s := &scripted{t: t, ran: make(chan error, 1)}
+	returned := make(chan struct{})
+	go func() { s.ran <- w.Run(ctx); close(returned) }()
+	t.Cleanup(func() {
+		cancel()
+		<-returned
+	})
+	s.conn, err = ln.Accept()
 	require.NoError(t, err)
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
-	r := bufio.NewReader(conn)
-	read := func() Message {
-		m, err := ReadMessage(r, 0)
-		require.NoError(t, err)
-		return m
-	}
-	write := func(m Message) {
-		b, err := m.AppendBinary(nil)
-		require.NoError(t, err)
-		_, err = conn.Write(b)
-		require.NoError(t, err)
-	}
+	t.Cleanup(func() { s.conn.Close() })
+	s.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	s.r = bufio.NewReader(s.conn)
+	return s
+}
 
-	hello := read()
+func (s *scripted) read() Message {
+	s.t.Helper()
+	m, err := ReadMessage(s.r, 0)
+	require.NoError(s.t, err)
+	return m
+}
+
+func (s *scripted) write(m Message) {
+	s.t.Helper()
+	b, err := m.AppendBinary(nil)
+	require.NoError(s.t, err)
+	_, err = s.conn.Write(b)
+	require.NoError(s.t, err)
+}
+
+// gone reports whether a process has ended: it no longer exists, or it is
+// a zombie that its new parent has not reaped yet.
+func gone(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return syscall.Kill(pid, 0) != nil
+	}
+	// The state follows the parenthesised command name.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && fields[0] == "Z"
+}
+
+// A worker with one processor answers a JOB of two tasks with ERROR(no
+// procs), runs a JOB of one, and reports it with UPDATE; its log has the
+// reference's mode, 0666 less the umask; STOP(1) leaves it no processor,
+// and it ends.
+func TestWorkerAgainstScriptedForeman(t *testing.T) {
+	old := syscall.Umask(0o027)
+	defer syscall.Umask(old)
+	s := startScripted(t, &Worker{Procs: 1, SpoolDir: t.TempDir()})
+
+	hello := s.read()
 	assert.Equal(t, Header{Type: TypeHello, Seq: 0, Arg0: hello.Arg0}, hello.Header)
 	assert.Equal(t, 1, hello.Hello.NumProcs)
-	write(Message{Header: Header{Type: TypeOK, Seq: 0, Arg0: PackOK(1, 0)}})
+	s.write(Message{Header: Header{Type: TypeOK, Seq: 0, Arg0: PackOK(1, 0)}})
 
 	dir := t.TempDir()
 	desc := JobDescription{JobId: 7, Name: "j", NumTasks: 2, WorkingDir: dir, LoggingDir: dir, Command: "/bin/echo"}
-	write(Message{Header: Header{Type: TypeJob, Seq: 1}, Tasks: []Task{{Task: 1, JobDescription: desc}, {Task: 2, JobDescription: desc}}})
-	assert.Equal(t, Header{Type: TypeError, Code: CodeNoProcs, Seq: 1}, read().Header, "two tasks, one processor")
+	s.write(Message{Header: Header{Type: TypeJob, Seq: 1}, Tasks: []Task{{Task: 1, JobDescription: desc}, {Task: 2, JobDescription: desc}}})
+	assert.Equal(t, Header{Type: TypeError, Code: CodeNoProcs, Seq: 1}, s.read().Header, "two tasks, one processor")
 
-	write(Message{Header: Header{Type: TypeJob, Seq: 3}, Tasks: []Task{{Task: 2, JobDescription: desc}}})
-	assert.Equal(t, Header{Type: TypeOK, Seq: 3, Arg0: PackOK(0, 1)}, read().Header)
-	up := read()
+	s.write(Message{Header: Header{Type: TypeJob, Seq: 3}, Tasks: []Task{{Task: 2, JobDescription: desc}}})
+	assert.Equal(t, Header{Type: TypeOK, Seq: 3, Arg0: PackOK(0, 1)}, s.read().Header)
+	up := s.read()
 	assert.Equal(t, TypeUpdate, up.Type)
 	assert.Equal(t, uint32(4), up.Seq, "the worker's next even number after 3")
 	assert.Equal(t, StatusUpdate{JobId: 7, Task: 2, Success: true, Status: "done"}, *up.Update)
-	write(Message{Header: Header{Type: TypeOK, Seq: 4, Arg0: PackOK(1, 0)}})
+	s.write(Message{Header: Header{Type: TypeOK, Seq: 4, Arg0: PackOK(1, 0)}})
+	fi, err := os.Stat(filepath.Join(dir, "j_2.log"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o640), fi.Mode().Perm(), "0666 less the umask 027")
 
-	write(Message{Header: Header{Type: TypeCancel, Seq: 5}, Cancel: []TaskPair{{JobId: 7, Task: 1}}})
-	assert.Equal(t, Header{Type: TypeOK, Seq: 5, Arg0: PackOK(1, 0)}, read().Header, "cancelling a task it does not run")
-	write(Message{Header: Header{Type: TypeStop, Seq: 7, Arg0: 1}})
-	assert.Equal(t, Header{Type: TypeOK, Seq: 7, Arg0: PackOK(0, 0)}, read().Header)
+	s.write(Message{Header: Header{Type: TypeCancel, Seq: 5}, Cancel: []TaskPair{{JobId: 7, Task: 1}}})
+	assert.Equal(t, Header{Type: TypeOK, Seq: 5, Arg0: PackOK(1, 0)}, s.read().Header, "cancelling a task it does not run")
+	s.write(Message{Header: Header{Type: TypeStop, Seq: 7, Arg0: 1}})
+	assert.Equal(t, Header{Type: TypeOK, Seq: 7, Arg0: PackOK(0, 0)}, s.read().Header)
 	select {
-	case err := <-ran:
+	case err := <-s.ran:
 		assert.ErrorIs(t, err, ErrStopped, "no processor left and nothing running")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the worker did not end")
+	}
+}
+
+// CANCEL kills a task's whole process group: {JobId, Task} one task, and
+// {JobId, -1} (what the reference foreman sends) every task of the job.
+// Each cancelled task is reported by an UPDATE that says it failed (the
+// reference foreman frees a processor only on UPDATE), and leaves no log.
+func TestWorkerCancel(t *testing.T) {
+	s := startScripted(t, &Worker{Procs: 3, SpoolDir: t.TempDir()})
+	s.read()
+	s.write(Message{Header: Header{Type: TypeOK, Seq: 0, Arg0: PackOK(3, 0)}})
+
+	dir := t.TempDir()
+	task := filepath.Join(dir, "task.sh")
+	// The task's shell and its child write their pids, then wait.
+	script := fmt.Sprintf("#!/bin/sh\nsleep 300 &\necho $$ $! > %s/pids-$FUQ_JOB-$1.tmp\nmv %[1]s/pids-$FUQ_JOB-$1.tmp %[1]s/pids-$FUQ_JOB-$1\nwait\n", dir)
+	require.NoError(t, os.WriteFile(task, []byte(script), 0o755))
+	job := func(id uint64) JobDescription {
+		// The job's id reaches the script through a wrapper of its own.
+		wrapper := filepath.Join(dir, fmt.Sprintf("job%d.sh", id))
+		require.NoError(t, os.WriteFile(wrapper, fmt.Appendf(nil, "#!/bin/sh\nFUQ_JOB=%d exec %s \"$@\"\n", id, task), 0o755))
+		return JobDescription{JobId: id, Name: fmt.Sprintf("j%d", id), NumTasks: 2, WorkingDir: dir, LoggingDir: dir, Command: wrapper}
+	}
+	j7, j8 := job(7), job(8)
+	s.write(Message{Header: Header{Type: TypeJob, Seq: 1}, Tasks: []Task{{Task: 1, JobDescription: j7}, {Task: 2, JobDescription: j7}, {Task: 1, JobDescription: j8}}})
+	assert.Equal(t, Header{Type: TypeOK, Seq: 1, Arg0: PackOK(0, 3)}, s.read().Header)
+	pids := map[string][]int{}
+	for _, name := range []string{"7-1", "7-2", "8-1"} {
+		require.Eventually(t, func() bool {
+			b, err := os.ReadFile(filepath.Join(dir, "pids-"+name))
+			if err != nil {
+				return false
+			}
+			for _, f := range strings.Fields(string(b)) {
+				pid, err := strconv.Atoi(f)
+				require.NoError(t, err)
+				pids[name] = append(pids[name], pid)
+			}
+			return true
+		}, 10*time.Second, 5*time.Millisecond, "task %s did not start", name)
+	}
+
+	// Every task of job 7.
+	s.write(Message{Header: Header{Type: TypeCancel, Seq: 3}, Cancel: []TaskPair{{JobId: 7, Task: -1}}})
+	ok := s.read()
+	assert.Equal(t, TypeOK, ok.Type)
+	assert.Equal(t, uint32(3), ok.Seq)
+	var updates []StatusUpdate
+	for range 2 {
+		up := s.read()
+		require.Equal(t, TypeUpdate, up.Type)
+		updates = append(updates, *up.Update)
+		s.write(Message{Header: Header{Type: TypeOK, Seq: up.Seq, Arg0: PackOK(1, 1)}})
+	}
+	assert.ElementsMatch(t, []int{1, 2}, []int{updates[0].Task, updates[1].Task})
+	for _, u := range updates {
+		assert.Equal(t, uint64(7), u.JobId)
+		assert.False(t, u.Success)
+		assert.Contains(t, u.Status, "error encountered: ")
+		assert.Contains(t, u.Status, "cancelled")
+	}
+	for _, name := range []string{"7-1", "7-2"} {
+		for _, pid := range pids[name] {
+			require.Eventually(t, func() bool { return gone(pid) }, 10*time.Second, 5*time.Millisecond,
+				"process %d of task %s still runs", pid, name)
+		}
+	}
+	for _, pid := range pids["8-1"] {
+		assert.False(t, gone(pid), "job 8 runs on")
+	}
+
+	// One task.
+	s.write(Message{Header: Header{Type: TypeCancel, Seq: 7}, Cancel: []TaskPair{{JobId: 8, Task: 1}}})
+	ok = s.read()
+	assert.Equal(t, TypeOK, ok.Type)
+	up := s.read()
+	require.Equal(t, TypeUpdate, up.Type)
+	assert.Equal(t, TaskPair{JobId: 8, Task: 1}, TaskPair{JobId: up.Update.JobId, Task: up.Update.Task})
+	assert.False(t, up.Update.Success)
+	s.write(Message{Header: Header{Type: TypeOK, Seq: up.Seq, Arg0: PackOK(3, 0)}})
+	for _, pid := range pids["8-1"] {
+		require.Eventually(t, func() bool { return gone(pid) }, 10*time.Second, 5*time.Millisecond)
+	}
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.False(t, strings.HasSuffix(e.Name(), ".log"), "a cancelled task leaves no log: %s", e.Name())
 	}
 }
