@@ -2,99 +2,120 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/fuq"
 )
 
-// client returns the command that talks to the running foreman.
-func client(cmd string, fs *flag.FlagSet, control *string) func() error {
+func submitCommand(c *cli.Command) func(context.Context, []string) error {
+	control := controlFlag(c)
 	var s fuq.Submission
-	var wait, tasks bool
-	switch cmd {
-	case "status":
-		fs.BoolVar(&tasks, "tasks", false, "list every task")
-	case "submit":
-		fs.BoolVar(&wait, "wait", false, "wait for the job to end")
-		fs.StringVar(&s.Name, "name", "", "job name (names the log files)")
-		fs.StringVar(&s.Command, "command", "", "program run as: COMMAND <task number>")
-		fs.IntVar(&s.Tasks, "tasks", 0, "number of tasks")
-		fs.StringVar(&s.WorkingDir, "wd", ".", "working directory of the tasks")
-		fs.StringVar(&s.LoggingDir, "logdir", ".", "directory of the tasks' logs")
+	wait := c.Flags.Bool("wait", false, "wait for the job to end")
+	c.Flags.StringVar(&s.Name, "name", "", "job name (names the log files)")
+	c.Flags.StringVar(&s.Command, "command", "", "program run as: COMMAND <task number>")
+	c.Flags.IntVar(&s.Tasks, "tasks", 0, "number of tasks")
+	c.Flags.StringVar(&s.WorkingDir, "wd", ".", "working directory of the tasks")
+	c.Flags.StringVar(&s.LoggingDir, "logdir", ".", "directory of the tasks' logs")
+	return func(ctx context.Context, args []string) error {
+		switch {
+		case len(args) > 0:
+			return cli.Usagef("unexpected argument %q", args[0])
+		case s.Name == "":
+			return cli.Usagef("-name is required")
+		case s.Command == "":
+			return cli.Usagef("-command is required")
+		case s.Tasks < 1:
+			return cli.Usagef("-tasks %d: a job needs at least one task", s.Tasks)
+		}
+		// Paths are the submitter's: relative ones are made absolute (a
+		// bare command name is looked up in the worker's PATH).
+		paths := []*string{&s.WorkingDir, &s.LoggingDir}
+		if strings.Contains(s.Command, "/") {
+			paths = append(paths, &s.Command)
+		}
+		for _, p := range paths {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return err
+			}
+			*p = abs
+		}
+		cl := fuq.ControlClient{Socket: *control}
+		var out struct{ ID string }
+		if err := cl.Do(ctx, "POST", "/jobs", s, &out); err != nil {
+			return err
+		}
+		fmt.Println(out.ID)
+		if !*wait {
+			return nil
+		}
+		var st fuq.JobReport
+		if err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(out.ID)+"?wait=1", nil, &st); err != nil {
+			return err
+		}
+		printStatus(st, false)
+		if st.State == "succeeded" {
+			return nil
+		}
+		if st.Job != nil { // why: each task that did not succeed, in the worker's words
+			for _, t := range st.Job.Tasks {
+				if t.State != fuq.TaskDone {
+					fmt.Printf("\ttask %d %s on %s: %s\n", t.Task, t.State, or(t.Worker, "no worker"), t.Status)
+				}
+			}
+		}
+		return cli.Exit(cli.ExitFailed)
 	}
-	return func() error {
-		c := fuq.ControlClient{Socket: *control}
-		ctx := context.Background()
-		switch cmd {
-		case "submit":
-			if s.Name == "" || s.Command == "" || s.Tasks < 1 || fs.NArg() > 0 {
-				return errUsage
-			}
-			// Paths are the submitter's: relative ones are made absolute
-			// (a bare command name is looked up in the worker's PATH).
-			paths := []*string{&s.WorkingDir, &s.LoggingDir}
-			if strings.Contains(s.Command, "/") {
-				paths = append(paths, &s.Command)
-			}
-			for _, p := range paths {
-				abs, err := filepath.Abs(*p)
-				if err != nil {
-					return err
-				}
-				*p = abs
-			}
-			var out struct{ ID string }
-			if err := c.Do(ctx, "POST", "/jobs", s, &out); err != nil {
+}
+
+func statusCommand(c *cli.Command) func(context.Context, []string) error {
+	control := controlFlag(c)
+	tasks := c.Flags.Bool("tasks", false, "list every task")
+	return func(ctx context.Context, args []string) error {
+		cl := fuq.ControlClient{Socket: *control}
+		var list []fuq.JobReport
+		switch len(args) {
+		case 0:
+			if err := cl.Do(ctx, "GET", "/jobs", nil, &list); err != nil {
 				return err
 			}
-			fmt.Println(out.ID)
-			if !wait {
-				return nil
-			}
+		case 1:
 			var st fuq.JobReport
-			if err := c.Do(ctx, "GET", "/jobs/"+url.PathEscape(out.ID)+"?wait=1", nil, &st); err != nil {
+			if err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(args[0]), nil, &st); err != nil {
 				return err
 			}
-			printStatus(st, false)
-			if st.State != "succeeded" {
-				os.Exit(1)
-			}
-		case "status":
-			var list []fuq.JobReport
-			switch fs.NArg() {
-			case 0:
-				if err := c.Do(ctx, "GET", "/jobs", nil, &list); err != nil {
-					return err
-				}
-			case 1:
-				var st fuq.JobReport
-				if err := c.Do(ctx, "GET", "/jobs/"+url.PathEscape(fs.Arg(0)), nil, &st); err != nil {
-					return err
-				}
-				list = append(list, st)
-			default:
-				return errUsage
-			}
-			for _, st := range list {
-				printStatus(st, tasks)
-			}
-		case "cancel":
-			if fs.NArg() != 1 {
-				return errUsage
-			}
-			return c.Do(ctx, "POST", "/jobs/"+url.PathEscape(fs.Arg(0))+"/cancel", nil, nil)
-		case "stop":
-			if fs.NArg() != 1 {
-				return errUsage
-			}
-			return c.Do(ctx, "POST", "/workers/stop?n="+url.QueryEscape(fs.Arg(0)), nil, nil)
+			list = append(list, st)
+		default:
+			return cli.Usagef("one JOB at most")
+		}
+		for _, st := range list {
+			printStatus(st, *tasks)
 		}
 		return nil
+	}
+}
+
+func cancelCommand(c *cli.Command) func(context.Context, []string) error {
+	control := controlFlag(c)
+	return func(ctx context.Context, args []string) error {
+		if len(args) != 1 {
+			return cli.Usagef("one JOB to cancel")
+		}
+		return fuq.ControlClient{Socket: *control}.Do(ctx, "POST", "/jobs/"+url.PathEscape(args[0])+"/cancel", nil, nil)
+	}
+}
+
+func stopCommand(c *cli.Command) func(context.Context, []string) error {
+	control := controlFlag(c)
+	return func(ctx context.Context, args []string) error {
+		if len(args) != 1 {
+			return cli.Usagef("N (processors to give up, 0 for all) or now")
+		}
+		return fuq.ControlClient{Socket: *control}.Do(ctx, "POST", "/workers/stop?n="+url.QueryEscape(args[0]), nil, nil)
 	}
 }
 
@@ -112,4 +133,11 @@ func printStatus(st fuq.JobReport, tasks bool) {
 			fmt.Printf("\t%d\t%s\t%s\t%s\n", t.Task, t.State, t.Worker, t.Status)
 		}
 	}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

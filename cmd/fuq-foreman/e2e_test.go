@@ -166,7 +166,8 @@ func TestCancel(t *testing.T) {
 	out, err := exec.Command(foremanBin, "cancel", "-control", control, "job_1").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Equal(t, 1, submit.Wait(t, 30*time.Second))
-	assert.Regexp(t, `^job_1\njob_1\tc\tcancelled\tdone 0/3\tfailed 0\trunning 0\tpending 0\tcancelled 3\n$`, submit.Stdout.String())
+	assert.Regexp(t, `^job_1\njob_1\tc\tcancelled\tdone 0/3\tfailed 0\trunning 0\tpending 0\tcancelled 3\n`+
+		`(\ttask [123] cancelled on (worker-1|no worker): laboro: job cancelled\n){3}$`, submit.Stdout.String(), "each task says why it did not succeed")
 	for _, pid := range pids {
 		require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil || zombie(pid) }, 10*time.Second, 10*time.Millisecond,
 			"process %d of a cancelled task still runs", pid)

@@ -1,7 +1,7 @@
 // Command fuq-foreman runs fuq jobs on the workers that connect to it, and
 // is also how a user submits jobs to it and follows them.
 //
-//	fuq-foreman [-listen ADDR] [-control SOCKET] [-grace D] [-log LEVEL]    serve
+//	fuq-foreman [serve] [-listen ADDR] [-control SOCKET] [-grace D] [-log LEVEL]
 //	fuq-foreman submit [-wait] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]
 //	fuq-foreman status [-tasks] [JOB]
 //	fuq-foreman cancel JOB
@@ -17,72 +17,61 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
-	"go.uber.org/zap/zapcore"
-
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/fuq"
 	"go.uber.org/zap"
 )
 
 func main() {
-	args := os.Args[1:]
-	cmd := "serve"
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+	s := &cli.Suite{
+		Name: "fuq-foreman",
+		Doc: "Runs fuq jobs on the workers that connect to it, and is also how a user submits jobs to it and follows " +
+			"them: the running foreman serves the other commands on a Unix socket readable by its user only.",
+		Default: "serve",
+		Commands: []cli.Subcommand{
+			{Name: "serve", Synopsis: "[-listen ADDR] [-control SOCKET] [-grace D] [-log LEVEL]",
+				Doc: "Serves workers on -listen and the other commands on -control, until interrupted.", Setup: serveCommand},
+			{Name: "submit", Synopsis: "[-wait] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]",
+				Doc: "Submits a job of N tasks, each running CMD <task number>, and prints its id; with -wait, waits for " +
+					"it and exits 0 only if every task succeeded.", Setup: submitCommand},
+			{Name: "status", Synopsis: "[-tasks] [JOB]", Doc: "Prints every job, or JOB; -tasks lists the tasks.", Setup: statusCommand},
+			{Name: "cancel", Synopsis: "JOB", Doc: "Cancels a job: its pending tasks are dropped and its running ones killed.", Setup: cancelCommand},
+			{Name: "stop", Synopsis: "N|now", Doc: "Sends STOP(N) to every worker: each gives up N processors (0: all, once " +
+				"its tasks end); now makes them exit at once.", Setup: stopCommand},
+		},
 	}
-	fs := flag.NewFlagSet("fuq-foreman "+cmd, flag.ContinueOnError)
-	control := fs.String("control", defaultSocket(), "the control socket")
-	var run func() error
-	switch cmd {
-	case "serve":
-		listen := fs.String("listen", ":7720", "address workers connect to")
-		grace := fs.Duration("grace", fuq.DefaultGrace, "how long a vanished worker's tasks wait for it")
-		level := zap.InfoLevel
-		fs.Var(&level, "log", "log level: debug, info, warn, error")
-		run = func() error { return serve(*listen, *control, *grace, level) }
-	case "submit", "status", "cancel", "stop":
-		run = client(cmd, fs, control)
-	default:
-		usage()
-	}
-	if err := fs.Parse(args); err != nil {
-		usage()
-	}
-	if err := run(); err != nil {
-		if errors.Is(err, errUsage) {
-			usage()
+	s.Main(os.Args[1:])
+}
+
+// controlFlag defines -control, the foreman's control socket.
+func controlFlag(c *cli.Command) *string {
+	return c.Flags.String("control", defaultSocket(), "the control socket")
+}
+
+func serveCommand(c *cli.Command) func(context.Context, []string) error {
+	control := controlFlag(c)
+	listen := c.Flags.String("listen", ":7720", "address workers connect to")
+	grace := c.Flags.Duration("grace", fuq.DefaultGrace, "how long a vanished worker's tasks wait for it")
+	logFlag := c.LogFlag(zap.InfoLevel)
+	return func(ctx context.Context, args []string) error {
+		if len(args) > 0 {
+			return cli.Usagef("unexpected argument %q", args[0])
 		}
-		fmt.Fprintln(os.Stderr, "fuq-foreman:", err)
-		os.Exit(1)
+		return serve(ctx, *listen, *control, *grace, logFlag.Logger())
 	}
 }
 
-var errUsage = errors.New("usage")
-
-func usage() {
-	fmt.Fprintln(os.Stderr, `usage: fuq-foreman [-listen ADDR] [-control SOCKET] [-grace D] [-log LEVEL]
-       fuq-foreman submit [-wait] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]
-       fuq-foreman status [-tasks] [JOB]
-       fuq-foreman cancel JOB
-       fuq-foreman stop N|now`)
-	os.Exit(2)
-}
-
-// serve runs the foreman until an interrupt.
-func serve(listen, control string, grace time.Duration, level zapcore.Level) error {
-	cfg := zap.NewDevelopmentConfig()
-	cfg.Level, cfg.DisableStacktrace = zap.NewAtomicLevelAt(level), true
-	log, _ := cfg.Build()
+// serve runs the foreman until ctx ends.
+func serve(ctx context.Context, listen, control string, grace time.Duration, log *zap.Logger) error {
 	f := &fuq.Foreman{Grace: grace, Logger: log}
 	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(64), laboro.WithConcurrency(64),
 		laboro.WithBufferSize(1024), laboro.WithLogger(log))
@@ -101,11 +90,10 @@ func serve(listen, control string, grace time.Duration, level zapcore.Level) err
 	}
 	defer os.Remove(control)
 	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("control", control))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	hs := &http.Server{Handler: (&fuq.Control{Foreman: f, Executor: ex}).Handler()}
-	go hs.Serve(cl)
-	defer hs.Close()
+	hs := &http.Server{Handler: (&fuq.Control{Foreman: f, Executor: ex}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	controlled := make(chan error, 1)
+	go func() { controlled <- hs.Serve(cl) }()
+	defer func() { hs.Close(); <-controlled }()
 	err = f.Serve(ctx, ln)
 	if errors.Is(err, context.Canceled) {
 		log.Info("stopped by a signal")
