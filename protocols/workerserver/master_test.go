@@ -36,9 +36,12 @@ func newFixture(t *testing.T) *fixture {
 	return openFixture(t, filepath.Join(t.TempDir(), "master.db"))
 }
 
-func openFixture(t *testing.T, file string) *fixture {
+func openFixture(t *testing.T, file string, opts ...func(*Master)) *fixture {
 	t.Helper()
 	m := &Master{Servers: testServers, OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t)}
+	for _, o := range opts {
+		o(m)
+	}
 	require.NoError(t, m.Open(file))
 	f := &fixture{t: t, m: m, srv: httptest.NewServer(m.Handler()), file: file}
 	t.Cleanup(f.close)
@@ -359,6 +362,9 @@ func TestCancelProcessing(t *testing.T) {
 	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobCancelled}, statuses(rec.History))
 }
 
+// A Run whose ctx ends returns at once: a job still Queued, or at a
+// worker, becomes Cancelled in the table; the worker is told to cancel it
+// at its next ping, and what it reports afterwards is history only.
 func TestRunContextEnds(t *testing.T) {
 	f := newFixture(t)
 	f.online("s1", "w")
@@ -384,20 +390,61 @@ func TestRunContextEnds(t *testing.T) {
 		res := <-done
 		require.Equal(t, laboro.StatusKilled, res.Status)
 		require.ErrorIs(t, res.Err, laboro.ErrKilled)
-		require.Equal(t, JobProcessing, f.record("ctx-p").Status)
+		rec := f.record("ctx-p")
+		require.Equal(t, JobCancelled, rec.Status, "ended at once")
+		require.Equal(t, "s1", rec.Server)
 		pd, _ := f.ping("s1")
 		require.Equal(t, []string{"ctx-p"}, pd.CancelJobs)
+		pd, _ = f.ping("s1")
+		require.Empty(t, pd.CancelJobs, "a cancellation is sent once")
 		f.jobStatus("s1", "ctx-p", JobCancelled, errData("cancelled"))
-		require.Equal(t, JobCancelled, f.record("ctx-p").Status)
+		f.jobStatus("s1", "ctx-p", JobDone, 1)
+		rec = f.record("ctx-p")
+		require.Equal(t, JobCancelled, rec.Status)
+		require.Equal(t, []string{JobQueued, JobProcessing, JobCancelled, JobCancelled, JobDone}, statuses(rec.History))
+		require.Empty(t, rec.History[2].Server, "the master's own")
+	})
+
+	ex := f.executor()
+	t.Run("executor cancel", func(t *testing.T) {
+		h, err := ex.Submit(context.Background(), NewJob("ctx-c", "w", nil))
+		require.NoError(t, err)
+		f.pingForJob("s1")
+		f.jobStatus("s1", "ctx-c", JobProcessing, Progress{Progress: ProgressCount{Total: 9}})
+		require.NoError(t, ex.Cancel(h.ID()))
+		res := wait(t, h)
+		require.Equal(t, laboro.StatusCancelled, res.Status)
+		require.ErrorIs(t, res.Err, laboro.ErrCancelled)
+		require.Equal(t, JobCancelled, f.record("ctx-c").Status)
+		pd, _ := f.ping("s1")
+		require.Equal(t, []string{"ctx-c"}, pd.CancelJobs)
 	})
 
 	t.Run("timeout", func(t *testing.T) {
-		job := NewJob("ctx-t", "nobody", nil)
-		job.Timeout = 20 * time.Millisecond
-		res := f.m.Run(context.Background(), job)
+		job := NewJob("ctx-t", "w", nil)
+		job.Timeout = 50 * time.Millisecond
+		h, err := ex.Submit(context.Background(), job)
+		require.NoError(t, err)
+		f.pingForJob("s1")
+		res := wait(t, h)
 		require.Equal(t, laboro.StatusTimedOut, res.Status)
 		require.ErrorIs(t, res.Err, laboro.ErrTimeout)
 		require.Equal(t, JobCancelled, f.record("ctx-t").Status)
+		pd, _ := f.ping("s1")
+		require.Equal(t, []string{"ctx-t"}, pd.CancelJobs)
+	})
+
+	t.Run("no timeout of its own", func(t *testing.T) {
+		// Job.Timeout is the Executor's to apply: Run alone ignores it.
+		job := NewJob("ctx-n", "w", nil)
+		job.Timeout = time.Nanosecond
+		done := make(chan laboro.Result, 1)
+		go func() { done <- f.m.Run(context.Background(), job) }()
+		f.pingForJob("s1")
+		f.jobStatus("s1", "ctx-n", JobDone, 1)
+		res := <-done
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		res.Output.Close()
 	})
 }
 
@@ -483,6 +530,14 @@ func TestRestart(t *testing.T) {
 	f.waitStatus("j1", JobQueued)
 	f.serverStatus("s1", ServerOffline, nil)
 
+	// Offline: s1's jobs go back in line.
+	j2 := f.record("j2")
+	require.Equal(t, JobQueued, j2.Status)
+	require.Empty(t, j2.Server)
+	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobQueued}, statuses(j2.History))
+	require.Equal(t, "s1", j2.History[3].Server, "the server that lost it")
+	require.JSONEq(t, `{"reason":"the server left (Offline)"}`, string(j2.History[3].Data))
+
 	before := f.m.Jobs()
 	require.Len(t, before, 3)
 	f.close()
@@ -498,16 +553,16 @@ func TestRestart(t *testing.T) {
 	unfinished := g.m.Unfinished()
 	require.Len(t, unfinished, 2)
 	require.Equal(t, "j2", unfinished[0].ID)
-	require.Equal(t, JobProcessing, unfinished[0].Status)
-	require.Equal(t, "s1", unfinished[0].Server)
+	require.Equal(t, JobQueued, unfinished[0].Status)
 	require.Equal(t, "j1", unfinished[1].ID)
 	require.Equal(t, JobQueued, unfinished[1].Status)
 	srv, ok := g.m.Server("s1")
 	require.True(t, ok)
 	require.Equal(t, ServerOffline, srv.Status)
 
-	// s1 comes back and replays its cache, then asks for work: j1 has no
-	// waiting Run yet, so it is not handed out.
+	// s1 comes back and replays its cache (j2's Done: s1 had it, and it
+	// is the first result), then asks for work: j1 has no waiting Run
+	// yet, so it is not handed out.
 	g.serverStatus("s1", ServerReconnecting, nil)
 	g.jobStatus("s1", "j2", JobDone, map[string]int{"sum": 2})
 	doneAt := g.record("j2").Updated
@@ -518,11 +573,12 @@ func TestRestart(t *testing.T) {
 	pd, _ := g.ping("s1")
 	require.Nil(t, pd.Job)
 
-	j2 := g.record("j2")
+	j2 = g.record("j2")
 	require.Equal(t, JobDone, j2.Status)
 	require.JSONEq(t, `{"sum":2}`, string(j2.Data))
 	require.Equal(t, doneAt, j2.Updated, "a final status is never replaced")
-	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobDone, JobDone, JobFailed}, statuses(j2.History))
+	require.Equal(t, "s1", j2.Server)
+	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobQueued, JobDone, JobDone, JobFailed}, statuses(j2.History))
 	require.Equal(t, JobDone, g.record("j3").Status)
 	require.Len(t, g.record("j3").History, 4)
 
@@ -779,8 +835,11 @@ func TestValidate(t *testing.T) {
 	m := &Master{}
 	require.NoError(t, m.Validate(NewJob("", "w", params("a", "1"))))
 	spec := JobSpec{Worker: "w"}
-	require.NoError(t, m.Validate(laboro.Job{Meta: &spec}))
+	require.NoError(t, m.Validate(laboro.Job{Payload: &spec}))
+	require.Error(t, m.Validate(laboro.Job{Meta: spec}), "Meta is the caller's")
 	require.Error(t, m.Validate(laboro.Job{Command: "true"}))
+	job := NewJob("", "w", nil)
+	require.Nil(t, job.Meta)
 	require.Error(t, m.Validate(NewJob("", "", nil)))
 	require.Error(t, m.Validate(NewJob("", "w", params("worker", `"x"`))))
 	require.Error(t, m.Validate(NewJob("", "w", params("a", "{"))))
