@@ -167,11 +167,13 @@ type Master struct {
 	LockTimeout time.Duration
 	// Lease is how long a server may show no life (no ping, no status of
 	// its own or of a job) before the jobs it holds go back in line for
-	// other servers, which their history records; 0 means DefaultLease, a
-	// negative Lease none (a silent server keeps its jobs). It must exceed
-	// the servers' ping interval, and, for a Worker, which pings only with
-	// a free slot, its Progress interval: a running job's progress is sent
-	// once per interval.
+	// other servers, which their history records; and how long a server
+	// that shows life may hold a job it was handed without speaking of it
+	// (see Handler). 0 means DefaultLease; a negative Lease means none (a
+	// silent server keeps its jobs). It must exceed the servers' ping
+	// interval, and, for a Worker, which pings only with a free slot, its
+	// Progress interval: a running job's progress is sent once per
+	// interval, the first as it starts.
 	Lease time.Duration
 	// Submit, if set, serves POST /api/jobs: it is given NewJob(id, worker,
 	// params) from the request and should submit it to the Executor whose
@@ -224,6 +226,7 @@ func (m *Master) Close() error {
 	if s == nil {
 		return nil
 	}
+	s.close()
 	s.d.Close()
 	return s.db.Close()
 }
@@ -428,7 +431,9 @@ func (m *Master) ServerRecords() []ServerRecord {
 // announced when it went Online (any code if it announced none; no job
 // while the server is Stopping or Offline), recording it Processing at
 // that server before answering, and carries the ids of the jobs the
-// server is to cancel, once each.
+// server is to cancel, once each. A job handed out that its server does
+// not speak of (a status of the job) within Lease goes back in line: the
+// answer never reached the server.
 //
 // A job's status is always appended to its History, and is a success; it
 // changes the job's Status and Data only if the job has not ended and is

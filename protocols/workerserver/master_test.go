@@ -878,3 +878,175 @@ func TestRestartedWorkerLosesItsJobs(t *testing.T) {
 	f.jobStatus("s1", "j", JobDone, nil)
 	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
 }
+
+// A server that shows life keeps its job; one that shows none for a lease
+// loses it to another. Its late Done, coming first, still wins, and the
+// server that has the job now is told to cancel it.
+func TestLease(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
+	ex := f.executor()
+	f.online("s1", "w")
+	f.online("s2", "w")
+	h, err := ex.Submit(context.Background(), NewJob("j", "w", nil))
+	require.NoError(t, err)
+	order, _ := f.pingForJob("s1")
+	require.Equal(t, "j", order.JobID)
+
+	// Progress is a sign of life: over several leases, s2 gets nothing.
+	// (Paced, not waited on: what is checked is that nothing happens.)
+	for end := time.Now().Add(5 * lease / 2); time.Now().Before(end); time.Sleep(lease / 10) {
+		f.jobStatus("s1", "j", JobProcessing, Progress{Progress: ProgressCount{Total: 2}})
+		pd, _ := f.ping("s2")
+		require.Nil(t, pd.Job, "s1 is alive")
+	}
+
+	// s1 falls silent: once its lease has passed, s2 gets the job.
+	order, _ = f.pingForJob("s2")
+	require.Equal(t, "j", order.JobID)
+	rec := f.record("j")
+	require.Equal(t, JobProcessing, rec.Status)
+	require.Equal(t, "s2", rec.Server)
+	n := len(rec.History)
+	require.Equal(t, []string{JobQueued, JobProcessing}, statuses(rec.History[n-2:]))
+	require.Equal(t, "s1", rec.History[n-2].Server)
+	require.JSONEq(t, `{"reason":"the server showed no life for a lease"}`, string(rec.History[n-2].Data))
+
+	// s1 was not dead after all, and ends first.
+	f.jobStatus("s1", "j", JobDone, map[string]int{"by": 1})
+	res := wait(t, h)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	out, err := res.Output.ReadAll()
+	require.NoError(t, err)
+	require.JSONEq(t, `{"by":1}`, string(out))
+	pd, _ := f.ping("s2")
+	require.Equal(t, []string{"j"}, pd.CancelJobs)
+	f.jobStatus("s2", "j", JobDone, map[string]int{"by": 2})
+	rec = f.record("j")
+	require.Equal(t, JobDone, rec.Status)
+	require.Equal(t, "s1", rec.Server)
+	require.JSONEq(t, `{"by":1}`, string(rec.Data), "the first result wins")
+	require.Equal(t, JobDone, rec.History[len(rec.History)-1].Status, "the second is history")
+}
+
+// Stopping and Offline give a server's jobs back at once.
+func TestStoppingGivesJobsBack(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "w")
+	f.online("s2", "w")
+	h, err := ex.Submit(context.Background(), NewJob("j", "w", nil))
+	require.NoError(t, err)
+	f.pingForJob("s1")
+	f.serverStatus("s1", ServerStopping, nil)
+	rec := f.record("j")
+	require.Equal(t, JobQueued, rec.Status)
+	require.JSONEq(t, `{"reason":"the server left (Stopping)"}`, string(rec.History[len(rec.History)-1].Data))
+	pd, _ := f.ping("s1")
+	require.Nil(t, pd.Job, "no new job for a server on its way out")
+	order, _ := f.ping("s2")
+	require.NotNil(t, order.Job, "given back at once, not after a lease")
+	require.Equal(t, "j", order.Job.JobID)
+	f.serverStatus("s1", ServerOffline, nil)
+	f.jobStatus("s2", "j", JobDone, 2)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+}
+
+// A restarted master holds the jobs its table has at a server for that
+// server: for it to report them when it shows up, or, if it does not
+// within a lease, for other servers.
+func TestRestartHoldsJobs(t *testing.T) {
+	const lease = 500 * time.Millisecond
+	file := filepath.Join(t.TempDir(), "master.db")
+	withLease := func(m *Master) { m.Lease = lease }
+	f := openFixture(t, file, withLease)
+	f.online("s1", "w")
+	f.online("s3", "w")
+	runs := map[string]chan laboro.Result{}
+	for _, c := range []struct{ id, server string }{{"a", "s1"}, {"b", "s3"}} {
+		ch := make(chan laboro.Result, 1)
+		runs[c.id] = ch
+		go func() { ch <- f.m.Run(context.Background(), NewJob(c.id, "w", params("n", "1"))) }()
+		order, _ := f.pingForJob(c.server)
+		require.Equal(t, c.id, order.JobID)
+	}
+	f.close() // a crash, as far as the table knows
+	for _, ch := range runs {
+		require.ErrorIs(t, (<-ch).Err, ErrMasterClosed)
+	}
+
+	g := openFixture(t, file, withLease)
+	ex := g.executor()
+	handles := map[string]*laboro.Handle{}
+	for _, rec := range g.m.Unfinished() {
+		require.Equal(t, JobProcessing, rec.Status)
+		h, err := ex.Submit(context.Background(), NewJob(rec.ID, rec.Worker, rec.Params))
+		require.NoError(t, err)
+		handles[rec.ID] = h
+	}
+	require.Len(t, handles, 2)
+	holder := func(id string) string {
+		tk, ok := g.m.current().d.Lookup(id)
+		if !ok {
+			return "?"
+		}
+		return tk.Holder()
+	}
+	require.Eventually(t, func() bool { return holder("a") == "s1" && holder("b") == "s3" }, 10*time.Second, time.Millisecond,
+		"each job is held for its server")
+	g.serverStatus("s2", ServerConnecting, nil)
+	g.serverStatus("s2", ServerOnline, Startup{Startup: true, Workers: []WorkerCode{{Code: "w"}}})
+	pd, _ := g.ping("s2")
+	require.Nil(t, pd.Job, "held for their servers")
+
+	// s1 comes back and reports its job; s3 never does.
+	g.serverStatus("s1", ServerReconnecting, nil)
+	g.jobStatus("s1", "a", JobDone, 1)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, handles["a"]).Status)
+	order, _ := g.pingForJob("s2")
+	require.Equal(t, "b", order.JobID, "s3's job, once its lease has passed")
+	require.Equal(t, params("n", "1"), order.Params)
+	rec := g.record("b")
+	require.Equal(t, []string{JobQueued, JobProcessing, JobQueued, JobProcessing}, statuses(rec.History))
+	require.Equal(t, "s3", rec.History[2].Server)
+	g.jobStatus("s2", "b", JobDone, 2)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, handles["b"]).Status)
+	require.Empty(t, g.m.Unfinished())
+}
+
+// A job that its server does not speak of within a lease of getting it,
+// though the server shows life, never reached it (the answer to its ping
+// was lost): it goes back in line.
+func TestLostHandOut(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
+	ex := f.executor()
+	f.online("s1", "w")
+	f.online("s2", "w")
+	h, err := ex.Submit(context.Background(), NewJob("lost", "w", nil))
+	require.NoError(t, err)
+	f.pingForJob("s1") // and the answer is lost
+	kept, err := ex.Submit(context.Background(), NewJob("kept", "w", nil))
+	require.NoError(t, err)
+	f.pingForJob("s1")
+	f.jobStatus("s1", "kept", JobProcessing, Progress{Progress: ProgressCount{Total: 1}})
+
+	// s1 shows life, speaking of the other job only; s2 gets the lost one.
+	var order *JobOrder
+	require.Eventually(t, func() bool {
+		f.jobStatus("s1", "kept", JobProcessing, Progress{Progress: ProgressCount{Total: 1}})
+		pd, _ := f.ping("s2")
+		order = pd.Job
+		return order != nil
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, "lost", order.JobID)
+	rec := f.record("lost")
+	require.Equal(t, []string{JobQueued, JobProcessing, JobQueued, JobProcessing}, statuses(rec.History))
+	require.JSONEq(t, `{"reason":"the server never spoke of it"}`, string(rec.History[2].Data))
+	require.Equal(t, "s1", f.record("kept").Server)
+
+	f.jobStatus("s2", "lost", JobDone, 1)
+	f.jobStatus("s1", "kept", JobDone, 2)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, kept).Status)
+}

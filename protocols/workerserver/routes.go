@@ -226,6 +226,7 @@ func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 		return
 	}
 	wk := s.alive(req.serverID)
+	s.confirm(req.id, req.serverID)
 	var (
 		status string // the job's, after this one
 		ended  bool   // this status ended the job
@@ -356,6 +357,7 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 		return
 	}
 	if pd.Job != nil {
+		s.expect(pd.Job.JobID, req.id)
 		s.log.Info("job handed out", zap.String("job", pd.Job.JobID), zap.String("server", req.id))
 	}
 	if len(pd.CancelJobs) > 0 {

@@ -21,12 +21,24 @@ type session struct {
 	d         *transport.Dispatcher[string, JobOrder]
 	log       *zap.Logger
 	outputDir string
+	lease     time.Duration // 0: none
 
-	// mu guards peers. It also makes one step, for the pings that take
-	// jobs, of holding a job for its server (Add, then Reclaim), and of a
-	// server's status with what it does to the jobs it holds.
-	mu    sync.Mutex
-	peers map[string]*transport.Worker[string, JobOrder] // by serverId
+	// mu guards peers and expecting. It also makes one step, for the
+	// pings that take jobs, of holding a job for its server (Add, then
+	// Reclaim), and of a server's status with what it does to the jobs it
+	// holds.
+	mu        sync.Mutex
+	peers     map[string]*transport.Worker[string, JobOrder] // by serverId
+	expecting map[string]expectation                         // by job id; nil once closed
+	expected  uint64                                         // expectations so far
+}
+
+// expectation is a job handed to a server (or held for it after a
+// restart) that the server has not spoken of yet.
+type expectation struct {
+	server string
+	timer  *time.Timer
+	n      uint64 // tells this expectation from a later one of the job
 }
 
 type dispatchTicket = transport.Ticket[string, JobOrder]
@@ -37,10 +49,23 @@ func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir str
 		d:         transport.NewDispatcher[string, JobOrder](transport.Config{Lease: lease, Logger: log}),
 		log:       log,
 		outputDir: outputDir,
+		lease:     lease,
 		peers:     make(map[string]*transport.Worker[string, JobOrder]),
+		expecting: make(map[string]expectation),
 	}
 	s.d.OnRequeue(s.requeued)
 	return s
+}
+
+// close stops the session's timers; the caller closes its Dispatcher and
+// its table.
+func (s *session) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.expecting {
+		e.timer.Stop()
+	}
+	s.expecting = nil
 }
 
 func (s *session) logRead(err error) {
@@ -113,9 +138,69 @@ func (s *session) add(ctx context.Context, order JobOrder) (*dispatchTicket, err
 		return t, nil // in line; a failed read is seen again by the next transaction
 	}
 	if _, ok := s.joinLocked(server).Reclaim(order.JobID); ok {
+		s.expectLocked(order.JobID, server)
 		s.log.Info("job held for the server that has it", zap.String("job", order.JobID), zap.String("server", server))
 	}
 	return t, nil
+}
+
+// errUnconfirmed is why a job that its server never spoke of goes back in
+// line.
+var errUnconfirmed = errors.New("the server never spoke of it")
+
+// expect waits for the server's first word (a status) about a job just
+// handed to it: a job it does not speak of within a lease, though it
+// shows life, never reached it (the answer to the ping that handed it out
+// was lost, or, after a restart of the master, it is not the server's any
+// more), and goes back in line. A worker reports a job Processing as it
+// starts it, and then at least once per progress interval (10 s by
+// default, the reference's too).
+func (s *session) expect(id, server string) {
+	s.mu.Lock()
+	s.expectLocked(id, server)
+	s.mu.Unlock()
+}
+
+// expectLocked is expect with s.mu held.
+func (s *session) expectLocked(id, server string) {
+	if s.lease <= 0 || s.expecting == nil {
+		return
+	}
+	if e, ok := s.expecting[id]; ok {
+		e.timer.Stop()
+	}
+	s.expected++
+	n := s.expected
+	timer := time.AfterFunc(s.lease, func() { s.unconfirmed(id, server, n) })
+	s.expecting[id] = expectation{server: server, timer: timer, n: n}
+}
+
+// confirm records that a server spoke of a job.
+func (s *session) confirm(id, server string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.expecting[id]; ok && e.server == server {
+		e.timer.Stop()
+		delete(s.expecting, id)
+	}
+}
+
+// unconfirmed gives back a job that its server did not speak of within a
+// lease of having it.
+func (s *session) unconfirmed(id, server string, n uint64) {
+	s.mu.Lock()
+	if e, ok := s.expecting[id]; !ok || e.n != n {
+		s.mu.Unlock()
+		return // confirmed, handed out again, or closed
+	}
+	delete(s.expecting, id)
+	w := s.peers[server]
+	s.mu.Unlock()
+	t, ok := s.d.Lookup(id)
+	if w == nil || !ok || !w.Release(t) {
+		return // ended, or no longer held there
+	}
+	s.requeued(w, []string{id}, errUnconfirmed)
 }
 
 // take hands the server the job first in line that accept takes, if any.
