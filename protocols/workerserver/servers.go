@@ -115,8 +115,8 @@ var (
 // add puts a job in line. A job the table has Processing at a server (a
 // master restarted on its table) is held for that server instead: its
 // Worker reclaims it, joining the server if it has not shown up yet, so
-// that the job goes to another server only if that one shows no life for
-// a lease.
+// that the job goes to another server only if that one shows no life, or
+// does not speak of the job, for a lease (see expect).
 func (s *session) add(ctx context.Context, order JobOrder) (*dispatchTicket, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
