@@ -93,6 +93,8 @@ type Dispatcher[K comparable, V any] struct {
 	closed  bool
 	settled func(*Ticket[K, V])
 	after   after[K, V] // what unlock does once the lock is released
+
+	requeued func(w *Worker[K, V], keys []K, why error) // see OnRequeue
 }
 
 // after is what the Dispatcher does once its lock is released: wake
@@ -101,6 +103,15 @@ type after[K comparable, V any] struct {
 	wake    []*Worker[K, V]
 	cancel  map[*Worker[K, V]][]K
 	settled []*Ticket[K, V]
+
+	requeued []lost[K, V]
+}
+
+// lost is a worker's jobs that went back in line, for OnRequeue.
+type lost[K comparable, V any] struct {
+	w    *Worker[K, V]
+	keys []K
+	why  error
 }
 
 // NewDispatcher returns a Dispatcher with cfg.
@@ -202,8 +213,24 @@ func (d *Dispatcher[K, V]) OnSettle(f func(*Ticket[K, V])) {
 	d.mu.Unlock()
 }
 
+// OnRequeue sets a function called when the jobs a worker held go back in
+// line because the worker was lost: it left (after Config.Grace) or its
+// lease expired. It gets the worker, the keys of those jobs, in the order
+// they were handed out, and why; jobs that ran out of attempts are settled
+// instead (see OnSettle) and are not among them. It is called never with
+// the Dispatcher's lock held, in the goroutine of Leave or of the timer
+// that ended the grace or the lease; by then another worker may already
+// have taken the jobs. It is for a protocol that keeps a durable record of
+// who holds what. Set it before the first Join.
+func (d *Dispatcher[K, V]) OnRequeue(f func(w *Worker[K, V], keys []K, why error)) {
+	d.mu.Lock()
+	d.requeued = f
+	d.mu.Unlock()
+}
+
 // unlock releases the lock, then does what the critical section left to
-// do: wake hungry workers, tell workers to cancel, report settled tickets.
+// do: wake hungry workers, tell workers to cancel, report settled tickets
+// and lost workers' jobs.
 func (d *Dispatcher[K, V]) unlock() {
 	a := d.after
 	d.after = after[K, V]{}
@@ -214,7 +241,7 @@ func (d *Dispatcher[K, V]) unlock() {
 		}
 		d.hungry = nil
 	}
-	notify := d.settled
+	notify, requeued := d.settled, d.requeued
 	d.mu.Unlock()
 	for _, w := range a.wake {
 		select {
@@ -228,6 +255,11 @@ func (d *Dispatcher[K, V]) unlock() {
 	if notify != nil {
 		for _, t := range a.settled {
 			notify(t)
+		}
+	}
+	if requeued != nil {
+		for _, l := range a.requeued {
+			requeued(l.w, l.keys, l.why)
 		}
 	}
 }
@@ -740,6 +772,18 @@ func (d *Dispatcher[K, V]) loseLocked(w *Worker[K, V], why error) {
 	d.requeue(ts, why)
 	if len(ts) > 0 {
 		d.log.Warn("worker's jobs go back in line", zap.String("worker", w.name), zap.Int("jobs", len(ts)), zap.Error(why))
+	}
+	if d.requeued == nil {
+		return
+	}
+	var keys []K
+	for _, t := range ts {
+		if t.state == waiting {
+			keys = append(keys, t.Key)
+		}
+	}
+	if len(keys) > 0 {
+		d.after.requeued = append(d.after.requeued, lost[K, V]{w: w, keys: keys, why: why})
 	}
 }
 

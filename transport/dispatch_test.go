@@ -303,6 +303,68 @@ func TestLeaseExpires(t *testing.T) {
 	assert.ErrorIs(t, w2.Complete("a", laboro.Result{}), transport.ErrLate)
 }
 
+// OnRequeue hears of the jobs a lost worker gave back, in their order:
+// when it leaves, and when its lease expires; not of a job that ran out of
+// attempts, and not with the Dispatcher's lock held.
+func TestOnRequeue(t *testing.T) {
+	type requeue struct {
+		worker string
+		keys   []string
+		why    error
+	}
+	d := transport.NewDispatcher[string, int](transport.Config{Lease: 100 * time.Millisecond, MaxAttempts: 2})
+	heard := make(chan requeue, 10)
+	d.OnRequeue(func(w *transport.Worker[string, int], keys []string, why error) {
+		d.Stats() // would deadlock under the lock
+		heard <- requeue{w.Name(), keys, why}
+	})
+	hear := func() requeue {
+		t.Helper()
+		select {
+		case r := <-heard:
+			return r
+		case <-time.After(30 * time.Second):
+			t.Fatal("OnRequeue was not called")
+			return requeue{}
+		}
+	}
+	ctx := testCtx(t)
+	var runs []<-chan laboro.Result
+	for i := range 3 {
+		runs = append(runs, run(ctx, d, fmt.Sprint(i), i))
+		waitAdded(t, d, i+1)
+	}
+	w1 := d.Join("w1", nil)
+	require.Len(t, w1.Take(2, nil), 2)
+	bye := errors.New("connection reset")
+	w1.Leave(bye)
+	r := hear()
+	assert.Equal(t, "w1", r.worker)
+	assert.Equal(t, []string{"0", "1"}, r.keys)
+	assert.ErrorIs(t, r.why, bye)
+
+	// "0" and "1" are handed out a second time: they run out of attempts
+	// when the stalled worker's lease expires, and only "2" goes back.
+	stalled := d.Join("stalled", nil)
+	require.Len(t, stalled.Take(3, nil), 3)
+	r = hear()
+	assert.Equal(t, "stalled", r.worker)
+	assert.Equal(t, []string{"2"}, r.keys)
+	assert.ErrorIs(t, r.why, transport.ErrLeaseExpired)
+	for _, c := range runs[:2] {
+		assert.ErrorIs(t, result(t, c).Err, transport.ErrAttempts)
+	}
+	w2 := d.Join("w2", nil)
+	tk := next(t, w2)
+	require.NoError(t, w2.Complete(tk.Key, laboro.Result{}))
+	assert.Equal(t, laboro.StatusSucceeded, result(t, runs[2]).Status)
+	select {
+	case r := <-heard:
+		t.Fatalf("unexpected requeue %v", r)
+	default:
+	}
+}
+
 func TestAttemptsReleaseAndRetry(t *testing.T) {
 	d := transport.NewDispatcher[string, int](transport.Config{MaxAttempts: 2})
 	ctx := testCtx(t)

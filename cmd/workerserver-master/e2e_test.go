@@ -37,6 +37,15 @@ type system struct {
 	password string
 }
 
+const echoCode = `#!/bin/sh
+read p
+sleep ${DELAY:-0.02}
+if [ -n "$GATE" ] && [ "$(echo "$p" | tr -cd 0-9)" -ge "$GATE_FROM" ]; then
+	while [ ! -e "$GATE" ]; do sleep 0.02; done
+fi
+echo "{\"got\": $p}"
+`
+
 func newSystem(t *testing.T) *system {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -45,8 +54,9 @@ func newSystem(t *testing.T) *system {
 	s := &system{t: t, dir: t.TempDir(), addr: addr, password: "pw-secret"}
 	s.codes = filepath.Join(s.dir, "codes")
 	require.NoError(t, os.MkdirAll(s.codes, 0o755))
-	// echo: the params back, as the job's result.
-	require.NoError(t, os.WriteFile(filepath.Join(s.codes, "echo"), []byte("#!/bin/sh\nread p\nsleep ${DELAY:-0.02}\necho \"{\\\"got\\\": $p}\"\n"), 0o755))
+	// echo: the params back, as the job's result. With GATE set, a job
+	// whose n is GATE_FROM or more waits until the file GATE exists.
+	require.NoError(t, os.WriteFile(filepath.Join(s.codes, "echo"), []byte(echoCode), 0o755))
 	var servers strings.Builder
 	for i := 1; i <= 3; i++ {
 		fmt.Fprintf(&servers, "w%d %s\n", i, s.password)
@@ -57,7 +67,8 @@ func newSystem(t *testing.T) *system {
 
 func (s *system) startMaster() {
 	masterBin, _ := build(s.t)
-	s.master = e2e.Start(s.t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers", filepath.Join(s.dir, "servers"))
+	s.master = e2e.Start(s.t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers", filepath.Join(s.dir, "servers"),
+		"-lease", "3s")
 	require.Eventually(s.t, func() bool {
 		resp, err := http.Get("http://" + s.addr + "/api/jobs")
 		if err == nil {
@@ -140,34 +151,61 @@ func checkJobs(t *testing.T, jobs []workerserver.JobRecord, n int) {
 	}
 }
 
-// 300 jobs over 3 workers; the master is killed with SIGKILL for 20
-// seconds in the middle and restarted. Every job ends Done exactly once in
-// the master's table, per-job statuses arrived in order, and the workers'
+// gated returns how many jobs are Processing, and whether all of them wait
+// at the gate (their n is from or more).
+func (s *system) gated(from int) (processing int, all bool) {
+	all = true
+	for _, j := range s.jobs() {
+		if j.Status != workerserver.JobProcessing {
+			continue
+		}
+		processing++
+		var n int
+		fmt.Sscanf(j.ID, "job-%d", &n)
+		all = all && n >= from
+	}
+	return processing, all
+}
+
+// 300 jobs over 3 workers; the master is killed with SIGKILL in the
+// middle, while each worker runs two jobs, which end while it is away;
+// then it is restarted. Every job ends Done exactly once in the master's
+// table, per-job statuses arrived in order, the statuses of the jobs that
+// ended while the master was away waited in the workers' caches, and the
 // caches are empty at the end.
 func TestMasterKilledAndRestarted(t *testing.T) {
 	s := newSystem(t)
 	s.startMaster()
+	const n, half, slots = 300, 150, 6
+	gate := filepath.Join(s.dir, "gate")
 	var workers []*e2e.Process
 	for i := 1; i <= 3; i++ {
-		workers = append(workers, s.startWorker(fmt.Sprintf("w%d", i)))
+		workers = append(workers, s.startWorker(fmt.Sprintf("w%d", i), "GATE="+gate, fmt.Sprint("GATE_FROM=", half)))
 	}
-	const n = 300
 	for i := range n {
 		s.submit(fmt.Sprintf("job-%d", i), i)
 	}
-	require.Eventually(t, func() bool { return s.done() >= n/3 }, 60*time.Second, 20*time.Millisecond)
+	// Jobs go out about in order: most of the first half end, then jobs of
+	// the second half wait at the gate in every slot of the workers.
+	require.Eventually(t, func() bool { p, all := s.gated(half); return p == slots && all },
+		60*time.Second, 20*time.Millisecond, "done %d", s.done())
+	t.Logf("%d jobs done when the master is killed", s.done())
 	require.NoError(t, s.master.Cmd.Process.Signal(syscall.SIGKILL))
 	s.master.Kill()
-	time.Sleep(20 * time.Second)
-	cachedWhileDown := 0
-	for i := 1; i <= 3; i++ {
-		cachedWhileDown += len(cached(t, s.cache(fmt.Sprintf("w%d", i))))
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	cachedWhileDown := func() int {
+		c := 0
+		for i := 1; i <= 3; i++ {
+			c += len(cached(t, s.cache(fmt.Sprintf("w%d", i))))
+		}
+		return c
 	}
+	require.Eventually(t, func() bool { return cachedWhileDown() == slots }, 30*time.Second, 20*time.Millisecond,
+		"the statuses of the jobs that ended while the master was down wait in the workers' caches: %d", cachedWhileDown())
 	s.startMaster()
 	require.Eventually(t, func() bool { return s.done() == n }, 120*time.Second, 50*time.Millisecond,
 		"done %d of %d\n%s", s.done(), n, s.master.Log())
 	checkJobs(t, s.jobs(), n)
-	assert.Positive(t, cachedWhileDown, "statuses waited in the workers' caches while the master was down")
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("w%d", i)
 		assert.Eventually(t, func() bool { return len(cached(t, s.cache(id))) == 0 }, 30*time.Second, 50*time.Millisecond, "cache of %s: %v", id, cached(t, s.cache(id)))

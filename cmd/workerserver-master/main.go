@@ -2,13 +2,14 @@
 // keeps its job table in a bbolt file, so that a restarted master loses
 // nothing; it is also how a user submits jobs and follows them.
 //
-//	workerserver-master [-listen ADDR] [-db FILE] [-servers FILE] [-log LEVEL]        serve
+//	workerserver-master [-listen ADDR] [-db FILE] [-servers FILE] [-lease D] [-log LEVEL]   serve
 //	workerserver-master submit [-url URL] -worker CODE [-params JSON] [-id ID] [-wait]
 //	workerserver-master status [-url URL] [JOB]
 //	workerserver-master cancel [-url URL] JOB
 //
 // The servers file has one "id password" per line: the workers allowed
-// in. The user commands use the master's /api routes, which ask for no
+// in. A worker that shows no life for -lease (90s by default) loses its
+// jobs to the others. The user commands use the master's /api routes, which ask for no
 // password: listen on a trusted address (127.0.0.1 by default). submit
 // prints the job's id; with -wait it follows the job and exits 0 only if
 // it ends Done. Exit status 2 is a usage error.
@@ -47,9 +48,15 @@ func main() {
 		listen := fs.String("listen", "127.0.0.1:8080", "address to serve on")
 		db := fs.String("db", "workerserver.db", "the job table (a bbolt file)")
 		servers := fs.String("servers", "", `file of "id password" lines: the workers allowed in`)
+		lease := fs.Duration("lease", workerserver.DefaultLease, "a worker silent this long loses its jobs (0: never)")
 		level := zap.InfoLevel
 		fs.Var(&level, "log", "log level: debug, info, warn, error")
-		run = func() error { return serve(*listen, *db, *servers, level) }
+		run = func() error {
+			if *lease == 0 {
+				*lease = -1 // none
+			}
+			return serve(*listen, *db, *servers, *lease, level)
+		}
 	case "submit", "status", "cancel":
 		run = client(cmd, fs)
 	default:
@@ -70,7 +77,7 @@ func main() {
 var errUsage = errors.New("usage")
 
 func usage() {
-	fmt.Fprintln(os.Stderr, `usage: workerserver-master [-listen ADDR] [-db FILE] [-servers FILE] [-log LEVEL]
+	fmt.Fprintln(os.Stderr, `usage: workerserver-master [-listen ADDR] [-db FILE] [-servers FILE] [-lease D] [-log LEVEL]
        workerserver-master submit [-url URL] -worker CODE [-params JSON] [-id ID] [-wait]
        workerserver-master status [-url URL] [JOB]
        workerserver-master cancel [-url URL] JOB`)
@@ -80,7 +87,7 @@ func usage() {
 // serve runs the master until an interrupt. Jobs left unfinished by an
 // earlier run are submitted again, so that workers' replayed statuses and
 // new pings find them.
-func serve(listen, db, serversFile string, level zapcore.Level) error {
+func serve(listen, db, serversFile string, lease time.Duration, level zapcore.Level) error {
 	cfg := zap.NewDevelopmentConfig()
 	cfg.Level, cfg.DisableStacktrace = zap.NewAtomicLevelAt(level), true
 	log, _ := cfg.Build()
@@ -88,7 +95,7 @@ func serve(listen, db, serversFile string, level zapcore.Level) error {
 	if err != nil {
 		return err
 	}
-	m := &workerserver.Master{Servers: servers, Logger: log}
+	m := &workerserver.Master{Servers: servers, Lease: lease, Logger: log}
 	if err := m.Open(db); err != nil {
 		return err
 	}

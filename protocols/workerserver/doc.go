@@ -5,12 +5,15 @@
 // Master serves the workers' three routes and a small user API, keeps
 // every job, status and history in a bbolt file (a restarted master loses
 // nothing and accepts what workers replay from their caches), and is a
-// laboro.Runner, so the core's queue, Stop, Queued and drain apply to its
-// jobs. Worker is the HTTP client: its messages go through a
-// link.Link (connect and reconnect, a file cache while the master is
-// away, per-job ordering, pinging), and its jobs run through a local
-// Executor as processes. cmd/workerserver-master and
-// cmd/workerserver-worker are the binaries.
+// laboro.Runner, so the core's queue, Stop, Cancel, timeouts, Queued and
+// drain apply to its jobs; it hands them out through a
+// transport.Dispatcher, to which each worker is joined by its serverId.
+// Worker is the HTTP client: its messages go through a link.Link (connect
+// and reconnect, a file cache while the master is away, per-job ordering,
+// pinging), and its jobs run through a local Executor as processes.
+// cmd/workerserver-master and cmd/workerserver-worker are the binaries.
+// A job's JobSpec (its worker code and params) is its Job.Payload (see
+// NewJob); Job.Meta is left to the caller.
 //
 //	m := &workerserver.Master{Servers: map[string]string{"w1": "secret"}}
 //	m.Open("jobs.db")
@@ -44,7 +47,28 @@
 //     then says Online. At that Online the master puts back in line the
 //     jobs still Processing at that worker: they died with its previous
 //     process (a worker that only reconnects says Reconnecting and keeps
-//     them).
+//     them). A worker that says Stopping or Offline gives its jobs back
+//     at once.
+//   - A worker that shows no life (no request of any kind) for
+//     Master.Lease, 90 s by default (three of the reference's 30 s pings;
+//     a running job also reports progress every 10 s), loses its jobs to
+//     the others. So does a job its worker does not speak of within a
+//     lease of being handed it, though the worker shows life: the answer
+//     to the ping that handed it out never arrived. Each time, the job's
+//     history records the master's Queued, with the reason.
+//   - A job that went back in line may end twice: the first result wins.
+//     A Done from a worker that lost the job ends it if it comes first,
+//     and the worker that has it then is told to cancel it; a Failed or
+//     Cancelled from a worker that lost it is history only.
+//   - A job whose Run ends first (Executor.Cancel, the Job.Timeout the
+//     Executor applies, the Executor's Close) becomes Cancelled in the
+//     table at once; its worker gets its id in cancelJobs at its next
+//     ping, and what it reports afterwards is history only. Master.Cancel
+//     (the user API's cancel) of a job at a worker waits instead for the
+//     worker to report it.
+//   - A restarted master, given its Unfinished jobs again, holds each job
+//     its table has Processing at a worker for that worker, until the
+//     worker reports it, or lets a lease pass without doing so.
 //   - A final status (Done, Failed, Cancelled) is never replaced; later
 //     statuses, such as a Done replayed twice, are kept in the job's
 //     history and answered with success, so that workers' caches drain.
@@ -52,7 +76,9 @@
 //     dropped by the worker with a log line instead of being retried
 //     forever; a refusal for who sent it (401, 403) is kept and retried.
 //   - A worker pings only when it has a free slot; cancelJobs thus reach a
-//     full worker at its next ping, when a job ends.
+//     full worker at its next ping, when a job ends. A Worker cancels a job
+//     through its local Executor (Executor.Cancel: the job's process group
+//     is killed) and reports it Cancelled.
 //   - The user API (/api/jobs, /api/servers) asks for no password: serve
 //     the master on a trusted address.
 package workerserver

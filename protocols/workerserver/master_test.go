@@ -36,9 +36,12 @@ func newFixture(t *testing.T) *fixture {
 	return openFixture(t, filepath.Join(t.TempDir(), "master.db"))
 }
 
-func openFixture(t *testing.T, file string) *fixture {
+func openFixture(t *testing.T, file string, opts ...func(*Master)) *fixture {
 	t.Helper()
 	m := &Master{Servers: testServers, OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t)}
+	for _, o := range opts {
+		o(m)
+	}
 	require.NoError(t, m.Open(file))
 	f := &fixture{t: t, m: m, srv: httptest.NewServer(m.Handler()), file: file}
 	t.Cleanup(f.close)
@@ -359,6 +362,9 @@ func TestCancelProcessing(t *testing.T) {
 	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobCancelled}, statuses(rec.History))
 }
 
+// A Run whose ctx ends returns at once: a job still Queued, or at a
+// worker, becomes Cancelled in the table; the worker is told to cancel it
+// at its next ping, and what it reports afterwards is history only.
 func TestRunContextEnds(t *testing.T) {
 	f := newFixture(t)
 	f.online("s1", "w")
@@ -384,20 +390,61 @@ func TestRunContextEnds(t *testing.T) {
 		res := <-done
 		require.Equal(t, laboro.StatusKilled, res.Status)
 		require.ErrorIs(t, res.Err, laboro.ErrKilled)
-		require.Equal(t, JobProcessing, f.record("ctx-p").Status)
+		rec := f.record("ctx-p")
+		require.Equal(t, JobCancelled, rec.Status, "ended at once")
+		require.Equal(t, "s1", rec.Server)
 		pd, _ := f.ping("s1")
 		require.Equal(t, []string{"ctx-p"}, pd.CancelJobs)
+		pd, _ = f.ping("s1")
+		require.Empty(t, pd.CancelJobs, "a cancellation is sent once")
 		f.jobStatus("s1", "ctx-p", JobCancelled, errData("cancelled"))
-		require.Equal(t, JobCancelled, f.record("ctx-p").Status)
+		f.jobStatus("s1", "ctx-p", JobDone, 1)
+		rec = f.record("ctx-p")
+		require.Equal(t, JobCancelled, rec.Status)
+		require.Equal(t, []string{JobQueued, JobProcessing, JobCancelled, JobCancelled, JobDone}, statuses(rec.History))
+		require.Empty(t, rec.History[2].Server, "the master's own")
+	})
+
+	ex := f.executor()
+	t.Run("executor cancel", func(t *testing.T) {
+		h, err := ex.Submit(context.Background(), NewJob("ctx-c", "w", nil))
+		require.NoError(t, err)
+		f.pingForJob("s1")
+		f.jobStatus("s1", "ctx-c", JobProcessing, Progress{Progress: ProgressCount{Total: 9}})
+		require.NoError(t, ex.Cancel(h.ID()))
+		res := wait(t, h)
+		require.Equal(t, laboro.StatusCancelled, res.Status)
+		require.ErrorIs(t, res.Err, laboro.ErrCancelled)
+		require.Equal(t, JobCancelled, f.record("ctx-c").Status)
+		pd, _ := f.ping("s1")
+		require.Equal(t, []string{"ctx-c"}, pd.CancelJobs)
 	})
 
 	t.Run("timeout", func(t *testing.T) {
-		job := NewJob("ctx-t", "nobody", nil)
-		job.Timeout = 20 * time.Millisecond
-		res := f.m.Run(context.Background(), job)
+		job := NewJob("ctx-t", "w", nil)
+		job.Timeout = 50 * time.Millisecond
+		h, err := ex.Submit(context.Background(), job)
+		require.NoError(t, err)
+		f.pingForJob("s1")
+		res := wait(t, h)
 		require.Equal(t, laboro.StatusTimedOut, res.Status)
 		require.ErrorIs(t, res.Err, laboro.ErrTimeout)
 		require.Equal(t, JobCancelled, f.record("ctx-t").Status)
+		pd, _ := f.ping("s1")
+		require.Equal(t, []string{"ctx-t"}, pd.CancelJobs)
+	})
+
+	t.Run("no timeout of its own", func(t *testing.T) {
+		// Job.Timeout is the Executor's to apply: Run alone ignores it.
+		job := NewJob("ctx-n", "w", nil)
+		job.Timeout = time.Nanosecond
+		done := make(chan laboro.Result, 1)
+		go func() { done <- f.m.Run(context.Background(), job) }()
+		f.pingForJob("s1")
+		f.jobStatus("s1", "ctx-n", JobDone, 1)
+		res := <-done
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		res.Output.Close()
 	})
 }
 
@@ -483,6 +530,14 @@ func TestRestart(t *testing.T) {
 	f.waitStatus("j1", JobQueued)
 	f.serverStatus("s1", ServerOffline, nil)
 
+	// Offline: s1's jobs go back in line.
+	j2 := f.record("j2")
+	require.Equal(t, JobQueued, j2.Status)
+	require.Empty(t, j2.Server)
+	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobQueued}, statuses(j2.History))
+	require.Equal(t, "s1", j2.History[3].Server, "the server that lost it")
+	require.JSONEq(t, `{"reason":"the server left (Offline)"}`, string(j2.History[3].Data))
+
 	before := f.m.Jobs()
 	require.Len(t, before, 3)
 	f.close()
@@ -498,16 +553,16 @@ func TestRestart(t *testing.T) {
 	unfinished := g.m.Unfinished()
 	require.Len(t, unfinished, 2)
 	require.Equal(t, "j2", unfinished[0].ID)
-	require.Equal(t, JobProcessing, unfinished[0].Status)
-	require.Equal(t, "s1", unfinished[0].Server)
+	require.Equal(t, JobQueued, unfinished[0].Status)
 	require.Equal(t, "j1", unfinished[1].ID)
 	require.Equal(t, JobQueued, unfinished[1].Status)
 	srv, ok := g.m.Server("s1")
 	require.True(t, ok)
 	require.Equal(t, ServerOffline, srv.Status)
 
-	// s1 comes back and replays its cache, then asks for work: j1 has no
-	// waiting Run yet, so it is not handed out.
+	// s1 comes back and replays its cache (j2's Done: s1 had it, and it
+	// is the first result), then asks for work: j1 has no waiting Run
+	// yet, so it is not handed out.
 	g.serverStatus("s1", ServerReconnecting, nil)
 	g.jobStatus("s1", "j2", JobDone, map[string]int{"sum": 2})
 	doneAt := g.record("j2").Updated
@@ -518,11 +573,12 @@ func TestRestart(t *testing.T) {
 	pd, _ := g.ping("s1")
 	require.Nil(t, pd.Job)
 
-	j2 := g.record("j2")
+	j2 = g.record("j2")
 	require.Equal(t, JobDone, j2.Status)
 	require.JSONEq(t, `{"sum":2}`, string(j2.Data))
 	require.Equal(t, doneAt, j2.Updated, "a final status is never replaced")
-	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobDone, JobDone, JobFailed}, statuses(j2.History))
+	require.Equal(t, "s1", j2.Server)
+	require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobQueued, JobDone, JobDone, JobFailed}, statuses(j2.History))
 	require.Equal(t, JobDone, g.record("j3").Status)
 	require.Len(t, g.record("j3").History, 4)
 
@@ -779,8 +835,11 @@ func TestValidate(t *testing.T) {
 	m := &Master{}
 	require.NoError(t, m.Validate(NewJob("", "w", params("a", "1"))))
 	spec := JobSpec{Worker: "w"}
-	require.NoError(t, m.Validate(laboro.Job{Meta: &spec}))
+	require.NoError(t, m.Validate(laboro.Job{Payload: &spec}))
+	require.Error(t, m.Validate(laboro.Job{Meta: spec}), "Meta is the caller's")
 	require.Error(t, m.Validate(laboro.Job{Command: "true"}))
+	job := NewJob("", "w", nil)
+	require.Nil(t, job.Meta)
 	require.Error(t, m.Validate(NewJob("", "", nil)))
 	require.Error(t, m.Validate(NewJob("", "w", params("worker", `"x"`))))
 	require.Error(t, m.Validate(NewJob("", "w", params("a", "{"))))
@@ -818,4 +877,176 @@ func TestRestartedWorkerLosesItsJobs(t *testing.T) {
 	require.Equal(t, "j", order.JobID)
 	f.jobStatus("s1", "j", JobDone, nil)
 	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+}
+
+// A server that shows life keeps its job; one that shows none for a lease
+// loses it to another. Its late Done, coming first, still wins, and the
+// server that has the job now is told to cancel it.
+func TestLease(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
+	ex := f.executor()
+	f.online("s1", "w")
+	f.online("s2", "w")
+	h, err := ex.Submit(context.Background(), NewJob("j", "w", nil))
+	require.NoError(t, err)
+	order, _ := f.pingForJob("s1")
+	require.Equal(t, "j", order.JobID)
+
+	// Progress is a sign of life: over several leases, s2 gets nothing.
+	// (Paced, not waited on: what is checked is that nothing happens.)
+	for end := time.Now().Add(5 * lease / 2); time.Now().Before(end); time.Sleep(lease / 10) {
+		f.jobStatus("s1", "j", JobProcessing, Progress{Progress: ProgressCount{Total: 2}})
+		pd, _ := f.ping("s2")
+		require.Nil(t, pd.Job, "s1 is alive")
+	}
+
+	// s1 falls silent: once its lease has passed, s2 gets the job.
+	order, _ = f.pingForJob("s2")
+	require.Equal(t, "j", order.JobID)
+	rec := f.record("j")
+	require.Equal(t, JobProcessing, rec.Status)
+	require.Equal(t, "s2", rec.Server)
+	n := len(rec.History)
+	require.Equal(t, []string{JobQueued, JobProcessing}, statuses(rec.History[n-2:]))
+	require.Equal(t, "s1", rec.History[n-2].Server)
+	require.JSONEq(t, `{"reason":"the server showed no life for a lease"}`, string(rec.History[n-2].Data))
+
+	// s1 was not dead after all, and ends first.
+	f.jobStatus("s1", "j", JobDone, map[string]int{"by": 1})
+	res := wait(t, h)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	out, err := res.Output.ReadAll()
+	require.NoError(t, err)
+	require.JSONEq(t, `{"by":1}`, string(out))
+	pd, _ := f.ping("s2")
+	require.Equal(t, []string{"j"}, pd.CancelJobs)
+	f.jobStatus("s2", "j", JobDone, map[string]int{"by": 2})
+	rec = f.record("j")
+	require.Equal(t, JobDone, rec.Status)
+	require.Equal(t, "s1", rec.Server)
+	require.JSONEq(t, `{"by":1}`, string(rec.Data), "the first result wins")
+	require.Equal(t, JobDone, rec.History[len(rec.History)-1].Status, "the second is history")
+}
+
+// Stopping and Offline give a server's jobs back at once.
+func TestStoppingGivesJobsBack(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "w")
+	f.online("s2", "w")
+	h, err := ex.Submit(context.Background(), NewJob("j", "w", nil))
+	require.NoError(t, err)
+	f.pingForJob("s1")
+	f.serverStatus("s1", ServerStopping, nil)
+	rec := f.record("j")
+	require.Equal(t, JobQueued, rec.Status)
+	require.JSONEq(t, `{"reason":"the server left (Stopping)"}`, string(rec.History[len(rec.History)-1].Data))
+	pd, _ := f.ping("s1")
+	require.Nil(t, pd.Job, "no new job for a server on its way out")
+	order, _ := f.ping("s2")
+	require.NotNil(t, order.Job, "given back at once, not after a lease")
+	require.Equal(t, "j", order.Job.JobID)
+	f.serverStatus("s1", ServerOffline, nil)
+	f.jobStatus("s2", "j", JobDone, 2)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+}
+
+// A restarted master holds the jobs its table has at a server for that
+// server: for it to report them when it shows up, or, if it does not
+// within a lease, for other servers.
+func TestRestartHoldsJobs(t *testing.T) {
+	const lease = 500 * time.Millisecond
+	file := filepath.Join(t.TempDir(), "master.db")
+	withLease := func(m *Master) { m.Lease = lease }
+	f := openFixture(t, file, withLease)
+	f.online("s1", "w")
+	f.online("s3", "w")
+	runs := map[string]chan laboro.Result{}
+	for _, c := range []struct{ id, server string }{{"a", "s1"}, {"b", "s3"}} {
+		ch := make(chan laboro.Result, 1)
+		runs[c.id] = ch
+		go func() { ch <- f.m.Run(context.Background(), NewJob(c.id, "w", params("n", "1"))) }()
+		order, _ := f.pingForJob(c.server)
+		require.Equal(t, c.id, order.JobID)
+	}
+	f.close() // a crash, as far as the table knows
+	for _, ch := range runs {
+		require.ErrorIs(t, (<-ch).Err, ErrMasterClosed)
+	}
+
+	g := openFixture(t, file, withLease)
+	ex := g.executor()
+	handles := map[string]*laboro.Handle{}
+	for _, rec := range g.m.Unfinished() {
+		require.Equal(t, JobProcessing, rec.Status)
+		h, err := ex.Submit(context.Background(), NewJob(rec.ID, rec.Worker, rec.Params))
+		require.NoError(t, err)
+		handles[rec.ID] = h
+	}
+	require.Len(t, handles, 2)
+	holder := func(id string) string {
+		tk, ok := g.m.current().d.Lookup(id)
+		if !ok {
+			return "?"
+		}
+		return tk.Holder()
+	}
+	require.Eventually(t, func() bool { return holder("a") == "s1" && holder("b") == "s3" }, 10*time.Second, time.Millisecond,
+		"each job is held for its server")
+	g.serverStatus("s2", ServerConnecting, nil)
+	g.serverStatus("s2", ServerOnline, Startup{Startup: true, Workers: []WorkerCode{{Code: "w"}}})
+	pd, _ := g.ping("s2")
+	require.Nil(t, pd.Job, "held for their servers")
+
+	// s1 comes back and reports its job; s3 never does.
+	g.serverStatus("s1", ServerReconnecting, nil)
+	g.jobStatus("s1", "a", JobDone, 1)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, handles["a"]).Status)
+	order, _ := g.pingForJob("s2")
+	require.Equal(t, "b", order.JobID, "s3's job, once its lease has passed")
+	require.Equal(t, params("n", "1"), order.Params)
+	rec := g.record("b")
+	require.Equal(t, []string{JobQueued, JobProcessing, JobQueued, JobProcessing}, statuses(rec.History))
+	require.Equal(t, "s3", rec.History[2].Server)
+	g.jobStatus("s2", "b", JobDone, 2)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, handles["b"]).Status)
+	require.Empty(t, g.m.Unfinished())
+}
+
+// A job that its server does not speak of within a lease of getting it,
+// though the server shows life, never reached it (the answer to its ping
+// was lost): it goes back in line.
+func TestLostHandOut(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
+	ex := f.executor()
+	f.online("s1", "w")
+	f.online("s2", "w")
+	h, err := ex.Submit(context.Background(), NewJob("lost", "w", nil))
+	require.NoError(t, err)
+	f.pingForJob("s1") // and the answer is lost
+	kept, err := ex.Submit(context.Background(), NewJob("kept", "w", nil))
+	require.NoError(t, err)
+	f.pingForJob("s1")
+	f.jobStatus("s1", "kept", JobProcessing, Progress{Progress: ProgressCount{Total: 1}})
+
+	// s1 shows life, speaking of the other job only; s2 gets the lost one.
+	var order *JobOrder
+	require.Eventually(t, func() bool {
+		f.jobStatus("s1", "kept", JobProcessing, Progress{Progress: ProgressCount{Total: 1}})
+		pd, _ := f.ping("s2")
+		order = pd.Job
+		return order != nil
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, "lost", order.JobID)
+	rec := f.record("lost")
+	require.Equal(t, []string{JobQueued, JobProcessing, JobQueued, JobProcessing}, statuses(rec.History))
+	require.JSONEq(t, `{"reason":"the server never spoke of it"}`, string(rec.History[2].Data))
+	require.Equal(t, "s1", f.record("kept").Server)
+
+	f.jobStatus("s2", "lost", JobDone, 1)
+	f.jobStatus("s1", "kept", JobDone, 2)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, kept).Status)
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // The master's table lives in one bbolt file:
@@ -29,11 +31,18 @@ var (
 	bucketCancels       = []byte("cancels")
 )
 
-// jobRow is a job as stored: its record without History, and its place in
-// the order of submission.
+// jobRow is a job as stored: its record without History, its place in
+// the order of submission, and the servers it was handed to.
 type jobRow struct {
 	JobRecord
-	Seq uint64 `json:"seq"`
+	Seq     uint64   `json:"seq"`
+	Servers []string `json:"servers,omitempty"`
+}
+
+// handedTo reports whether the job was handed to server (rows written
+// before Servers was kept know only their current server).
+func (r *jobRow) handedTo(server string) bool {
+	return r.Server == server || slices.Contains(r.Servers, server)
 }
 
 // openDB opens or creates the table at path, waiting at most timeout for
@@ -57,6 +66,10 @@ func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
 	}
 	return db, nil
 }
+
+// closedDB reports whether err is that of a transaction on a table that
+// was closed meanwhile.
+func closedDB(err error) bool { return errors.Is(err, berrors.ErrDatabaseNotOpen) }
 
 func getJob(tx *bolt.Tx, id string) (*jobRow, error) {
 	b := tx.Bucket(bucketJobs).Get([]byte(id))

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +27,9 @@ import (
 // cannot be sent waits in CacheDir), pings it for jobs, and runs each job
 // with the executable CodeDir/<worker> (the job's "worker" field), its
 // params as JSON on standard input, its standard output (JSON) the result.
-// It honours the cancelJobs of ping answers.
+// Each job runs as a job of a local laboro.Executor; a ping answer's
+// cancelJobs cancel theirs (Executor.Cancel: the process group is killed),
+// and the job is reported Cancelled.
 //
 // Set the fields before Run; a Worker runs once.
 type Worker struct {
@@ -54,12 +57,15 @@ type Worker struct {
 	Logger *zap.Logger
 
 	mu      sync.Mutex
-	running map[string]context.CancelCauseFunc
+	running map[string][]*running // by the master's job id
 	free    int
 }
 
-// errCancelledByMaster ends a job that the master cancelled.
-var errCancelledByMaster = errors.New("workerserver: cancelled by the master")
+// running is a job this worker runs, as the local Executor knows it.
+type running struct {
+	local     string // the local Executor's id of its job; "" until submitted
+	cancelled bool   // the master cancelled it
+}
 
 // Run serves the master until ctx ends; it then stops the link (the
 // statuses of running jobs are cached), kills the running jobs, says
@@ -81,9 +87,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	w.running, w.free = map[string]context.CancelCauseFunc{}, n
-	ex, err := laboro.New(laboro.WithRunner(cancellable{}), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
-		laboro.WithBufferSize(n), laboro.WithLogger(w.Logger))
+	w.running, w.free = map[string][]*running{}, n
+	ex, err := laboro.New(laboro.WithPoolSize(n), laboro.WithConcurrency(n), laboro.WithBufferSize(n), laboro.WithLogger(w.Logger))
 	if err != nil {
 		return err
 	}
@@ -129,13 +134,7 @@ func (w *Worker) ping(ctx context.Context, ex *laboro.Executor, up *link.Link, p
 		return false, err
 	}
 	for _, id := range answer.CancelJobs {
-		w.mu.Lock()
-		cancel := w.running[id]
-		w.mu.Unlock()
-		if cancel != nil {
-			w.Logger.Info("job cancelled by the master", zap.String("job", id))
-			cancel(errCancelledByMaster)
-		}
+		w.cancel(ex, id)
 	}
 	if answer.Job == nil {
 		return false, nil
@@ -144,32 +143,56 @@ func (w *Worker) ping(ctx context.Context, ex *laboro.Executor, up *link.Link, p
 	return true, nil
 }
 
+// cancel kills the process of a job the master cancelled, through the
+// local Executor (its process group is killed); a job not submitted yet is
+// cancelled as soon as it is.
+func (w *Worker) cancel(ex *laboro.Executor, id string) {
+	w.mu.Lock()
+	var local []string
+	for _, r := range w.running[id] {
+		r.cancelled = true
+		if r.local != "" {
+			local = append(local, r.local)
+		}
+	}
+	w.mu.Unlock()
+	for _, l := range local {
+		if err := ex.Cancel(l); err == nil {
+			w.Logger.Info("job cancelled by the master", zap.String("job", id))
+		}
+	}
+}
+
 // start runs one job and sends its statuses through the link.
 func (w *Worker) start(ctx context.Context, ex *laboro.Executor, up *link.Link, pinger *link.Pinger, jobs *sync.WaitGroup, order JobOrder) {
-	jobCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	r := new(running)
 	w.mu.Lock()
-	w.running[order.JobID] = cancel
+	w.running[order.JobID] = append(w.running[order.JobID], r)
 	w.free--
 	w.mu.Unlock()
 	stream := up.Job(order.JobID)
 	stream.Progress(statusBody(JobProcessing, Progress{Progress: ProgressCount{Total: 1}}))
 	jobs.Go(func() {
 		defer func() {
-			cancel(nil)
 			w.mu.Lock()
-			delete(w.running, order.JobID)
+			rs := slices.DeleteFunc(w.running[order.JobID], func(x *running) bool { return x == r })
+			if len(rs) == 0 {
+				delete(w.running, order.JobID)
+			} else {
+				w.running[order.JobID] = rs
+			}
 			w.free++
 			w.mu.Unlock()
 			pinger.JobDone()
 		}()
-		status, data := w.runJob(jobCtx, ex, order)
+		status, data := w.runJob(context.WithoutCancel(ctx), ex, order, r)
 		w.Logger.Info("job ended", zap.String("job", order.JobID), zap.String("status", status))
 		stream.Complete(statusBody(status, data))
 	})
 }
 
 // runJob runs the job's executable and returns its final status and data.
-func (w *Worker) runJob(ctx context.Context, ex *laboro.Executor, order JobOrder) (string, any) {
+func (w *Worker) runJob(ctx context.Context, ex *laboro.Executor, order JobOrder, r *running) (string, any) {
 	fail := func(name string, err error) (string, any) {
 		return JobFailed, ErrorData{Error: ErrorDetail{Name: name, Message: err.Error()}}
 	}
@@ -184,16 +207,26 @@ func (w *Worker) runJob(ctx context.Context, ex *laboro.Executor, order JobOrder
 	if err != nil {
 		return fail("BadParams", err)
 	}
-	h, err := ex.Submit(ctx, laboro.Job{Args: []string{exe}, Stdin: bytes.NewReader(params), Meta: ctx})
+	h, err := ex.Submit(ctx, laboro.Job{Args: []string{exe}, Stdin: bytes.NewReader(params)})
 	if err != nil {
 		return fail("NotStarted", err)
 	}
-	res, err := h.Wait(context.WithoutCancel(ctx))
+	w.mu.Lock()
+	r.local = h.ID()
+	cancelled := r.cancelled
+	w.mu.Unlock()
+	if cancelled {
+		ex.Cancel(h.ID()) // cancelled before it was submitted
+	}
+	res, err := h.Wait(ctx)
 	if err != nil {
 		return fail("NotStarted", err)
 	}
 	defer res.Output.Close()
-	if errors.Is(context.Cause(ctx), errCancelledByMaster) {
+	w.mu.Lock()
+	cancelled = r.cancelled
+	w.mu.Unlock()
+	if cancelled && res.Status != laboro.StatusSucceeded && res.Status != laboro.StatusFailed {
 		return JobCancelled, ErrorData{Error: ErrorDetail{Name: "Cancelled", Message: "cancelled by the master"}}
 	}
 	if res.Status != laboro.StatusSucceeded {
@@ -223,21 +256,6 @@ func statusBody(status string, data any) []byte {
 		Data   any    `json:"data"`
 	}{status, data})
 	return b
-}
-
-// cancellable runs a job's process with the context its Meta carries, so
-// that the master's cancelJobs can kill it.
-type cancellable struct{}
-
-func (cancellable) Run(ctx context.Context, job laboro.Job) laboro.Result {
-	if jobCtx, ok := job.Meta.(context.Context); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(jobCtx, cancel)
-		defer stop()
-	}
-	return (&laboro.ProcessRunner{}).Run(ctx, job)
 }
 
 // post sends one form POST to path and decodes the answer's data into

@@ -1,0 +1,141 @@
+package workerserver
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/laboro-go/laboro"
+)
+
+// The user API: /api/jobs and /api/servers (see Master).
+
+func (m *Master) apiJobs(w http.ResponseWriter, r *http.Request) {
+	if !m.open(w) {
+		return
+	}
+	recs := m.Jobs()
+	if recs == nil {
+		recs = []JobRecord{}
+	}
+	writeData(w, recs)
+}
+
+func (m *Master) apiJob(w http.ResponseWriter, r *http.Request) {
+	if !m.open(w) {
+		return
+	}
+	rec, ok := m.Job(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q", r.PathValue("id")))
+		return
+	}
+	writeData(w, rec)
+}
+
+func (m *Master) apiCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	err := m.Cancel(id)
+	switch {
+	case errors.Is(err, ErrUnknownJob):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, ErrJobFinished):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, ErrMasterClosed):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	default:
+		rec, _ := m.Job(id)
+		writeData(w, rec)
+	}
+}
+
+// submitRequest is the body of POST /api/jobs.
+type submitRequest struct {
+	ID     string                     `json:"id"`
+	Worker string                     `json:"worker"`
+	Params map[string]json.RawMessage `json:"params"`
+}
+
+func (m *Master) apiSubmit(w http.ResponseWriter, r *http.Request) {
+	if m.Submit == nil {
+		writeError(w, http.StatusNotImplemented, "submission is not enabled on this master")
+		return
+	}
+	if !m.open(w) {
+		return
+	}
+	var sr submitRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, m.maxBody()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sr); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body too large")
+			return
+		}
+		writeFormErrors(w, map[string]string{"body": "want {\"id\", \"worker\", \"params\"}: " + err.Error()})
+		return
+	}
+	if sr.ID == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		sr.ID = "api-" + hex.EncodeToString(b[:])
+	} else if _, exists := m.Job(sr.ID); exists {
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %q already exists", sr.ID))
+		return
+	}
+	job := NewJob(sr.ID, sr.Worker, sr.Params)
+	if err := m.Validate(job); err != nil {
+		writeFormErrors(w, map[string]string{"body": err.Error()})
+		return
+	}
+	if err := m.Submit(job); err != nil {
+		code := http.StatusServiceUnavailable
+		switch {
+		case errors.Is(err, laboro.ErrDuplicateID):
+			code = http.StatusConflict
+		case errors.Is(err, laboro.ErrInvalidJob):
+			code = http.StatusBadRequest
+		}
+		writeError(w, code, err.Error())
+		return
+	}
+	writeData(w, map[string]string{"id": sr.ID})
+}
+
+func (m *Master) apiServers(w http.ResponseWriter, r *http.Request) {
+	if !m.open(w) {
+		return
+	}
+	recs := m.ServerRecords()
+	if recs == nil {
+		recs = []ServerRecord{}
+	}
+	writeData(w, recs)
+}
+
+func (m *Master) apiServer(w http.ResponseWriter, r *http.Request) {
+	if !m.open(w) {
+		return
+	}
+	rec, ok := m.Server(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown server %q", r.PathValue("id")))
+		return
+	}
+	writeData(w, rec)
+}
+
+// open answers 503 and returns false when the master is closed.
+func (m *Master) open(w http.ResponseWriter) bool {
+	if m.current() == nil {
+		writeError(w, http.StatusServiceUnavailable, ErrMasterClosed.Error())
+		return false
+	}
+	return true
+}

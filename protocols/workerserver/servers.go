@@ -1,0 +1,351 @@
+package workerserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
+)
+
+// session is an open Master: its table, its Dispatcher and the servers
+// joined to it, from Open to Close.
+type session struct {
+	db        *bolt.DB
+	d         *transport.Dispatcher[string, JobOrder]
+	log       *zap.Logger
+	outputDir string
+	lease     time.Duration // 0: none
+
+	// mu guards peers and expecting. It also makes one step, for the
+	// pings that take jobs, of holding a job for its server (Add, then
+	// Reclaim), and of a server's status with what it does to the jobs it
+	// holds.
+	mu        sync.Mutex
+	peers     map[string]*transport.Worker[string, JobOrder] // by serverId
+	expecting map[string]expectation                         // by job id; nil once closed
+	expected  uint64                                         // expectations so far
+}
+
+// expectation is a job handed to a server (or held for it after a
+// restart) that the server has not spoken of yet.
+type expectation struct {
+	server string
+	timer  *time.Timer
+	n      uint64 // tells this expectation from a later one of the job
+}
+
+type dispatchTicket = transport.Ticket[string, JobOrder]
+
+func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir string) *session {
+	s := &session{
+		db:        db,
+		d:         transport.NewDispatcher[string, JobOrder](transport.Config{Lease: lease, Logger: log}),
+		log:       log,
+		outputDir: outputDir,
+		lease:     lease,
+		peers:     make(map[string]*transport.Worker[string, JobOrder]),
+		expecting: make(map[string]expectation),
+	}
+	s.d.OnRequeue(s.requeued)
+	return s
+}
+
+// close stops the session's timers; the caller closes its Dispatcher and
+// its table.
+func (s *session) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.expecting {
+		e.timer.Stop()
+	}
+	s.expecting = nil
+}
+
+func (s *session) logRead(err error) {
+	if closedDB(err) {
+		return
+	}
+	s.log.Error("reading the table", zap.Error(err))
+}
+
+// joinLocked returns the server's Worker in the Dispatcher, joining it
+// if it is not joined. s.mu is held.
+func (s *session) joinLocked(server string) *transport.Worker[string, JobOrder] {
+	w := s.peers[server]
+	if w == nil {
+		w = s.d.Join(server, func(keys []string) { s.tellCancel(server, keys) })
+		s.peers[server] = w
+	}
+	return w
+}
+
+// alive records a sign of life of a server (any request it made but its
+// Stopping or Offline): it is joined if it was not, and its lease runs
+// again from now.
+func (s *session) alive(server string) *transport.Worker[string, JobOrder] {
+	s.mu.Lock()
+	w := s.joinLocked(server)
+	s.mu.Unlock()
+	w.Renew()
+	return w
+}
+
+// leaveLocked removes a server from the Dispatcher: the jobs it holds go
+// back in line (see requeued). s.mu is held.
+func (s *session) leaveLocked(server string, why error) {
+	if w := s.peers[server]; w != nil {
+		delete(s.peers, server)
+		w.Leave(why)
+	}
+}
+
+// Why a server's jobs go back in line.
+var (
+	errServerLeft      = errors.New("the server left")
+	errServerRestarted = errors.New("the server restarted")
+)
+
+// add puts a job in line. A job the table has Processing at a server (a
+// master restarted on its table) is held for that server instead: its
+// Worker reclaims it, joining the server if it has not shown up yet, so
+// that the job goes to another server only if that one shows no life, or
+// does not speak of the job, for a lease (see expect).
+func (s *session) add(ctx context.Context, order JobOrder) (*dispatchTicket, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, err := s.d.Add(ctx, order.JobID, order)
+	if err != nil {
+		return nil, err
+	}
+	// Read under s.mu: a status of the server that gave the job back (a
+	// restart, Stopping) cannot come between this and the Reclaim.
+	var server string
+	err = s.db.View(func(tx *bolt.Tx) error {
+		row, err := getJob(tx, order.JobID)
+		if err == nil && row != nil && row.Status == JobProcessing {
+			server = row.Server
+		}
+		return err
+	})
+	if err != nil || server == "" {
+		return t, nil // in line; a failed read is seen again by the next transaction
+	}
+	if _, ok := s.joinLocked(server).Reclaim(order.JobID); ok {
+		s.expectLocked(order.JobID, server)
+		s.log.Info("job held for the server that has it", zap.String("job", order.JobID), zap.String("server", server))
+	}
+	return t, nil
+}
+
+// errUnconfirmed is why a job that its server never spoke of goes back in
+// line.
+var errUnconfirmed = errors.New("the server never spoke of it")
+
+// expect waits for the server's first word (a status) about a job just
+// handed to it: a job it does not speak of within a lease, though it
+// shows life, never reached it (the answer to the ping that handed it out
+// was lost, or, after a restart of the master, it is not the server's any
+// more), and goes back in line. A worker reports a job Processing as it
+// starts it, and then at least once per progress interval (10 s by
+// default, the reference's too).
+func (s *session) expect(id, server string) {
+	s.mu.Lock()
+	s.expectLocked(id, server)
+	s.mu.Unlock()
+}
+
+// expectLocked is expect with s.mu held.
+func (s *session) expectLocked(id, server string) {
+	if s.lease <= 0 || s.expecting == nil {
+		return
+	}
+	if e, ok := s.expecting[id]; ok {
+		e.timer.Stop()
+	}
+	s.expected++
+	n := s.expected
+	timer := time.AfterFunc(s.lease, func() { s.unconfirmed(id, server, n) })
+	s.expecting[id] = expectation{server: server, timer: timer, n: n}
+}
+
+// confirm records that a server spoke of a job.
+func (s *session) confirm(id, server string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.expecting[id]; ok && e.server == server {
+		e.timer.Stop()
+		delete(s.expecting, id)
+	}
+}
+
+// unconfirmed gives back a job that its server did not speak of within a
+// lease of having it.
+func (s *session) unconfirmed(id, server string, n uint64) {
+	s.mu.Lock()
+	if e, ok := s.expecting[id]; !ok || e.n != n {
+		s.mu.Unlock()
+		return // confirmed, handed out again, or closed
+	}
+	delete(s.expecting, id)
+	w := s.peers[server]
+	s.mu.Unlock()
+	t, ok := s.d.Lookup(id)
+	if w == nil || !ok || !w.Release(t) {
+		return // ended, or no longer held there
+	}
+	s.requeued(w, []string{id}, errUnconfirmed)
+}
+
+// take hands the server the job first in line that accept takes, if any.
+func (s *session) take(server string, accept func(JobOrder) bool) (*transport.Worker[string, JobOrder], *dispatchTicket) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.joinLocked(server)
+	if ts := w.Take(1, accept); len(ts) == 1 {
+		return w, ts[0]
+	}
+	return w, nil
+}
+
+// complete settles a job that a server ended (its first result), so that
+// its Run wakes and reads the end from the table. A server that holds it
+// no longer (it went back in line, or to another server, or was held
+// there since a restart) reclaims it first.
+func (s *session) complete(w *transport.Worker[string, JobOrder], id string) {
+	err := w.Complete(id, laboro.Result{})
+	if errors.Is(err, transport.ErrNotHeld) {
+		if _, ok := w.Reclaim(id); ok {
+			err = w.Complete(id, laboro.Result{})
+		}
+	}
+	if err != nil {
+		// No Run waits for it (a restarted master that has not submitted
+		// it yet, or a Run that ended first): the table is all.
+		s.log.Debug("job end with no Run waiting", zap.String("job", id), zap.Error(err))
+	}
+}
+
+// tellCancel has a server told, at its next ping, to cancel jobs that
+// ended without it (their Run ended first, or another server's result
+// came first). The Dispatcher calls it.
+func (s *session) tellCancel(server string, keys []string) {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, id := range keys {
+			if err := putCancel(tx, server, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.logWrite(err)
+		return
+	}
+	s.log.Info("jobs to cancel at the next ping", zap.String("server", server), zap.Strings("jobs", keys))
+}
+
+// requeued records that the jobs a lost server held went back in line
+// (it left, or its lease expired). The Dispatcher calls it.
+func (s *session) requeued(w *transport.Worker[string, JobOrder], keys []string, why error) {
+	server, now := w.Name(), time.Now()
+	var n int
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		n = 0
+		for _, id := range keys {
+			// A job taken again since is recorded by its hand-out.
+			if t, ok := s.d.Lookup(id); !ok || t.Holder() != "" {
+				continue
+			}
+			row, err := getJob(tx, id)
+			if err != nil {
+				return err
+			}
+			if row == nil || row.Status != JobProcessing || row.Server != server {
+				continue
+			}
+			if err := requeueRow(tx, row, reason(why), now); err != nil {
+				return err
+			}
+			n++
+		}
+		if n == 0 {
+			return errNoChange
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNoChange):
+	case err != nil:
+		s.logWrite(err)
+	default:
+		s.log.Warn("server's jobs back in line", zap.String("server", server), zap.Int("jobs", n), zap.Error(why))
+	}
+}
+
+func (s *session) logWrite(err error) {
+	if closedDB(err) {
+		return // closed meanwhile: the table stays as it was
+	}
+	s.log.Error("writing the table", zap.Error(err))
+}
+
+// reason says why a job went back in line, for its history.
+func reason(why error) string {
+	if errors.Is(why, transport.ErrLeaseExpired) {
+		return "the server showed no life for a lease"
+	}
+	return why.Error()
+}
+
+// requeueData is the data of the master's Queued when a job goes back in
+// line.
+type requeueData struct {
+	Reason string `json:"reason"`
+}
+
+// requeueRow puts back in line a job Processing at a server that lost it.
+func requeueRow(tx *bolt.Tx, row *jobRow, reason string, now time.Time) error {
+	data, err := json.Marshal(requeueData{Reason: reason})
+	if err != nil {
+		return err
+	}
+	server := row.Server
+	row.Status, row.Server, row.Data, row.Updated = JobQueued, "", nil, now
+	if err := putJob(tx, row); err != nil {
+		return err
+	}
+	return appendEvent(tx, bucketJobHistory, row.ID, StatusEvent{Status: JobQueued, Data: data, At: now, Server: server})
+}
+
+// requeueServerJobs puts back in line every job the table has Processing
+// at a server that lost them (it restarted, or left), whether a Run waits
+// for them or not.
+func requeueServerJobs(tx *bolt.Tx, server string, why error, now time.Time) error {
+	var lost []*jobRow
+	err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+		row := new(jobRow)
+		if err := json.Unmarshal(v, row); err != nil {
+			return fmt.Errorf("workerserver: stored job %q: %w", k, err)
+		}
+		if row.Status == JobProcessing && row.Server == server {
+			lost = append(lost, row)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, row := range lost {
+		if err := requeueRow(tx, row, reason(why), now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
