@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,74 +12,90 @@ import (
 	"strings"
 	"time"
 
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/workerserver"
 )
 
-// client returns the user command that talks to a running master.
-func client(cmd string, fs *flag.FlagSet) func() error {
-	base := fs.String("url", "http://127.0.0.1:8080", "the master's base URL")
-	var worker, params, id string
-	var wait bool
-	if cmd == "submit" {
-		fs.StringVar(&worker, "worker", "", "the worker code that runs the job")
-		fs.StringVar(&params, "params", "{}", "the job's params, a JSON object")
-		fs.StringVar(&id, "id", "", "the job's id (default: the master picks one)")
-		fs.BoolVar(&wait, "wait", false, "follow the job until it ends")
-	}
-	return func() error {
-		api := api{base: strings.TrimSuffix(*base, "/")}
-		switch cmd {
-		case "submit":
-			if worker == "" || fs.NArg() > 0 {
-				return errUsage
-			}
-			var p map[string]json.RawMessage
-			if err := json.Unmarshal([]byte(params), &p); err != nil {
-				return fmt.Errorf("-params: %w", err)
-			}
-			var got struct{ ID string }
-			if err := api.do("POST", "/api/jobs", map[string]any{"id": id, "worker": worker, "params": p}, &got); err != nil {
-				return err
-			}
-			fmt.Println(got.ID)
-			if wait {
-				return follow(api, got.ID)
-			}
-		case "status":
-			var recs []workerserver.JobRecord
-			switch fs.NArg() {
-			case 0:
-				if err := api.do("GET", "/api/jobs", nil, &recs); err != nil {
-					return err
-				}
-			case 1:
-				var rec workerserver.JobRecord
-				if err := api.do("GET", "/api/jobs/"+url.PathEscape(fs.Arg(0)), nil, &rec); err != nil {
-					return err
-				}
-				recs = append(recs, rec)
-			default:
-				return errUsage
-			}
-			for _, r := range recs {
-				fmt.Println(line(r))
-			}
-		case "cancel":
-			if fs.NArg() != 1 {
-				return errUsage
-			}
-			return api.do("POST", "/api/jobs/"+url.PathEscape(fs.Arg(0))+"/cancel", nil, nil)
+// urlFlag defines -url, the master's base URL, and returns its API.
+func urlFlag(c *cli.Command) func() api {
+	base := c.Flags.String("url", "http://127.0.0.1:8080", "the master's base URL")
+	return func() api { return api{base: strings.TrimSuffix(*base, "/")} }
+}
+
+func submitCommand(c *cli.Command) func(context.Context, []string) error {
+	master := urlFlag(c)
+	worker := c.Flags.String("worker", "", "the worker code that runs the job")
+	params := c.Flags.String("params", "{}", "the job's params, a JSON object")
+	id := c.Flags.String("id", "", "the job's id (default: the master picks one)")
+	wait := c.Flags.Bool("wait", false, "follow the job until it ends")
+	return func(ctx context.Context, args []string) error {
+		switch {
+		case len(args) > 0:
+			return cli.Usagef("unexpected argument %q", args[0])
+		case *worker == "":
+			return cli.Usagef("-worker CODE is required")
+		}
+		var p map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(*params), &p); err != nil {
+			return cli.Usagef("-params: not a JSON object: %v", err)
+		}
+		api := master()
+		var got struct{ ID string }
+		if err := api.do(ctx, "POST", "/api/jobs", map[string]any{"id": *id, "worker": *worker, "params": p}, &got); err != nil {
+			return err
+		}
+		fmt.Println(got.ID)
+		if *wait {
+			return follow(ctx, api, got.ID)
 		}
 		return nil
 	}
 }
 
-// follow prints a job's statuses as they change until it ends.
-func follow(api api, id string) error {
+func statusCommand(c *cli.Command) func(context.Context, []string) error {
+	master := urlFlag(c)
+	return func(ctx context.Context, args []string) error {
+		api := master()
+		var recs []workerserver.JobRecord
+		switch len(args) {
+		case 0:
+			if err := api.do(ctx, "GET", "/api/jobs", nil, &recs); err != nil {
+				return err
+			}
+		case 1:
+			var rec workerserver.JobRecord
+			if err := api.do(ctx, "GET", "/api/jobs/"+url.PathEscape(args[0]), nil, &rec); err != nil {
+				return err
+			}
+			recs = append(recs, rec)
+		default:
+			return cli.Usagef("one JOB at most")
+		}
+		for _, r := range recs {
+			fmt.Println(line(r))
+		}
+		return nil
+	}
+}
+
+func cancelCommand(c *cli.Command) func(context.Context, []string) error {
+	master := urlFlag(c)
+	return func(ctx context.Context, args []string) error {
+		if len(args) != 1 {
+			return cli.Usagef("one JOB to cancel")
+		}
+		return master().do(ctx, "POST", "/api/jobs/"+url.PathEscape(args[0])+"/cancel", nil, nil)
+	}
+}
+
+// follow prints a job's statuses as they change until it ends; a job
+// that does not end Done ends the command with ExitFailed, after its
+// error.
+func follow(ctx context.Context, api api, id string) error {
 	last := ""
 	for {
 		var rec workerserver.JobRecord
-		if err := api.do("GET", "/api/jobs/"+url.PathEscape(id), nil, &rec); err != nil {
+		if err := api.do(ctx, "GET", "/api/jobs/"+url.PathEscape(id), nil, &rec); err != nil {
 			return err
 		}
 		if l := line(rec); l != last {
@@ -90,11 +105,15 @@ func follow(api api, id string) error {
 		if workerserver.Final(rec.Status) {
 			fmt.Println(string(rec.Data))
 			if rec.Status != workerserver.JobDone {
-				os.Exit(1)
+				return cli.Exit(cli.ExitFailed)
 			}
 			return nil
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -111,7 +130,7 @@ func line(r workerserver.JobRecord) string {
 // api calls the master's user routes.
 type api struct{ base string }
 
-func (a api) do(method, path string, body, out any) error {
+func (a api) do(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -120,7 +139,7 @@ func (a api) do(method, path string, body, out any) error {
 		}
 		rd = bytes.NewReader(b)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
 	if err != nil {

@@ -19,78 +19,61 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/workerserver"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 func main() {
-	args := os.Args[1:]
-	cmd := "serve"
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+	s := &cli.Suite{
+		Name: "workerserver-master",
+		Doc: "Serves workerserver workers over HTTP and keeps its job table in a bbolt file, so that a restarted " +
+			"master loses nothing; it is also how a user submits jobs and follows them, through the master's /api " +
+			"routes, which ask for no password: listen on a trusted address (127.0.0.1 by default).",
+		Default: "serve",
+		Commands: []cli.Subcommand{
+			{Name: "serve", Synopsis: "[-listen ADDR] [-db FILE] [-servers FILE] [-lease D] [-log LEVEL]",
+				Doc: "Serves workers and the user API until interrupted. The servers file has one \"id password\" per " +
+					"line: the workers allowed in. A worker that shows no life for -lease loses its jobs to the others.",
+				Setup: serveCommand},
+			{Name: "submit", Synopsis: "[-url URL] -worker CODE [-params JSON] [-id ID] [-wait]",
+				Doc: "Submits a job and prints its id; with -wait, follows it and exits 0 only if it ends Done.", Setup: submitCommand},
+			{Name: "status", Synopsis: "[-url URL] [JOB]", Doc: "Prints every job, or JOB.", Setup: statusCommand},
+			{Name: "cancel", Synopsis: "[-url URL] JOB", Doc: "Cancels a job.", Setup: cancelCommand},
+		},
 	}
-	fs := flag.NewFlagSet("workerserver-master "+cmd, flag.ContinueOnError)
-	var run func() error
-	switch cmd {
-	case "serve":
-		listen := fs.String("listen", "127.0.0.1:8080", "address to serve on")
-		db := fs.String("db", "workerserver.db", "the job table (a bbolt file)")
-		servers := fs.String("servers", "", `file of "id password" lines: the workers allowed in`)
-		lease := fs.Duration("lease", workerserver.DefaultLease, "a worker silent this long loses its jobs (0: never)")
-		level := zap.InfoLevel
-		fs.Var(&level, "log", "log level: debug, info, warn, error")
-		run = func() error {
-			if *lease == 0 {
-				*lease = -1 // none
-			}
-			return serve(*listen, *db, *servers, *lease, level)
+	s.Main(os.Args[1:])
+}
+
+func serveCommand(c *cli.Command) func(context.Context, []string) error {
+	listen := c.Flags.String("listen", "127.0.0.1:8080", "address to serve on")
+	db := c.Flags.String("db", "workerserver.db", "the job table (a bbolt file)")
+	servers := c.Flags.String("servers", "", `file of "id password" lines: the workers allowed in`)
+	lease := c.Flags.Duration("lease", workerserver.DefaultLease, "a worker silent this long loses its jobs (0: never)")
+	logFlag := c.LogFlag(zap.InfoLevel)
+	return func(ctx context.Context, args []string) error {
+		if len(args) > 0 {
+			return cli.Usagef("unexpected argument %q", args[0])
 		}
-	case "submit", "status", "cancel":
-		run = client(cmd, fs)
-	default:
-		usage()
-	}
-	if err := fs.Parse(args); err != nil {
-		usage()
-	}
-	if err := run(); err != nil {
-		if errors.Is(err, errUsage) {
-			usage()
+		if *lease == 0 {
+			*lease = -1 // none
 		}
-		fmt.Fprintln(os.Stderr, "workerserver-master:", err)
-		os.Exit(1)
+		return serve(ctx, *listen, *db, *servers, *lease, logFlag.Logger())
 	}
 }
 
-var errUsage = errors.New("usage")
-
-func usage() {
-	fmt.Fprintln(os.Stderr, `usage: workerserver-master [-listen ADDR] [-db FILE] [-servers FILE] [-lease D] [-log LEVEL]
-       workerserver-master submit [-url URL] -worker CODE [-params JSON] [-id ID] [-wait]
-       workerserver-master status [-url URL] [JOB]
-       workerserver-master cancel [-url URL] JOB`)
-	os.Exit(2)
-}
-
-// serve runs the master until an interrupt. Jobs left unfinished by an
+// serve runs the master until ctx ends. Jobs left unfinished by an
 // earlier run are submitted again, so that workers' replayed statuses and
 // new pings find them.
-func serve(listen, db, serversFile string, lease time.Duration, level zapcore.Level) error {
-	cfg := zap.NewDevelopmentConfig()
-	cfg.Level, cfg.DisableStacktrace = zap.NewAtomicLevelAt(level), true
-	log, _ := cfg.Build()
+func serve(ctx context.Context, listen, db, serversFile string, lease time.Duration, log *zap.Logger) error {
 	servers, err := readServers(serversFile)
 	if err != nil {
 		return err
@@ -138,14 +121,12 @@ func serve(listen, db, serversFile string, lease time.Duration, level zapcore.Le
 	}
 	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("db", db), zap.Int("unfinished jobs", len(m.Unfinished())))
 	hs := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
+	stop := context.AfterFunc(ctx, func() {
 		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		hs.Shutdown(shut)
-	}()
+	})
+	defer stop()
 	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
