@@ -79,7 +79,7 @@ func TestKilledAndStalledWorkers(t *testing.T) {
 				flags = append(flags, "-later")
 			}
 			out := filepath.Join(base, fmt.Sprintf("out-%v", later))
-			controller := e2e.Start(t, nil, controllerBin, append(flags, "-in", filepath.Join(base, "in"), "-out", out)...)
+			controller := e2e.Start(t, nil, controllerBin, append(flags, "-in", filepath.Join(base, "in"), "-out", out, "-log", "debug")...)
 			require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "main.sock")); return err == nil }, 20*time.Second, 10*time.Millisecond)
 			slow := []string{"--", "sh", "-c", "sleep 0.5; md5sum"}
 			killed := e2e.Start(t, nil, workerBin, append(append(flags, "-pulse", "2s"), slow...)...)
@@ -87,14 +87,16 @@ func TestKilledAndStalledWorkers(t *testing.T) {
 			require.Eventually(t, func() bool {
 				return strings.Count(controller.Log(), "worker registered") == 2
 			}, 20*time.Second, 10*time.Millisecond)
-			time.Sleep(200 * time.Millisecond) // both have a task
+			require.Eventually(t, func() bool {
+				return strings.Count(controller.Log(), "task given") >= 2
+			}, 20*time.Second, 10*time.Millisecond, "both have a task")
 			require.NoError(t, killed.Cmd.Process.Signal(syscall.SIGKILL))
 			require.NoError(t, stalled.Cmd.Process.Signal(syscall.SIGSTOP))
 			e2e.Start(t, nil, workerBin, append(append(flags, "-pulse", "2s"), "--", "md5sum")...)
 
 			require.Equal(t, 0, controller.Wait(t, 60*time.Second), controller.Log())
 			checkResults(t, out, sums)
-			assert.Equal(t, 2, strings.Count(controller.Log(), "no pulse in time"), controller.Log())
+			assert.Equal(t, 2, strings.Count(controller.Log(), `"why": "no pulse in time"`), controller.Log())
 			assert.Equal(t, 2, strings.Count(controller.Log(), "its task goes to another"), controller.Log())
 		})
 	}

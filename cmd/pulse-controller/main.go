@@ -34,7 +34,7 @@ func main() {
 	c := &pulse.Controller{}
 	fs.StringVar(&c.Dir, "dir", pulse.DefaultDir, "directory of the sockets")
 	later := fs.Bool("later", false, "speak the reference's later enum numbering (INVALID = 0)")
-	fs.IntVar(&c.Attempts, "attempts", pulse.DefaultAttempts, "workers a task may fail on")
+	fs.IntVar(&c.Attempts, "attempts", pulse.DefaultAttempts, "times a task may be given to workers without a result")
 	in := fs.String("in", "", "folder of task files (default: one task on stdin)")
 	out := fs.String("out", "", "folder for the results (with -in)")
 	level := zap.InfoLevel

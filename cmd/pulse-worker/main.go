@@ -5,9 +5,10 @@
 //	pulse-worker [-dir DIR] [-later] [-pulse D] -- COMMAND [ARGS…]
 //
 // For example: pulse-worker -dir /tmp/ctl -- md5sum. It pulses the
-// controller on DIR/main.sock and listens on DIR/<worker id>.sock. Exit
-// status: 0 after an interrupt or a RESTART from the controller, 1 on an
-// error, 2 for a usage error.
+// controller on DIR/main.sock and listens on DIR/<worker id>.sock. A
+// RESTART from the controller kills the running task, and the worker
+// registers again. Exit status: 0 after an interrupt, 1 on an error, 2 for
+// a usage error.
 package main
 
 import (
@@ -44,14 +45,9 @@ func main() {
 	w.Logger, _ = cfg.Build()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := w.Run(ctx)
-	switch {
-	case errors.Is(err, context.Canceled):
-		w.Logger.Info("stopped by a signal")
-	case errors.Is(err, pulse.ErrRestarted):
-		w.Logger.Info("the controller sent RESTART")
-	default:
+	if err := w.Run(ctx); !errors.Is(err, context.Canceled) {
 		w.Logger.Error("worker stopped", zap.Error(err))
 		os.Exit(1)
 	}
+	w.Logger.Info("stopped by a signal")
 }

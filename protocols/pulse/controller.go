@@ -11,33 +11,37 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/protocols/pulse/pulsepb"
+	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
 
-// DefaultAttempts is how many workers a task is given to before it fails.
+// DefaultAttempts is how many times a task is given to a worker before it
+// fails.
 const DefaultAttempts = 3
 
-// ErrTaskFailed is the error of a task that failed on as many workers as
-// Controller.Attempts allows; the last worker's words follow it.
+// ErrTaskFailed is matched by the error of a task that failed
+// (TASK_FAILED) on its last attempt; the last worker's words follow it.
 var ErrTaskFailed = errors.New("pulse: task failed")
 
-// Task is the contents of a pulse task, carried in laboro.Job.Meta; see
-// NewTask and NewTaskFile.
+// Task is the contents of a pulse task, carried in laboro.Job.Payload;
+// see NewTask and NewTaskFile. Its zero value is an empty task.
 type Task struct {
 	data []byte
 	path string
 }
 
-// NewTask returns the job of a task whose bytes are data.
-func NewTask(data []byte) laboro.Job { return laboro.Job{Meta: Task{data: data}} }
+// NewTask returns the job of a task whose bytes are data. Set the job's
+// ID, Timeout and Meta as for any job.
+func NewTask(data []byte) laboro.Job { return laboro.Job{Payload: Task{data: data}} }
 
 // NewTaskFile returns the job of a task whose bytes are the file at path,
 // read each time the task is given to a worker, never held in memory.
-func NewTaskFile(path string) laboro.Job { return laboro.Job{Meta: Task{path: path}} }
+func NewTaskFile(path string) laboro.Job { return laboro.Job{Payload: Task{path: path}} }
 
 // open returns the task's bytes and their number.
 func (t Task) open() (io.ReadCloser, int64, error) {
@@ -58,17 +62,26 @@ func (t Task) open() (io.ReadCloser, int64, error) {
 
 // Controller is the controller side: it listens on <Dir>/main.sock for
 // workers' pulses and is a laboro.Runner whose jobs are tasks (NewTask,
-// NewTaskFile): Run gives the task to a free live worker (SET_TASK over
-// the worker's own socket; BUSY → another worker), fetches the result when
-// the worker asks to be fetched (FETCH_ME → FETCH), and returns it as the
-// job's output. A worker that fails (FAILED), leaves (SHUTDOWN) or falls
-// silent past its next_pulse is removed, and its task goes to another; a
-// task that a worker could not complete (TASK_FAILED) goes to another,
-// up to Attempts workers. A pulse whose task_id disagrees with the task
+// NewTaskFile), handed to workers through a transport.Dispatcher. Each
+// live worker that is free takes the task at the front of the line and
+// gets it with SET_TASK over its own socket (BUSY: the task goes back to
+// the front, for another worker); when the worker asks to be fetched
+// (FETCH_ME), FETCH brings the result, which becomes the job's output. A
+// worker that fails (FAILED, or an exchange that fails), leaves
+// (SHUTDOWN) or falls silent past its next_pulse is removed, and its task
+// goes back to the front of the line. A task that a worker could not
+// complete (TASK_FAILED) goes back too; a task given out Attempts times
+// without a result fails. A pulse whose task_id disagrees with the task
 // given to that worker, confirmed with GET_STATUS, gets the worker a
-// RESTART.
+// RESTART, and the worker is removed.
 //
-// Set the fields before Serve; a Controller is safe for concurrent use.
+// When a job ends while a worker runs its task (Executor.Cancel, the
+// job's Timeout, which the Executor applies, or Executor.Close), the
+// controller sends that worker RESTART and removes it; a result of that
+// task fetched later is discarded.
+//
+// Set the fields before the first Serve or Run; a Controller is safe for
+// concurrent use. Jobs may be run before Serve: they wait for workers.
 type Controller struct {
 	// Dir holds main.sock and the workers' sockets; "" means DefaultDir.
 	// It is created with mode 0700 if missing.
@@ -77,7 +90,8 @@ type Controller struct {
 	Codec Codec
 	// Timeout bounds each exchange; 0 means 10 s.
 	Timeout time.Duration
-	// Attempts is how many workers a task may fail on; 0 means
+	// Attempts is how many times a task may be given to a worker without
+	// a result (TASK_FAILED, or the worker lost) before it fails; 0 means
 	// DefaultAttempts.
 	Attempts int
 	// OutputDir receives the results as files; "" means os.TempDir.
@@ -85,36 +99,41 @@ type Controller struct {
 	// Logger; nil means none.
 	Logger *zap.Logger
 
-	once    sync.Once
+	once  sync.Once
+	log   *zap.Logger
+	d     *transport.Dispatcher[uint64, Task] // keyed by task_id
+	tasks atomic.Uint64                       // the last task_id given
+
 	mu      sync.Mutex
 	nextID  uint64
-	nextTsk uint64
-	workers map[uint64]*cworker
-	pending []*ctask
-	bg      sync.WaitGroup // exchanges with workers
-	ctx     context.Context
+	workers map[uint64]*cworker // the live workers
+	bg      sync.WaitGroup      // the workers' goroutines (drive)
 }
 
-// cworker is a live worker, seen by the controller. Guarded by mu.
+// cworker is a live worker, seen by the controller. Its goroutine (drive)
+// has every exchange with it, one at a time.
 type cworker struct {
-	id       uint64
-	ready    bool   // it has pulsed OK since REGISTER: its socket exists
-	task     *ctask // given to it
-	prev     uint64 // the task it finished last; a pulse may still name it
-	busy     bool   // an exchange with it is under way
-	fetchMe  bool   // it asked to be fetched
-	deadline *time.Timer
+	id   uint64
+	dw   *transport.Worker[uint64, Task]
+	poke chan struct{} // something changed: drive looks again
+
+	// Guarded by the Controller's mu.
+	ready    bool                            // it has pulsed OK since REGISTER: its socket exists
+	task     *transport.Ticket[uint64, Task] // the task given to it
+	prev     uint64                          // the task it finished last; a pulse may still name it
+	busy     bool                            // an exchange with it is under way
+	fetchMe  bool                            // it asked to be fetched
+	confirm  bool                            // its pulse disagreed: ask it with GET_STATUS
+	gone     bool                            // removed
+	deadline *time.Timer                     // its next pulse is due
 }
 
-// ctask is a task inside the controller. Guarded by mu.
-type ctask struct {
-	id       uint64
-	src      Task
-	result   chan laboro.Result // buffered: the one result
-	worker   *cworker
-	attempts int
-	lastErr  string
-	done     bool
+// wake has w's goroutine look at w again.
+func (w *cworker) wake() {
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
 }
 
 var (
@@ -124,11 +143,12 @@ var (
 
 func (c *Controller) init() {
 	c.once.Do(func() {
-		if c.Logger == nil {
-			c.Logger = zap.NewNop()
+		c.log = c.Logger
+		if c.log == nil {
+			c.log = zap.NewNop()
 		}
 		c.workers = map[uint64]*cworker{}
-		c.ctx = context.Background()
+		c.d = transport.NewDispatcher[uint64, Task](transport.Config{MaxAttempts: c.attempts(), Logger: c.log})
 	})
 }
 
@@ -146,74 +166,33 @@ func (c *Controller) timeout() time.Duration {
 	return c.Timeout
 }
 
+func (c *Controller) attempts() int {
+	if c.Attempts <= 0 {
+		return DefaultAttempts
+	}
+	return c.Attempts
+}
+
 // Validate refuses a job that is not a task.
 func (c *Controller) Validate(job laboro.Job) error {
-	if _, ok := job.Meta.(Task); !ok {
-		return errors.New("pulse: a job's Meta is its Task; see NewTask")
+	if _, ok := job.Payload.(Task); !ok {
+		return errors.New("pulse: a job's Payload is its Task; see NewTask")
 	}
 	return nil
 }
 
-// Run gives the task to a worker and waits for its result.
+// Run gives the task to a worker and waits for its result. When ctx ends
+// first, the job ends at once; a worker that runs its task gets RESTART.
 func (c *Controller) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	c.init()
-	res := laboro.Result{ID: job.ID, ExitCode: -1, Started: time.Now()}
-	src, ok := job.Meta.(Task)
+	src, ok := job.Payload.(Task)
 	if !ok {
-		res.Status, res.Err, res.Ended = laboro.StatusFailed, c.Validate(job), time.Now()
-		return res
+		now := time.Now()
+		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: c.Validate(job), Started: now, Ended: now}
 	}
-	c.mu.Lock()
-	c.nextTsk++
-	t := &ctask{id: c.nextTsk, src: src, result: make(chan laboro.Result, 1)}
-	c.pending = append(c.pending, t)
-	c.dispatch()
-	c.mu.Unlock()
-
-	select {
-	case r := <-t.result:
-		r.ID, r.Started = job.ID, res.Started
-		return r
-	case <-ctx.Done():
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case r := <-t.result:
-		r.ID, r.Started = job.ID, res.Started
-		return r
-	default:
-	}
-	t.done = true
-	c.unqueue(t)
-	if w := t.worker; w != nil {
-		// The worker goes on with it; its result will be thrown away.
-		w.task = nil
-	}
-	res.Status, res.Err = laboro.Interruption(ctx)
-	res.Ended = time.Now()
+	res := c.d.Run(ctx, c.tasks.Add(1), src)
+	res.ID = job.ID
 	return res
-}
-
-func (c *Controller) unqueue(t *ctask) {
-	for i, p := range c.pending {
-		if p == t {
-			c.pending = append(c.pending[:i], c.pending[i+1:]...)
-			return
-		}
-	}
-}
-
-// finish delivers a task's result. c.mu is held.
-func (c *Controller) finish(t *ctask, r laboro.Result) {
-	if t.done {
-		if r.Output != nil {
-			r.Output.Close()
-		}
-		return
-	}
-	t.done = true
-	t.result <- r
 }
 
 // Workers returns the ids of the live workers.
@@ -228,102 +207,105 @@ func (c *Controller) Workers() []uint64 {
 	return ids
 }
 
-// Serve listens on <Dir>/main.sock until ctx ends, then closes it and
-// waits for every exchange it started. A socket file left by a controller
-// that died is replaced; one that answers is not.
+// Serve listens on <Dir>/main.sock until ctx ends, then closes it, waits
+// for every exchange it started, and forgets every worker (their tasks go
+// back in line, for the next Serve). It returns ctx.Err(), or the error
+// that ended listening. main.sock appears only once it accepts
+// connections. A socket file left by a controller that died is replaced;
+// one that answers is not.
 func (c *Controller) Serve(ctx context.Context) error {
 	c.init()
-	ln, err := c.listen()
+	ln, path, err := c.listen()
 	if err != nil {
 		return err
 	}
-	path := ln.Addr().String()
-	c.Logger.Info("serving", zap.String("socket", path), zap.Stringer("numbering", c.Codec.Numbering))
-	c.mu.Lock()
-	c.ctx = ctx
-	c.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var conns sync.WaitGroup
-	for {
-		conn, err2 := ln.Accept()
-		if err2 != nil {
-			err = err2
-			break
-		}
-		conns.Go(func() { c.servePulse(conn) })
-	}
-	conns.Wait()
+	defer os.Remove(path)
+	c.log.Info("serving", zap.String("socket", path), zap.Stringer("numbering", c.Codec.Numbering))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err = transport.Serve(ctx, ln, c.servePulse)
+	cancel() // the workers' goroutines end
 	c.mu.Lock()
 	for _, w := range c.workers {
-		w.deadline.Stop()
+		c.remove(w, errStopped)
 	}
 	c.mu.Unlock()
 	c.bg.Wait()
-	os.Remove(path)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
 	return err
 }
 
-func (c *Controller) listen() (net.Listener, error) {
+var errStopped = errors.New("the controller stopped")
+
+// listen listens on a temporary name in the directory, then renames it
+// main.sock, so that main.sock never exists before it accepts connections
+// (a worker or test that sees the file can connect) nor with a wider mode
+// than 0600.
+func (c *Controller) listen() (net.Listener, string, error) {
 	if err := os.MkdirAll(c.dir(), 0o700); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	path := filepath.Join(c.dir(), "main.sock")
 	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		conn.Close()
-		return nil, fmt.Errorf("pulse: a controller already answers on %s", path)
+		return nil, "", fmt.Errorf("pulse: a controller already answers on %s", path)
 	}
-	os.Remove(path) // left by a controller that died
-	ln, err := net.Listen("unix", path)
+	tmp := filepath.Join(c.dir(), ".main-"+strconv.Itoa(os.Getpid())+".sock")
+	os.Remove(tmp) // left by a controller of this pid that died
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	// The directory (0700) keeps others out meanwhile.
-	if err := os.Chmod(path, 0o600); err != nil {
+	ln.SetUnlinkOnClose(false) // the file is renamed; Serve removes it
+	err = os.Chmod(tmp, 0o600)
+	if err == nil {
+		err = os.Rename(tmp, path) // replaces a stale main.sock
+	}
+	if err != nil {
 		ln.Close()
-		return nil, err
+		os.Remove(tmp)
+		return nil, "", err
 	}
-	return ln, nil
+	return ln, path, nil
 }
 
 // servePulse is one connection on main.sock: a WorkerPulse, a
 // PulseResponse.
-func (c *Controller) servePulse(conn net.Conn) {
+func (c *Controller) servePulse(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(c.timeout()))
 	p, err := c.Codec.ReadPulse(conn)
 	var resp pulsepb.PulseResponse
 	switch {
 	case err == nil:
-		resp = c.pulse(p)
+		resp = c.pulse(ctx, p)
 	case isUnknownEnum(err):
-		c.Logger.Warn("pulse of an unknown type", zap.Error(err))
+		c.log.Warn("pulse of an unknown type", zap.Error(err))
 		resp.Error = pulsepb.ControllerError_CTRL_ERR_UNKNOWN_TYPE
 	default:
-		c.Logger.Warn("bad pulse", zap.Error(err))
+		c.log.Warn("bad pulse", zap.Error(err))
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return
 		}
 		resp.Error = pulsepb.ControllerError_CTRL_ERR_FAILED
 	}
 	if err := c.Codec.WriteMessage(conn, &resp); err != nil {
-		c.Logger.Info("cannot answer a pulse", zap.Error(err))
+		c.log.Info("cannot answer a pulse", zap.Error(err))
 	}
 }
 
-// pulse handles one WorkerPulse and returns the answer.
-func (c *Controller) pulse(p *pulsepb.WorkerPulse) pulsepb.PulseResponse {
+// pulse handles one WorkerPulse and returns the answer. ctx is Serve's:
+// a registered worker's goroutine lives until it ends.
+func (c *Controller) pulse(ctx context.Context, p *pulsepb.WorkerPulse) pulsepb.PulseResponse {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p.Type == pulsepb.PulseType_PULSE_REGISTER {
 		c.nextID++
-		w := &cworker{id: c.nextID}
+		w := &cworker{id: c.nextID, poke: make(chan struct{}, 1)}
+		w.dw = c.d.Join(strconv.FormatUint(w.id, 10), func([]uint64) { w.wake() })
 		c.workers[w.id] = w
-		w.deadline = time.AfterFunc(nextPulse(p), func() { c.dead(w, "no pulse in time") })
-		c.Logger.Info("worker registered", zap.Uint64("worker", w.id), zap.Uint64("next_pulse", p.NextPulse))
+		w.deadline = time.AfterFunc(nextPulse(p), func() { c.dead(w) })
+		c.bg.Go(func() { c.drive(ctx, w) })
+		c.log.Info("worker registered", zap.Uint64("worker", w.id), zap.Uint64("next_pulse", p.NextPulse))
 		id := w.id
 		return pulsepb.PulseResponse{Error: pulsepb.ControllerError_CTRL_ERR_OK, WorkerId: &id}
 	}
@@ -333,40 +315,31 @@ func (c *Controller) pulse(p *pulsepb.WorkerPulse) pulsepb.PulseResponse {
 	}
 	switch p.Type {
 	case pulsepb.PulseType_PULSE_SHUTDOWN:
-		c.remove(w, "it shut down")
+		c.remove(w, errShutdown)
 		return pulsepb.PulseResponse{Error: pulsepb.ControllerError_CTRL_ERR_OK}
 	case pulsepb.PulseType_PULSE_OK, pulsepb.PulseType_PULSE_FETCH_ME:
 	default:
 		return pulsepb.PulseResponse{Error: pulsepb.ControllerError_CTRL_ERR_UNKNOWN_TYPE}
 	}
 	w.deadline.Reset(nextPulse(p))
+	w.dw.Renew()
 	w.ready = true
 	if p.Type == pulsepb.PulseType_PULSE_FETCH_ME {
 		w.fetchMe = true
 	}
+	// A pulse that crosses an exchange may name what the exchange is
+	// changing; one that a FETCH will settle is not checked either.
 	if !w.busy && !w.fetchMe && !c.agrees(w, p.TaskId) {
-		w.busy = true
-		c.bg.Go(func() { c.confirm(w) })
+		w.confirm = true
 	}
-	c.next(w)
+	w.wake()
 	return pulsepb.PulseResponse{Error: pulsepb.ControllerError_CTRL_ERR_OK}
 }
 
-// next starts the exchange that w waits for, if none is under way: FETCH
-// when it asked to be fetched (also for a task whose job gave up waiting,
-// so that the worker is free again), else a task. c.mu is held.
-func (c *Controller) next(w *cworker) {
-	if w.busy || c.workers[w.id] != w {
-		return
-	}
-	if w.fetchMe {
-		w.fetchMe, w.busy = false, true
-		t := w.task
-		c.bg.Go(func() { c.fetch(w, t) })
-		return
-	}
-	c.dispatch()
-}
+var (
+	errShutdown = errors.New("it shut down")
+	errSilent   = errors.New("no pulse in time")
+)
 
 // nextPulse is how long the controller waits for a worker's next pulse.
 func nextPulse(p *pulsepb.WorkerPulse) time.Duration {
@@ -382,64 +355,115 @@ func nextPulse(p *pulsepb.WorkerPulse) time.Duration {
 func (c *Controller) agrees(w *cworker, taskID uint64) bool {
 	switch {
 	case w.task != nil:
-		return taskID == w.task.id || taskID == 0 || taskID == w.prev
+		return taskID == w.task.Key || taskID == 0 || taskID == w.prev
 	default:
 		return taskID == 0 || taskID == w.prev
 	}
 }
 
 // dead removes a worker that fell silent.
-func (c *Controller) dead(w *cworker, why string) {
+func (c *Controller) dead(w *cworker) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.remove(w, why)
+	c.remove(w, errSilent)
 }
 
-// remove forgets a worker and gives its task to another. c.mu is held.
-func (c *Controller) remove(w *cworker, why string) {
+// remove forgets a worker: it leaves the Dispatcher, which puts its task
+// back at the front of the line. c.mu is held.
+func (c *Controller) remove(w *cworker, why error) {
 	if c.workers[w.id] != w {
 		return
 	}
 	delete(c.workers, w.id)
+	w.gone = true
 	w.deadline.Stop()
-	if t := w.task; t != nil && !t.done {
-		t.worker = nil
-		c.pending = append([]*ctask{t}, c.pending...)
-		c.Logger.Warn("worker removed; its task goes to another", zap.Uint64("worker", w.id), zap.String("why", why), zap.Uint64("task", t.id))
+	if t := w.task; t != nil && !settled(t) {
+		c.log.Warn("worker removed; its task goes to another", zap.Uint64("worker", w.id), zap.String("why", why.Error()), zap.Uint64("task", t.Key))
 	} else {
-		c.Logger.Info("worker removed", zap.Uint64("worker", w.id), zap.String("why", why))
+		c.log.Info("worker removed", zap.Uint64("worker", w.id), zap.String("why", why.Error()))
 	}
 	w.task = nil
-	c.dispatch()
+	w.dw.Leave(why)
+	w.wake()
 }
 
-// dispatch gives pending tasks to free ready workers. c.mu is held.
-func (c *Controller) dispatch() {
-	for _, w := range c.workers {
-		if len(c.pending) == 0 {
+func settled(t *transport.Ticket[uint64, Task]) bool {
+	_, done := t.Result()
+	return done
+}
+
+// drive has every exchange with worker w, one at a time, until w is
+// removed or ctx (Serve's) ends: FETCH when it asked to be fetched,
+// RESTART when the job of its task ended without it, GET_STATUS when a
+// pulse disagreed, and SET_TASK with the task at the front of the line
+// when it is free.
+func (c *Controller) drive(ctx context.Context, w *cworker) {
+	for {
+		for {
+			act := c.next(w)
+			if act == nil {
+				break
+			}
+			if !act(ctx) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
 			return
+		case <-w.poke:
+		case <-w.dw.Wake():
 		}
-		if !w.ready || w.busy || w.task != nil {
-			continue
-		}
-		t := c.pending[0]
-		c.pending = c.pending[1:]
-		t.worker, w.task, w.busy = w, t, true
-		t.attempts++
-		c.bg.Go(func() { c.setTask(w, t) })
 	}
+}
+
+// next returns what w's goroutine does next; nil when nothing is to be
+// done now. The action returns false when the goroutine must end.
+func (c *Controller) next(w *cworker) func(context.Context) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch t := w.task; {
+	case w.gone:
+		return func(context.Context) bool { return false }
+	case w.fetchMe:
+		// First, also for a task whose job has ended: its worker is free
+		// once its outcome is fetched.
+		w.fetchMe, w.busy = false, true
+		return func(ctx context.Context) bool { c.fetch(ctx, w, t); return true }
+	case t != nil && settled(t):
+		// Its job ended (cancelled, timed out, closed) while it runs.
+		w.busy = true
+		return func(ctx context.Context) bool {
+			c.restart(ctx, w, fmt.Errorf("the job of task %d ended", t.Key))
+			return false
+		}
+	case w.confirm:
+		w.confirm, w.busy = false, true
+		return func(ctx context.Context) bool { return c.confirmTask(ctx, w) }
+	case w.ready && t == nil:
+		ts := w.dw.Take(1, nil)
+		if len(ts) == 0 {
+			return nil // Wake tells when a task comes
+		}
+		w.task, w.busy = ts[0], true
+		return func(ctx context.Context) bool { c.setTask(ctx, w, ts[0]); return true }
+	}
+	return nil
 }
 
 // exchange sends one ControlMsg (and extra bytes) to worker w and reads
 // its WorkerResponse; with the response's extra bytes given to extra.
-func (c *Controller) exchange(w *cworker, msg *pulsepb.ControlMsg, body io.Reader, extra func(*pulsepb.WorkerResponse, io.Reader) error) (*pulsepb.WorkerResponse, error) {
+func (c *Controller) exchange(ctx context.Context, w *cworker, msg *pulsepb.ControlMsg, body io.Reader, extra func(*pulsepb.WorkerResponse, io.Reader) error) (*pulsepb.WorkerResponse, error) {
 	path := filepath.Join(c.dir(), strconv.FormatUint(w.id, 10)+".sock")
-	conn, err := net.DialTimeout("unix", path, c.timeout())
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, c.timeout())
+	conn, err := d.DialContext(dctx, "unix", path)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	stop := context.AfterFunc(c.ctx, func() { conn.SetDeadline(time.Now()) })
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	conn.SetDeadline(time.Now().Add(c.timeout()))
 	if err := c.Codec.WriteMessage(conn, msg); err != nil {
@@ -479,45 +503,39 @@ func (c deadlined) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// setTask gives task t to worker w.
-func (c *Controller) setTask(w *cworker, t *ctask) {
-	body, size, err := t.src.open()
+// setTask gives task t to worker w (SET_TASK).
+func (c *Controller) setTask(ctx context.Context, w *cworker, t *transport.Ticket[uint64, Task]) {
+	body, size, err := t.Value.open()
 	if err != nil {
 		c.mu.Lock()
-		defer c.mu.Unlock()
-		w.busy, w.task, t.worker = false, nil, nil
-		c.finish(t, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: fmt.Errorf("pulse: task %d: %w", t.id, err), Ended: time.Now()})
-		c.dispatch()
+		w.busy, w.task = false, nil
+		c.mu.Unlock()
+		w.dw.Complete(t.Key, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: fmt.Errorf("pulse: task %d: %w", t.Key, err)})
 		return
 	}
 	defer body.Close()
-	id := t.id
-	resp, err := c.exchange(w, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_SET_TASK, ExtraSize: uint64(size), TaskId: &id}, body, nil)
+	id := t.Key
+	resp, err := c.exchange(ctx, w, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_SET_TASK, ExtraSize: uint64(size), TaskId: &id}, body, nil)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w.busy = false
 	switch {
 	case err != nil || resp.Error == pulsepb.WorkerError_WORKER_ERR_FAILED:
-		c.remove(w, fmt.Sprintf("SET_TASK failed: %v", errOr(err, resp)))
+		c.remove(w, fmt.Errorf("SET_TASK failed: %v", errOr(err, resp)))
 	case resp.Error == pulsepb.WorkerError_WORKER_ERR_BUSY:
-		// Busy with something we do not know of: the task goes to
-		// another worker, and this one is asked what it runs.
-		w.task, t.worker = nil, nil
-		t.attempts--
-		c.pending = append([]*ctask{t}, c.pending...)
-		c.Logger.Info("worker busy; the task goes to another", zap.Uint64("worker", w.id), zap.Uint64("task", t.id))
-		// No task is offered to it again before its next pulse: a worker
-		// that stays busy would otherwise be asked in a tight loop.
-		w.ready = false
-		w.busy = true
-		c.bg.Go(func() { c.confirm(w) })
+		// Busy with something we do not know of: the task goes back for
+		// another worker, and this one is asked what it runs. No task is
+		// offered to it again before its next pulse: a worker that stays
+		// busy would otherwise be asked in a tight loop.
+		w.task = nil
+		w.dw.Release(t)
+		c.log.Info("worker busy; the task goes to another", zap.Uint64("worker", w.id), zap.Uint64("task", t.Key))
+		w.ready, w.confirm = false, true
 	case resp.Error != pulsepb.WorkerError_WORKER_ERR_OK:
-		c.remove(w, fmt.Sprintf("SET_TASK answered %v", resp.Error))
+		c.remove(w, fmt.Errorf("SET_TASK answered %v", resp.Error))
 	default:
-		c.Logger.Debug("task given", zap.Uint64("worker", w.id), zap.Uint64("task", t.id), zap.Int64("size", size))
+		c.log.Debug("task given", zap.Uint64("worker", w.id), zap.Uint64("task", t.Key), zap.Int64("size", size))
 	}
-	c.next(w)
-	c.dispatch()
 }
 
 func errOr(err error, resp *pulsepb.WorkerResponse) any {
@@ -527,11 +545,12 @@ func errOr(err error, resp *pulsepb.WorkerResponse) any {
 	return resp.Error
 }
 
-// fetch fetches the result of task t from worker w (FETCH).
-func (c *Controller) fetch(w *cworker, t *ctask) {
+// fetch fetches the outcome of task t (nil: none given) from worker w
+// (FETCH).
+func (c *Controller) fetch(ctx context.Context, w *cworker, t *transport.Ticket[uint64, Task]) {
 	var out *laboro.Output
 	var failure []byte
-	resp, err := c.exchange(w, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_FETCH}, nil,
+	resp, err := c.exchange(ctx, w, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_FETCH}, nil,
 		func(resp *pulsepb.WorkerResponse, r io.Reader) error {
 			if resp.Error != pulsepb.WorkerError_WORKER_ERR_OK {
 				var b bytes.Buffer
@@ -550,46 +569,34 @@ func (c *Controller) fetch(w *cworker, t *ctask) {
 	w.busy = false
 	switch {
 	case err != nil || resp.Error == pulsepb.WorkerError_WORKER_ERR_FAILED:
-		if out != nil {
-			out.Close()
-		}
-		c.remove(w, fmt.Sprintf("FETCH failed: %v %s", errOr(err, resp), failure))
+		out.Close()
+		c.remove(w, fmt.Errorf("FETCH failed: %v %s", errOr(err, resp), failure))
 	case resp.Error == pulsepb.WorkerError_WORKER_ERR_NO_FETCH:
-	case t == nil || resp.TaskId != t.id || w.task != t:
-		// A result no job waits for any more (or not the one given).
+	case t == nil || resp.TaskId != t.Key:
 		w.prev = resp.TaskId
-		if out != nil {
-			out.Close()
-		}
-		c.Logger.Info("fetched result discarded: no job waits for it", zap.Uint64("worker", w.id), zap.Uint64("task", resp.TaskId))
+		out.Close()
+		c.log.Info("fetched outcome discarded: not the task given", zap.Uint64("worker", w.id), zap.Uint64("task", resp.TaskId))
 	case resp.Error == pulsepb.WorkerError_WORKER_ERR_TASK_FAILED:
-		w.task, w.prev, t.worker = nil, t.id, nil
-		t.lastErr = string(failure)
-		if t.attempts >= c.attempts() {
-			c.finish(t, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Ended: time.Now(),
-				Err: fmt.Errorf("%w on %d workers: %s", ErrTaskFailed, t.attempts, failure)})
-		} else if !t.done {
-			c.pending = append(c.pending, t)
-			c.Logger.Info("task failed on a worker; it goes to another", zap.Uint64("worker", w.id), zap.Uint64("task", t.id), zap.ByteString("error", failure))
+		if w.task != t {
+			break // the worker was removed meanwhile: the task went back already
+		}
+		w.task, w.prev = nil, t.Key
+		if w.dw.Retry(t, fmt.Errorf("%w on worker %d: %s", ErrTaskFailed, w.id, failure)) {
+			c.log.Info("task failed on a worker", zap.Uint64("worker", w.id), zap.Uint64("task", t.Key), zap.ByteString("error", failure))
 		}
 	case resp.Error == pulsepb.WorkerError_WORKER_ERR_OK:
-		w.task, w.prev, t.worker = nil, t.id, nil
-		c.finish(t, laboro.Result{Status: laboro.StatusSucceeded, ExitCode: 0, Ended: time.Now(), Output: out})
-	default:
-		if out != nil {
-			out.Close()
+		if w.task == t {
+			w.task, w.prev = nil, t.Key
 		}
-		c.remove(w, fmt.Sprintf("FETCH answered %v", resp.Error))
+		// Taken even from a worker removed meanwhile, while the job has
+		// no result; discarded (ErrLate) once the job has ended.
+		if err := w.dw.Complete(t.Key, laboro.Result{Status: laboro.StatusSucceeded, ExitCode: 0, Output: out}); err != nil {
+			c.log.Info("fetched result discarded", zap.Uint64("worker", w.id), zap.Uint64("task", t.Key), zap.Error(err))
+		}
+	default:
+		out.Close()
+		c.remove(w, fmt.Errorf("FETCH answered %v", resp.Error))
 	}
-	c.next(w)
-	c.dispatch()
-}
-
-func (c *Controller) attempts() int {
-	if c.Attempts <= 0 {
-		return DefaultAttempts
-	}
-	return c.Attempts
 }
 
 // keep writes a result into a file of its own.
@@ -609,33 +616,40 @@ func (c *Controller) keep(r io.Reader, n uint64) (*laboro.Output, error) {
 	return laboro.NewOutput(f.Name(), int64(n)), nil
 }
 
-// confirm asks a worker whose pulse disagreed with its task what it runs
-// (GET_STATUS), and sends it RESTART if it still disagrees.
-func (c *Controller) confirm(w *cworker) {
-	resp, err := c.exchange(w, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_GET_STATUS}, nil, nil)
+// confirmTask asks a worker whose pulse disagreed with its task what it
+// runs (GET_STATUS), and restarts it if it still disagrees. It returns
+// false when the worker is removed.
+func (c *Controller) confirmTask(ctx context.Context, w *cworker) bool {
+	resp, err := c.exchange(ctx, w, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_GET_STATUS}, nil, nil)
 	c.mu.Lock()
 	w.busy = false
 	if err != nil || resp.Error != pulsepb.WorkerError_WORKER_ERR_OK {
-		c.remove(w, fmt.Sprintf("GET_STATUS failed: %v", errOr(err, resp)))
+		c.remove(w, fmt.Errorf("GET_STATUS failed: %v", errOr(err, resp)))
 		c.mu.Unlock()
-		return
+		return false
 	}
-	if c.agrees(w, resp.TaskId) {
-		c.next(w)
-		c.mu.Unlock()
-		return
-	}
-	c.remove(w, fmt.Sprintf("it runs task %d, not the one it was given", resp.TaskId))
+	agrees := c.agrees(w, resp.TaskId)
+	w.busy = !agrees
 	c.mu.Unlock()
-	c.restart(w)
+	if agrees {
+		return true
+	}
+	c.restart(ctx, w, fmt.Errorf("it runs task %d, not the one it was given", resp.TaskId))
+	return false
 }
 
-// restart tells a removed worker to end its work (RESTART); errors are
-// ignored, as the spec says.
-func (c *Controller) restart(w *cworker) {
-	if _, err := c.exchange(w, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_RESTART}, nil, nil); err != nil {
-		c.Logger.Info("RESTART not delivered", zap.Uint64("worker", w.id), zap.Error(err))
+// restart tells a worker to end its work (RESTART) and removes it;
+// errors are ignored, as the spec says. It is sent before the worker is
+// removed, so that a pulse crossing it is not answered UNKNOWN_ID, which
+// would have the worker register again without ending its work.
+func (c *Controller) restart(ctx context.Context, w *cworker, why error) {
+	c.log.Info("sending RESTART", zap.Uint64("worker", w.id), zap.String("why", why.Error()))
+	if _, err := c.exchange(ctx, w, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_RESTART}, nil, nil); err != nil {
+		c.log.Info("RESTART not delivered", zap.Uint64("worker", w.id), zap.Error(err))
 	}
+	c.mu.Lock()
+	c.remove(w, fmt.Errorf("RESTART: %w", why))
+	c.mu.Unlock()
 }
 
 // isUnknownEnum reports whether a decode error is an enum value that the

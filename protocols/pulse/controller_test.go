@@ -16,6 +16,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/protocols/pulse/pulsepb"
+	"github.com/laboro-go/laboro/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -37,16 +38,22 @@ type testController struct {
 	logs *observer.ObservedLogs
 }
 
-func startController(t *testing.T, codec Codec) *testController {
+// startController starts a Controller, set up by opts, and an Executor
+// over it; main.sock accepts connections once it returns.
+func startController(t *testing.T, codec Codec, opts ...func(*Controller)) *testController {
 	t.Helper()
 	core, logs := observer.New(zap.DebugLevel)
 	c := &Controller{Dir: shortDir(t), Codec: codec, Timeout: 2 * time.Second, OutputDir: t.TempDir(), Logger: zap.New(core)}
+	for _, opt := range opts {
+		opt(c)
+	}
 	ex, err := laboro.New(laboro.WithRunner(c), laboro.WithPoolSize(16), laboro.WithConcurrency(16))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- c.Serve(ctx) }()
-	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(c.Dir, "main.sock")); return err == nil }, 5*time.Second, time.Millisecond)
+	// main.sock appears once it accepts connections.
+	require.Eventually(t, func() bool { return fileExists(filepath.Join(c.Dir, "main.sock")) }, 10*time.Second, time.Millisecond)
 	t.Cleanup(func() {
 		cancel()
 		ex.Close()
@@ -59,6 +66,13 @@ func (tc *testController) submit(t *testing.T, data string) *laboro.Handle {
 	h, err := tc.ex.Submit(context.Background(), NewTask([]byte(data)))
 	require.NoError(t, err)
 	return h
+}
+
+// logged waits until the controller has logged msg n times.
+func (tc *testController) logged(t *testing.T, msg string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return tc.logs.FilterMessage(msg).Len() >= n }, 10*time.Second, time.Millisecond,
+		"%q not logged %d times", msg, n)
 }
 
 func result(t *testing.T, h *laboro.Handle) (laboro.Result, string) {
@@ -83,6 +97,7 @@ type scriptedWorker struct {
 	codec  Codec
 	dir    string
 	id     uint64
+	next   uint64 // the next_pulse it announces, in seconds
 	ln     net.Listener
 	mu     sync.Mutex
 	answer func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte)
@@ -91,8 +106,14 @@ type scriptedWorker struct {
 	wg     sync.WaitGroup
 }
 
-func (tc *testController) worker(t *testing.T) *scriptedWorker {
-	w := &scriptedWorker{t: t, codec: tc.c.Codec, dir: tc.c.Dir, got: make(chan *pulsepb.ControlMsg, 16), quit: make(chan struct{})}
+// worker registers a scripted worker that announces a next_pulse of 60 s,
+// so that a slow test does not lose it; one of the test's is given as
+// nextPulse.
+func (tc *testController) worker(t *testing.T, nextPulse ...uint64) *scriptedWorker {
+	w := &scriptedWorker{t: t, codec: tc.c.Codec, dir: tc.c.Dir, next: 60, got: make(chan *pulsepb.ControlMsg, 16), quit: make(chan struct{})}
+	if len(nextPulse) > 0 {
+		w.next = nextPulse[0]
+	}
 	w.answer = func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte) {
 		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_OK, TaskId: m.GetTaskId()}, nil
 	}
@@ -115,7 +136,7 @@ func (w *scriptedWorker) pulse(typ pulsepb.PulseType, task uint64) *pulsepb.Puls
 	require.NoError(w.t, err)
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	require.NoError(w.t, w.codec.WriteMessage(conn, &pulsepb.WorkerPulse{Type: typ, WorkerId: w.id, TaskId: task, NextPulse: 1}))
+	require.NoError(w.t, w.codec.WriteMessage(conn, &pulsepb.WorkerPulse{Type: typ, WorkerId: w.id, TaskId: task, NextPulse: w.next}))
 	r, err := w.codec.ReadPulseResponse(conn)
 	require.NoError(w.t, err)
 	return r
@@ -155,8 +176,8 @@ func (w *scriptedWorker) on(answer func(m *pulsepb.ControlMsg, extra []byte) (*p
 	w.mu.Unlock()
 }
 
-// next returns the next control message the worker received.
-func (w *scriptedWorker) next() *pulsepb.ControlMsg {
+// received returns the next control message the worker received.
+func (w *scriptedWorker) received() *pulsepb.ControlMsg {
 	w.t.Helper()
 	select {
 	case m := <-w.got:
@@ -188,13 +209,13 @@ func TestControllerTaskFlow(t *testing.T) {
 			})
 			h := tc.submit(t, "solve me")
 			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
-			m := w.next()
+			m := w.received()
 			assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, m.Type)
 			assert.Equal(t, uint64(1), m.GetTaskId())
 			assert.Equal(t, "solve me", string(task))
 			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 1).Error)
 			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1).Error)
-			assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, w.next().Type)
+			assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, w.received().Type)
 			res, out := result(t, h)
 			assert.Equal(t, laboro.StatusSucceeded, res.Status)
 			assert.Equal(t, "SOLVE ME", out)
@@ -207,8 +228,7 @@ func TestControllerTaskFlow(t *testing.T) {
 // BUSY sends the task to another worker; TASK_FAILED too, until Attempts
 // workers have failed it; NO_FETCH changes nothing.
 func TestControllerBusyAndFailures(t *testing.T) {
-	tc := startController(t, Codec{})
-	tc.c.Attempts = 2
+	tc := startController(t, Codec{}, func(c *Controller) { c.Attempts = 2 })
 	busy := tc.worker(t)
 	busy.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
 		if m.Type == pulsepb.ControlType_CTRL_GET_STATUS {
@@ -218,8 +238,8 @@ func TestControllerBusyAndFailures(t *testing.T) {
 	})
 	h := tc.submit(t, "x")
 	busy.pulse(pulsepb.PulseType_PULSE_OK, 0)
-	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, busy.next().Type)
-	assert.Equal(t, pulsepb.ControlType_CTRL_GET_STATUS, busy.next().Type, "asked what it runs")
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, busy.received().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_GET_STATUS, busy.received().Type, "asked what it runs")
 
 	failing := tc.worker(t)
 	failing.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
@@ -229,13 +249,13 @@ func TestControllerBusyAndFailures(t *testing.T) {
 		return &pulsepb.WorkerResponse{TaskId: m.GetTaskId()}, nil
 	})
 	failing.pulse(pulsepb.PulseType_PULSE_OK, 0)
-	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failing.next().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failing.received().Type)
 	failing.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
-	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.next().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.received().Type)
 	// The task comes back to it (the busy worker stays busy): a second
 	// failure is the last one allowed.
 	failing.pulse(pulsepb.PulseType_PULSE_OK, 0)
-	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failing.next().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failing.received().Type)
 	failing.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
 		if m.Type == pulsepb.ControlType_CTRL_FETCH {
 			return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_NO_FETCH, TaskId: 1}, nil
@@ -243,15 +263,16 @@ func TestControllerBusyAndFailures(t *testing.T) {
 		return &pulsepb.WorkerResponse{TaskId: m.GetTaskId()}, nil
 	})
 	failing.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
-	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.next().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.received().Type)
 	failing.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
 		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_TASK_FAILED, TaskId: 1}, []byte("exit status 4")
 	})
 	failing.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
-	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.next().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.received().Type)
 	res, _ := result(t, h)
 	assert.Equal(t, laboro.StatusFailed, res.Status)
 	assert.ErrorIs(t, res.Err, ErrTaskFailed)
+	assert.ErrorIs(t, res.Err, transport.ErrAttempts)
 	assert.ErrorContains(t, res.Err, "exit status 4")
 }
 
@@ -265,7 +286,7 @@ func TestControllerRestartsAWorkerThatDisagrees(t *testing.T) {
 	})
 	h := tc.submit(t, "x")
 	w.pulse(pulsepb.PulseType_PULSE_OK, 0)
-	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.next().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.received().Type)
 	// Pulses go on as a worker's do; one comes once the SET_TASK exchange
 	// is over, and is checked.
 	var m *pulsepb.ControlMsg
@@ -279,15 +300,18 @@ func TestControllerRestartsAWorkerThatDisagrees(t *testing.T) {
 		}
 	}, 10*time.Second, time.Millisecond)
 	assert.Equal(t, pulsepb.ControlType_CTRL_GET_STATUS, m.Type)
-	assert.Equal(t, pulsepb.ControlType_CTRL_RESTART, w.next().Type)
-	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_OK, 42).Error)
+	assert.Equal(t, pulsepb.ControlType_CTRL_RESTART, w.received().Type)
+	// Removed once its answer to RESTART is read.
+	require.Eventually(t, func() bool {
+		return w.pulse(pulsepb.PulseType_PULSE_OK, 42).Error == pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID
+	}, 10*time.Second, time.Millisecond)
 
 	good := tc.worker(t)
 	good.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
 		return &pulsepb.WorkerResponse{TaskId: 1}, []byte("ok")
 	})
 	good.pulse(pulsepb.PulseType_PULSE_OK, 0)
-	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, good.next().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, good.received().Type)
 	good.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
 	res, out := result(t, h)
 	assert.Equal(t, laboro.StatusSucceeded, res.Status)
@@ -298,12 +322,12 @@ func TestControllerRestartsAWorkerThatDisagrees(t *testing.T) {
 // and its task goes to another; so is one that answers FAILED.
 func TestControllerDeadAndFailedWorkers(t *testing.T) {
 	tc := startController(t, Codec{})
-	silent := tc.worker(t)
+	silent := tc.worker(t, 1)
 	h := tc.submit(t, "x")
 	start := time.Now()
 	silent.pulse(pulsepb.PulseType_PULSE_OK, 0)
-	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, silent.next().Type)
-	require.Eventually(t, func() bool { return tc.logs.FilterMessage("worker removed; its task goes to another").Len() == 1 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, silent.received().Type)
+	tc.logged(t, "worker removed; its task goes to another", 1)
 	assert.GreaterOrEqual(t, time.Since(start), time.Second, "not before next_pulse")
 
 	failed := tc.worker(t)
@@ -311,15 +335,15 @@ func TestControllerDeadAndFailedWorkers(t *testing.T) {
 		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_FAILED}, []byte("disk full")
 	})
 	failed.pulse(pulsepb.PulseType_PULSE_OK, 0)
-	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failed.next().Type)
-	require.Eventually(t, func() bool { return tc.logs.FilterMessage("worker removed; its task goes to another").Len() == 2 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failed.received().Type)
+	tc.logged(t, "worker removed; its task goes to another", 2)
 
 	good := tc.worker(t)
 	good.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
 		return &pulsepb.WorkerResponse{TaskId: 1}, []byte("done")
 	})
 	good.pulse(pulsepb.PulseType_PULSE_OK, 0)
-	good.next()
+	good.received()
 	good.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
 	res, out := result(t, h)
 	assert.Equal(t, laboro.StatusSucceeded, res.Status)
@@ -368,8 +392,10 @@ func TestControllerBadPulses(t *testing.T) {
 // one is refused.
 func TestControllerSocketFile(t *testing.T) {
 	tc := startController(t, Codec{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	other := &Controller{Dir: tc.c.Dir}
-	err := other.Serve(context.Background())
+	err := other.Serve(ctx)
 	assert.ErrorContains(t, err, "already answers")
 
 	dir := shortDir(t)
@@ -378,7 +404,6 @@ func TestControllerSocketFile(t *testing.T) {
 	require.NoError(t, err)
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close() // the file stays, as after a crash
-	ctx, cancel := context.WithCancel(context.Background())
 	c := &Controller{Dir: dir}
 	served := make(chan error, 1)
 	go func() { served <- c.Serve(ctx) }()
@@ -394,4 +419,106 @@ func TestControllerSocketFile(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), fmt.Sprintf("%v", st.Mode()))
 	cancel()
 	assert.ErrorIs(t, <-served, context.Canceled)
+}
+
+// A job that ends while its task runs (Executor.Cancel here) ends at once,
+// and the worker that runs it gets RESTART and is removed.
+func TestControllerRestartsTheWorkerOfACancelledTask(t *testing.T) {
+	for _, n := range numberings {
+		t.Run(n.String(), func(t *testing.T) {
+			tc := startController(t, Codec{Numbering: n})
+			w := tc.worker(t)
+			h := tc.submit(t, "x")
+			w.pulse(pulsepb.PulseType_PULSE_OK, 0)
+			assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.received().Type)
+			require.NoError(t, tc.ex.Cancel(h.ID()))
+			res, _ := result(t, h)
+			assert.Equal(t, laboro.StatusCancelled, res.Status)
+			assert.ErrorIs(t, res.Err, laboro.ErrCancelled)
+			assert.Equal(t, pulsepb.ControlType_CTRL_RESTART, w.received().Type)
+			require.Eventually(t, func() bool { return len(tc.c.Workers()) == 0 }, 10*time.Second, time.Millisecond)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_OK, 1).Error)
+		})
+	}
+}
+
+// A job that ends while its task's outcome is ready on the worker: the
+// worker is fetched, not restarted, and the result is discarded, its file
+// removed.
+func TestControllerDropsALateResult(t *testing.T) {
+	tc := startController(t, Codec{})
+	w := tc.worker(t)
+	answer := make(chan struct{})
+	w.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		if m.Type == pulsepb.ControlType_CTRL_SET_TASK {
+			<-answer // the controller waits for this answer
+			return &pulsepb.WorkerResponse{TaskId: m.GetTaskId()}, nil
+		}
+		return &pulsepb.WorkerResponse{TaskId: 1}, []byte("too late")
+	})
+	h := tc.submit(t, "x")
+	w.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	require.Eventually(t, func() bool { return tc.c.d.Stats().Held == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, tc.ex.Cancel(h.ID()))
+	res, _ := result(t, h)
+	assert.Equal(t, laboro.StatusCancelled, res.Status)
+	// The task ended on the worker, which asks to be fetched.
+	w.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
+	close(answer)
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.received().Type)
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, w.received().Type)
+	tc.logged(t, "fetched result discarded", 1)
+	entries, err := os.ReadDir(tc.c.OutputDir)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "the discarded result's file is removed")
+	assert.Equal(t, []uint64{w.id}, tc.c.Workers(), "not restarted")
+
+	// It is free for the next task.
+	w.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		if m.Type == pulsepb.ControlType_CTRL_SET_TASK {
+			return &pulsepb.WorkerResponse{TaskId: m.GetTaskId()}, nil
+		}
+		return &pulsepb.WorkerResponse{TaskId: 2}, []byte("in time")
+	})
+	h = tc.submit(t, "y")
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.received().Type)
+	w.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 2)
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, w.received().Type)
+	res, out := result(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, "in time", out)
+}
+
+// main.sock appears only once it accepts connections: whoever sees the
+// file can connect.
+func TestControllerSocketAcceptsOnceItExists(t *testing.T) {
+	for range 20 {
+		dir := shortDir(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c := &Controller{Dir: dir}
+		served := make(chan error, 1)
+		go func() { served <- c.Serve(ctx) }()
+		path := filepath.Join(dir, "main.sock")
+		require.Eventually(t, func() bool { return fileExists(path) }, 10*time.Second, 50*time.Microsecond)
+		conn, err := net.Dial("unix", path)
+		require.NoError(t, err)
+		conn.Close()
+		cancel()
+		require.ErrorIs(t, <-served, context.Canceled)
+		assert.False(t, fileExists(path), "main.sock removed")
+	}
+}
+
+// The task travels in Job.Payload; Meta is the caller's.
+func TestControllerTaskInPayload(t *testing.T) {
+	c := &Controller{}
+	require.NoError(t, c.Validate(NewTask([]byte("x"))))
+	require.NoError(t, c.Validate(NewTaskFile("/x")))
+	require.Error(t, c.Validate(laboro.Job{Meta: Task{}}))
+	job := NewTask([]byte("x"))
+	job.Meta = "the caller's"
+	require.NoError(t, c.Validate(job))
+	res := c.Run(context.Background(), laboro.Job{ID: "j", Meta: Task{}})
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.Equal(t, "j", res.ID)
 }

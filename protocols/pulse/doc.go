@@ -5,10 +5,13 @@
 // fail or fall silent.
 //
 // Controller is the controller side, a laboro.Runner whose jobs are tasks
-// (NewTask, NewTaskFile), so the core's queue, Stop, Queued and drain
-// apply to them; Worker is the worker side, which solves each task with a
-// command run through a local Executor. The binaries cmd/pulse-controller
-// and cmd/pulse-worker are thin wrappers.
+// (NewTask, NewTaskFile: the task travels in Job.Payload), so the core's
+// queue, Stop, Cancel, timeouts and drain apply to them. It hands them to
+// its workers through a transport.Dispatcher, the one every remote manager
+// of laboro shares: each live worker takes the task at the front of the
+// line when it is free. Worker is the worker side, which solves each task
+// with a command run through a local Executor. The binaries
+// cmd/pulse-controller and cmd/pulse-worker are thin wrappers.
 //
 //	c := &pulse.Controller{Dir: "/tmp/ctl"}
 //	ex, _ := laboro.New(laboro.WithRunner(c), laboro.WithPoolSize(64), laboro.WithConcurrency(64))
@@ -18,8 +21,9 @@
 //
 // # The wire
 //
-// The controller listens on <dir>/main.sock (/run/controller by default),
-// each worker on <dir>/<worker_id>.sock. Each connection carries one
+// The controller listens on <dir>/main.sock (/run/controller by default;
+// the file appears once it accepts connections), each worker on
+// <dir>/<worker_id>.sock. Each connection carries one
 // request and one response, then closes. Every protobuf message is
 // preceded by its length as a u64, little-endian; a ControlMsg or a
 // WorkerResponse is followed by exactly extra_size raw bytes. Lengths are
@@ -40,11 +44,19 @@
 //     GET_STATUS before the worker gets RESTART and is removed.
 //   - BUSY: the task goes to another worker, and the busy one is asked
 //     with GET_STATUS what it runs (RESTART if it is not ours).
-//   - TASK_FAILED: the task goes to another worker, up to
-//     Controller.Attempts workers; then the job fails with the last
-//     worker's words.
+//   - TASK_FAILED: the task goes back to the front of the line, for the
+//     next free worker (which may be the same one); once it has been
+//     given out Controller.Attempts times (a worker lost counts too), the
+//     job fails with an error that matches ErrTaskFailed and
+//     transport.ErrAttempts and ends with the last worker's words.
 //   - A worker is dead when no pulse arrives within its next_pulse (60 s
 //     when it announces 0); its task goes to another.
-//   - A result that no job waits for any more (its job was stopped) is
-//     still fetched, so that the worker is free, and thrown away.
+//   - RESTART is how the controller stops a task: when a job ends while a
+//     worker runs its task (Executor.Cancel, Job.Timeout, Executor.Close),
+//     that worker gets RESTART and is removed. Our Worker then kills the
+//     task's process group and registers again, free; the reference
+//     worker ends its session.
+//   - A result that no job waits for any more (the task had ended on the
+//     worker when its job ended) is still fetched, so that the worker is
+//     free, and thrown away.
 package pulse

@@ -17,6 +17,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/protocols/pulse/pulsepb"
+	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
 
@@ -35,11 +36,13 @@ const (
 	workerMaxRetry = 30 * time.Second // the longest wait between attempts
 )
 
-// ErrRestarted is returned by Worker.Run when the controller sent RESTART.
-var ErrRestarted = errors.New("pulse: the controller sent RESTART")
-
-// errForgotten ends a registration: the controller answered UNKNOWN_ID.
-var errForgotten = errors.New("pulse: the controller does not know this worker")
+// Why a registration ends, short of Run's end.
+var (
+	// errForgotten: the controller answered UNKNOWN_ID.
+	errForgotten = errors.New("pulse: the controller does not know this worker")
+	// errRestart: the controller sent RESTART.
+	errRestart = errors.New("pulse: the controller sent RESTART")
+)
 
 // Worker is the worker side of the protocol. It registers with the
 // controller on <Dir>/main.sock, listens on <Dir>/<worker_id>.sock for the
@@ -79,12 +82,14 @@ var errForgotten = errors.New("pulse: the controller does not know this worker")
 // time, a wait that grows between failed attempts, a pulse at once after
 // (re)connecting, and messages held back while disconnected sent then.
 //
-// RESTART is answered OK; then the running task is killed and Run
-// returns ErrRestarted without sending anything more. When Run's context
-// ends, the task is killed, the worker sends SHUTDOWN (best effort, within
-// Timeout) and returns ctx.Err(). Either way, Run returns once every
-// goroutine it started has ended, its socket file and every file it
-// created are removed.
+// RESTART is answered OK; then the worker ends its work, as the spec
+// demands: it stops listening on its socket (the file is removed), kills
+// the task it runs (its whole process group, through the Executor's
+// Cancel) or forgets the outcome it holds, and registers again, free,
+// under a new id. When Run's context ends, the task is killed, the worker
+// sends SHUTDOWN (best effort, within Timeout) and returns ctx.Err(). Run
+// returns once every goroutine it started has ended, its socket file and
+// every file it created are removed.
 //
 // Set the fields before Run; a Worker runs one session at a time.
 type Worker struct {
@@ -115,17 +120,20 @@ type Worker struct {
 	Logger *zap.Logger
 
 	id atomic.Uint64
+	// crash, set by tests before Run, has Run end as a crash would: no
+	// SHUTDOWN.
+	crash bool
 }
 
 // ID returns the worker_id given by the controller's last REGISTER (0
 // before the first).
 func (w *Worker) ID() uint64 { return w.id.Load() }
 
-// Run registers with the controller and serves it until the controller
-// sends RESTART (ErrRestarted) or ctx ends (ctx.Err()). Failures to reach
-// the controller are not errors: the worker tries again. Other errors
-// (a missing Command, an output directory or socket that cannot be
-// created) end Run at once.
+// Run registers with the controller and serves it until ctx ends, then
+// returns ctx.Err(). Failures to reach the controller are not errors: the
+// worker tries again. Other errors (a missing Command, an output directory
+// or socket that cannot be created, a socket that fails to accept) end Run
+// at once.
 func (w *Worker) Run(ctx context.Context) (err error) {
 	if len(w.Command) == 0 || w.Command[0] == "" {
 		return errors.New("pulse: Worker.Command is required")
@@ -148,12 +156,11 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		return err
 	}
 
+	ctx, cancel := context.WithCancel(ctx)
 	err = r.serve(ctx)
-
-	r.stopListening()
-	r.closeConns()
+	cancel()     // the socket is closed, and every connection on it
 	r.ex.Close() // kills the running task
-	if r.registered && !errors.Is(err, ErrRestarted) {
+	if r.registered && !r.w.crash {
 		r.shutdown()
 	}
 	r.wg.Wait()
@@ -179,16 +186,12 @@ type workerRun struct {
 	// Only Run's goroutine uses it.
 	registered bool
 
-	wg      sync.WaitGroup // accept loops, connections, task waiters
-	kick    chan struct{}  // a task ended: pulse FETCH_ME now
-	restart chan struct{}  // closed on RESTART
-	once    sync.Once      // closes restart
+	wg   sync.WaitGroup // the socket's accept loop and connections, task waiters
+	kick chan struct{}  // a task ended: pulse FETCH_ME now
 
-	mu      sync.Mutex
-	ln      *net.UnixListener // nil while not listening
-	conns   map[net.Conn]struct{}
-	closing bool // Run is ending: no more connections
-	task    workerTask
+	mu   sync.Mutex
+	task workerTask
+	gen  uint64 // counts the tasks accepted and dropped: a task's own is its gen
 }
 
 // taskState is where the worker's one task is.
@@ -205,6 +208,8 @@ const (
 type workerTask struct {
 	state   taskState
 	id      uint64
+	gen     uint64         // workerRun.gen when it was accepted
+	h       *laboro.Handle // while it runs
 	output  *laboro.Output // a successful task's result
 	failed  bool
 	failure []byte // a failed task's explanation
@@ -227,8 +232,6 @@ func (w *Worker) newRun() *workerRun {
 		timeout: w.Timeout,
 		retry:   w.Retry,
 		kick:    make(chan struct{}, 1),
-		restart: make(chan struct{}),
-		conns:   make(map[net.Conn]struct{}),
 	}
 	if r.log == nil {
 		r.log = zap.NewNop()
@@ -252,23 +255,60 @@ func (w *Worker) newRun() *workerRun {
 }
 
 // serve registers, listens and pulses, registering again whenever the
-// controller forgets the worker.
+// controller forgets the worker or sends RESTART. Connections on a socket
+// live until ctx ends, past the registration they came in.
 func (r *workerRun) serve(ctx context.Context) error {
 	for {
 		id, err := r.register(ctx)
 		if err != nil {
 			return err
 		}
-		if err := r.listen(id); err != nil {
-			return err
-		}
-		err = r.pulses(ctx, id)
-		if !errors.Is(err, errForgotten) {
+		err = r.session(ctx, id)
+		switch {
+		case errors.Is(err, errForgotten):
+		case errors.Is(err, errRestart):
+			r.dropTask()
+		default:
 			return err
 		}
 		r.registered = false
-		r.stopListening()
 	}
+}
+
+// session listens on <dir>/<id>.sock, replacing a stale socket of that
+// name, and pulses as worker id until the registration ends; the socket
+// file is removed then.
+func (r *workerRun) session(ctx context.Context, id uint64) error {
+	path := filepath.Join(r.dir, strconv.FormatUint(id, 10)+".sock")
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSocket {
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("pulse: remove stale socket: %w", err)
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("pulse: listen: %w", err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("pulse: listen: %w", err)
+	}
+	r.log.Info("listening", zap.String("socket", path))
+
+	lctx, stop := context.WithCancel(ctx)
+	defer func() {
+		stop()
+		ln.Close() // now, not when Serve gets to it: the file goes at once
+	}()
+	restart := make(chan struct{}, 1)
+	served := make(chan error, 1)
+	r.wg.Go(func() {
+		// The connections live on Run's context: a registration that
+		// ends does not cut an answer short.
+		served <- transport.Serve(lctx, ln, func(_ context.Context, c net.Conn) { r.serveConn(ctx, c, restart) })
+	})
+	return r.pulses(ctx, id, restart, served)
 }
 
 // register sends REGISTER until the controller gives the worker an id.
@@ -302,7 +342,7 @@ func (r *workerRun) register(ctx context.Context) (uint64, error) {
 	}
 }
 
-// sleep waits d, unless ctx ends or the controller sends RESTART.
+// sleep waits d, unless ctx ends.
 func (r *workerRun) sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -311,15 +351,15 @@ func (r *workerRun) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-r.restart:
-		return ErrRestarted
 	}
 }
 
 // pulses pulses the controller as worker id: at once, then every
 // interval, and at once when a task ends. It returns errForgotten when
-// the controller answers UNKNOWN_ID.
-func (r *workerRun) pulses(ctx context.Context, id uint64) error {
+// the controller answers UNKNOWN_ID, errRestart when restart receives
+// (RESTART on this registration's socket), and the error of the socket's
+// accept loop should it end.
+func (r *workerRun) pulses(ctx context.Context, id uint64, restart <-chan struct{}, served <-chan error) error {
 	select {
 	case <-r.kick: // the first pulse reports it
 	default:
@@ -331,8 +371,13 @@ func (r *workerRun) pulses(ctx context.Context, id uint64) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-r.restart:
-			return ErrRestarted
+		case <-restart:
+			return errRestart
+		case err := <-served:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("pulse: worker %d's socket: %w", id, err)
 		case <-t.C:
 		case <-r.kick:
 		}
@@ -425,85 +470,6 @@ func (r *workerRun) shutdown() {
 	}
 }
 
-// listen creates <dir>/<id>.sock, replacing a stale socket of that name,
-// and serves it.
-func (r *workerRun) listen(id uint64) error {
-	path := filepath.Join(r.dir, strconv.FormatUint(id, 10)+".sock")
-	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSocket {
-		if err := os.Remove(path); err != nil {
-			return fmt.Errorf("pulse: remove stale socket: %w", err)
-		}
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return fmt.Errorf("pulse: listen: %w", err)
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return fmt.Errorf("pulse: listen: %w", err)
-	}
-	r.mu.Lock()
-	r.ln = ln
-	r.mu.Unlock()
-	r.wg.Add(1)
-	go r.accept(ln)
-	r.log.Info("listening", zap.String("socket", path))
-	return nil
-}
-
-// stopListening closes the listener, which removes its socket file.
-// Connections already accepted go on.
-func (r *workerRun) stopListening() {
-	r.mu.Lock()
-	ln := r.ln
-	r.ln = nil
-	r.mu.Unlock()
-	if ln != nil {
-		ln.Close()
-	}
-}
-
-// closeConns ends every connection and refuses new ones.
-func (r *workerRun) closeConns() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.closing = true
-	for c := range r.conns {
-		c.Close()
-	}
-}
-
-// accept serves ln's connections, each on a goroutine of its own.
-func (r *workerRun) accept(ln *net.UnixListener) {
-	defer r.wg.Done()
-	var pause time.Duration
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of descriptors, for example: wait a little, as net/http does.
-			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-			r.log.Warn("accept failed", zap.Error(err), zap.Duration("retry in", pause))
-			time.Sleep(pause)
-			continue
-		}
-		pause = 0
-		r.mu.Lock()
-		if r.closing {
-			r.mu.Unlock()
-			conn.Close()
-			continue
-		}
-		r.conns[conn] = struct{}{}
-		r.wg.Add(1)
-		r.mu.Unlock()
-		go r.serveConn(conn)
-	}
-}
-
 // workerConn sets a deadline before every read and write.
 type workerConn struct {
 	net.Conn
@@ -520,15 +486,12 @@ func (c workerConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// serveConn answers one ControlMsg.
-func (r *workerRun) serveConn(c net.Conn) {
-	defer r.wg.Done()
-	defer func() {
-		r.mu.Lock()
-		delete(r.conns, c)
-		r.mu.Unlock()
-		c.Close()
-	}()
+// serveConn answers one ControlMsg, unless ctx ends first. RESTART is
+// told to restart.
+func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- struct{}) {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
 	c.SetDeadline(time.Now().Add(r.timeout)) // the whole ControlMsg
 	msg, err := r.codec.ReadControl(c)
 	conn := workerConn{Conn: c, timeout: r.timeout}
@@ -562,8 +525,11 @@ func (r *workerRun) serveConn(c net.Conn) {
 		task := r.task.current()
 		r.mu.Unlock()
 		r.reply(conn, pulsepb.WorkerError_WORKER_ERR_OK, task, nil)
-		r.log.Info("RESTART received")
-		r.once.Do(func() { close(r.restart) })
+		r.log.Info("RESTART received", zap.Uint64("task", task))
+		select {
+		case restart <- struct{}{}:
+		default: // one is on its way
+		}
 	default:
 		text := fmt.Sprintf("unknown control type %d", int32(msg.GetType()))
 		r.log.Warn(text)
@@ -590,8 +556,11 @@ func (r *workerRun) setTask(conn workerConn, msg *pulsepb.ControlMsg) {
 	id, size := msg.GetTaskId(), msg.GetExtraSize()
 	r.mu.Lock()
 	state, current := r.task.state, r.task.current()
+	var gen uint64
 	if state == taskIdle && id != 0 {
-		r.task = workerTask{state: taskStarting, id: id}
+		r.gen++
+		gen = r.gen
+		r.task = workerTask{state: taskStarting, id: id, gen: gen}
 	}
 	r.mu.Unlock()
 	if state != taskIdle || id == 0 {
@@ -611,27 +580,35 @@ func (r *workerRun) setTask(conn workerConn, msg *pulsepb.ControlMsg) {
 	var h *laboro.Handle
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		h, err = r.ex.Submit(ctx, laboro.Job{ID: "task-" + strconv.FormatUint(id, 10), Args: r.w.Command, Stdin: stdin})
+		h, err = r.ex.Submit(ctx, laboro.Job{ID: fmt.Sprintf("task-%d-%d", id, gen), Args: r.w.Command, Stdin: stdin})
 		cancel()
 		if err != nil {
 			stdin.Close()
 		}
 	}
-	if err != nil {
-		r.mu.Lock()
+	r.mu.Lock()
+	kept := r.task.gen == gen // not dropped by a RESTART meanwhile
+	switch {
+	case kept && err != nil:
 		r.task = workerTask{}
-		r.mu.Unlock()
+	case kept:
+		r.task.state, r.task.h = taskRunning, h
+	}
+	r.mu.Unlock()
+	if h != nil {
+		r.wg.Go(func() { r.await(h, id, gen, stdin) })
+	}
+	switch {
+	case err != nil:
 		r.log.Warn("task not started", zap.Uint64("task", id), zap.Error(err))
 		r.reply(conn, pulsepb.WorkerError_WORKER_ERR_FAILED, id, []byte(err.Error()))
-		return
+	case !kept:
+		r.ex.Cancel(h.ID())
+		r.reply(conn, pulsepb.WorkerError_WORKER_ERR_FAILED, id, []byte("the controller sent RESTART"))
+	default:
+		r.log.Info("task started", zap.Uint64("task", id), zap.Uint64("size", size))
+		r.reply(conn, pulsepb.WorkerError_WORKER_ERR_OK, id, nil)
 	}
-	r.mu.Lock()
-	r.task.state = taskRunning
-	r.mu.Unlock()
-	r.wg.Add(1)
-	go r.await(h, id, stdin)
-	r.log.Info("task started", zap.Uint64("task", id), zap.Uint64("size", size))
-	r.reply(conn, pulsepb.WorkerError_WORKER_ERR_OK, id, nil)
 }
 
 // receiveTask reads a task's n bytes into a temporary file, unlinked at
@@ -653,30 +630,63 @@ func (r *workerRun) receiveTask(conn io.Reader, n uint64) (*os.File, error) {
 	return f, nil
 }
 
-// await keeps the outcome of task id once it ends, and has the controller
-// told.
-func (r *workerRun) await(h *laboro.Handle, id uint64, stdin *os.File) {
-	defer r.wg.Done()
+// await keeps the outcome of task id, of generation gen, once it ends,
+// and has the controller told; the outcome of a task dropped meanwhile
+// (RESTART) is thrown away.
+func (r *workerRun) await(h *laboro.Handle, id, gen uint64, stdin *os.File) {
 	<-h.Done()
 	res, _ := h.Result()
 	stdin.Close()
-	t := workerTask{state: taskDone, id: id}
+	t := workerTask{state: taskDone, id: id, gen: gen}
 	if res.Status == laboro.StatusSucceeded {
 		t.output = res.Output
-		r.log.Info("task done", zap.Uint64("task", id), zap.Int64("size", res.Output.Size()),
-			zap.Duration("took", res.Duration()))
 	} else {
 		res.Output.Close()
 		t.failed, t.failure = true, failureText(res)
-		r.log.Info("task failed", zap.Uint64("task", id), zap.Stringer("status", res.Status),
-			zap.Error(res.Err))
 	}
 	r.mu.Lock()
-	r.task = t
+	kept := r.task.gen == gen
+	if kept {
+		r.task = t
+	}
 	r.mu.Unlock()
+	switch {
+	case !kept:
+		t.output.Close()
+		r.log.Info("task ended after RESTART; its outcome is dropped", zap.Uint64("task", id),
+			zap.Stringer("status", res.Status))
+		return
+	case t.failed:
+		r.log.Info("task failed", zap.Uint64("task", id), zap.Stringer("status", res.Status),
+			zap.Error(res.Err))
+	default:
+		r.log.Info("task done", zap.Uint64("task", id), zap.Int64("size", res.Output.Size()),
+			zap.Duration("took", res.Duration()))
+	}
 	select {
 	case r.kick <- struct{}{}:
 	default:
+	}
+}
+
+// dropTask ends the worker's work after RESTART: it kills the task that
+// runs (its process group, through the Executor) and waits for it to end,
+// or forgets the outcome that waits for FETCH. The worker is free after.
+func (r *workerRun) dropTask() {
+	r.mu.Lock()
+	t := r.task
+	r.task = workerTask{}
+	r.gen++
+	r.mu.Unlock()
+	switch t.state {
+	case taskRunning:
+		if err := r.ex.Cancel(t.h.ID()); err == nil {
+			r.log.Info("RESTART: task killed", zap.Uint64("task", t.id))
+		}
+		<-t.h.Done()
+	case taskDone:
+		t.output.Close()
+		r.log.Info("RESTART: task outcome dropped", zap.Uint64("task", t.id))
 	}
 }
 
@@ -696,7 +706,7 @@ func failureText(res laboro.Result) []byte {
 // worker is free from the moment it starts answering, so that a
 // controller that has read the answer finds it free; should the answer
 // not be written in full, the outcome is offered again (unless, against
-// the protocol, the worker was given a new task meanwhile).
+// the protocol, the worker was given a new task meanwhile, or RESTART).
 func (r *workerRun) fetch(conn workerConn) {
 	r.mu.Lock()
 	t := r.task
@@ -706,6 +716,7 @@ func (r *workerRun) fetch(conn workerConn) {
 		return
 	}
 	r.task = workerTask{}
+	gen := r.gen
 	r.mu.Unlock()
 	var err error
 	if t.failed {
@@ -719,14 +730,14 @@ func (r *workerRun) fetch(conn workerConn) {
 		return
 	}
 	r.mu.Lock()
-	kept := r.task.state == taskIdle
+	kept := r.task.state == taskIdle && r.gen == gen
 	if kept {
 		r.task = t
 	}
 	r.mu.Unlock()
 	if !kept {
 		t.output.Close()
-		r.log.Error("task outcome lost: a new task came before it was fetched", zap.Uint64("task", t.id))
+		r.log.Error("task outcome lost: a new task or a RESTART came before it was fetched", zap.Uint64("task", t.id))
 	}
 }
 

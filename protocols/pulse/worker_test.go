@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,7 +190,9 @@ func (c *scriptedController) control(id uint64, msg *pulsepb.ControlMsg, extra [
 		c.t.Fatalf("send %v: %v", msg.GetType(), err)
 	}
 	if len(extra) > 0 {
-		if _, err := conn.Write(extra); err != nil {
+		// A worker that refuses the message answers and closes before it
+		// has read the extra bytes: its answer is still there to read.
+		if _, err := conn.Write(extra); err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
 			c.t.Fatalf("send %v's extra: %v", msg.GetType(), err)
 		}
 	}
@@ -485,40 +488,102 @@ func TestWorkerReregisters(t *testing.T) {
 	wantResp(t, "FETCH", resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, 3, []byte("KEPT\n"))
 }
 
+// RESTART ends the worker's work: the running task is killed (its whole
+// process group), an outcome waiting for FETCH is dropped, and the worker
+// registers again, free, without a SHUTDOWN.
 func TestWorkerRestart(t *testing.T) {
 	dir, outDir := sockDir(t), sockDir(t)
+	pids := filepath.Join(outDir, "pids")
 	ctl := newScriptedController(t, dir, Codec{Numbering: LaterNumbering})
-	// The task never ends by itself: RESTART kills it.
-	w := &Worker{Dir: dir, Command: gatedCommand(filepath.Join(outDir, "never")), NextPulse: 2 * time.Second,
+	// A task "wait" runs until killed, in a shell and its child; any other
+	// ends at once.
+	script := `read x; if [ "$x" = wait ]; then sleep 300 & echo $$ $! > ` + pids + `.tmp; mv ` + pids + `.tmp ` + pids + `; wait; fi; echo done`
+	w := &Worker{Dir: dir, Command: []string{"sh", "-c", script}, NextPulse: 2 * time.Second,
 		Codec: Codec{Numbering: LaterNumbering}, OutputDir: outDir}
-	_, done := runWorker(t, w)
+	cancel, done := runWorker(t, w)
 	ctl.expect(pulsepb.PulseType_PULSE_OK, nil)
-	resp, extra := ctl.control(7, ctlMsg(pulsepb.ControlType_CTRL_SET_TASK, 4), []byte("x"))
+	resp, extra := ctl.control(7, ctlMsg(pulsepb.ControlType_CTRL_SET_TASK, 4), []byte("wait\n"))
 	wantResp(t, "SET_TASK", resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, 4, []byte{})
+	var b []byte
+	waitFor(t, "the task to start", func() bool {
+		var err error
+		b, err = os.ReadFile(pids)
+		return err == nil
+	})
+	ctl.drain()
 
 	resp, extra = ctl.control(7, ctlMsg(pulsepb.ControlType_CTRL_RESTART, 0), []byte("ignored"))
 	wantResp(t, "RESTART", resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, 4, []byte{})
-	if err := waitRun(t, done); !errors.Is(err, ErrRestarted) {
-		t.Fatalf("Run: %v, want ErrRestarted", err)
-	}
-	ctl.stop() // every pulse sent has been recorded
-	for {
-		select {
-		case p := <-ctl.pulses:
-			if p.GetType() == pulsepb.PulseType_PULSE_SHUTDOWN {
-				t.Error("SHUTDOWN sent after RESTART")
-			}
-			continue
-		default:
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatal(err)
 		}
-		break
+		waitFor(t, "process "+f+" of the task to die", func() bool { return processGone(pid) })
+	}
+	ctl.expect(pulsepb.PulseType_PULSE_REGISTER, nil)
+	if p := ctl.next(); p.GetType() != pulsepb.PulseType_PULSE_OK || p.GetWorkerId() != 8 || p.GetTaskId() != 0 {
+		t.Errorf("first pulse after RESTART: %v; want OK from worker 8, no task", p.WorkerPulse)
 	}
 	if _, err := os.Lstat(ctl.sock(7)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("7.sock after Run: %v", err)
+		t.Errorf("7.sock after RESTART: %v", err)
 	}
-	if left, _ := os.ReadDir(outDir); len(left) != 0 {
+	resp, extra = ctl.control(8, ctlMsg(pulsepb.ControlType_CTRL_FETCH, 0), nil)
+	wantResp(t, "FETCH after RESTART", resp, extra, pulsepb.WorkerError_WORKER_ERR_NO_FETCH, 0, []byte{})
+
+	// An outcome that waits for FETCH is dropped too.
+	resp, extra = ctl.control(8, ctlMsg(pulsepb.ControlType_CTRL_SET_TASK, 5), []byte("now\n"))
+	wantResp(t, "SET_TASK", resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, 5, []byte{})
+	ctl.expect(pulsepb.PulseType_PULSE_FETCH_ME, func(p *pulsepb.WorkerPulse) bool { return p.GetTaskId() == 5 })
+	resp, extra = ctl.control(8, ctlMsg(pulsepb.ControlType_CTRL_RESTART, 0), nil)
+	wantResp(t, "RESTART", resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, 5, []byte{})
+	ctl.expect(pulsepb.PulseType_PULSE_REGISTER, nil)
+	if p := ctl.next(); p.GetType() != pulsepb.PulseType_PULSE_OK || p.GetWorkerId() != 9 || p.GetTaskId() != 0 {
+		t.Errorf("first pulse after RESTART: %v; want OK from worker 9, no task", p.WorkerPulse)
+	}
+	resp, extra = ctl.control(9, ctlMsg(pulsepb.ControlType_CTRL_FETCH, 0), nil)
+	wantResp(t, "FETCH after RESTART", resp, extra, pulsepb.WorkerError_WORKER_ERR_NO_FETCH, 0, []byte{})
+
+	cancel()
+	if err := waitRun(t, done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v, want context.Canceled", err)
+	}
+	ctl.stop() // every pulse sent has been recorded
+	var shutdowns []uint64
+	for len(ctl.pulses) > 0 {
+		if p := <-ctl.pulses; p.GetType() == pulsepb.PulseType_PULSE_SHUTDOWN {
+			shutdowns = append(shutdowns, p.GetWorkerId())
+		}
+	}
+	if len(shutdowns) != 1 || shutdowns[0] != 9 {
+		t.Errorf("SHUTDOWN from workers %v; want only 9's, at the end", shutdowns)
+	}
+	if left, _ := os.ReadDir(outDir); len(left) != 1 {
 		t.Errorf("files left in the output directory: %v", left)
 	}
+}
+
+// waitFor polls cond until it holds, for up to waitLong.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", waitLong, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// processGone reports whether process pid no longer runs: it is gone, or
+// a zombie.
+func processGone(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && fields[0] == "Z"
 }
 
 func TestWorkerRetriesRegister(t *testing.T) {
