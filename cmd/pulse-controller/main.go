@@ -1,8 +1,8 @@
 // Command pulse-controller hands tasks to pulse workers and collects their
 // results.
 //
-//	pulse-controller [-dir DIR] [-later] -in TASKS -out RESULTS
-//	pulse-controller [-dir DIR] [-later] < task > result
+//	pulse-controller [-dir DIR] [-later] [-attempts N] -in TASKS -out RESULTS
+//	pulse-controller [-dir DIR] [-later] [-attempts N] < task > result
 //
 // Workers register on DIR/main.sock (/run/controller by default). With -in,
 // every file of the folder TASKS is a task, and its result is written to
@@ -14,47 +14,46 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"sync"
-	"syscall"
+	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/pulse"
 	"go.uber.org/zap"
 )
 
 func main() {
-	fs := flag.NewFlagSet("pulse-controller", flag.ContinueOnError)
-	c := &pulse.Controller{}
-	fs.StringVar(&c.Dir, "dir", pulse.DefaultDir, "directory of the sockets")
-	later := fs.Bool("later", false, "speak the reference's later enum numbering (INVALID = 0)")
-	fs.IntVar(&c.Attempts, "attempts", pulse.DefaultAttempts, "times a task may be given to workers without a result")
-	in := fs.String("in", "", "folder of task files (default: one task on stdin)")
-	out := fs.String("out", "", "folder for the results (with -in)")
-	level := zap.InfoLevel
-	fs.Var(&level, "log", "log level: debug, info, warn, error")
-	if err := fs.Parse(os.Args[1:]); err != nil || fs.NArg() > 0 || (*in == "") != (*out == "") {
-		fmt.Fprintln(os.Stderr, "usage: pulse-controller [-dir DIR] [-later] [-attempts N] [-in TASKS -out RESULTS]")
-		os.Exit(2)
-	}
-	if *later {
-		c.Codec.Numbering = pulse.LaterNumbering
-	}
-	cfg := zap.NewDevelopmentConfig()
-	cfg.Level, cfg.DisableStacktrace = zap.NewAtomicLevelAt(level), true
-	c.Logger, _ = cfg.Build()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, c, *in, *out); err != nil {
-		c.Logger.Error("controller stopped", zap.Error(err))
-		os.Exit(1)
-	}
+	c := cli.New("pulse-controller", "[-dir DIR] [-later] [-attempts N] [-in TASKS -out RESULTS]",
+		"Hands tasks to pulse workers and collects their results. Workers register on DIR/main.sock. With -in, "+
+			"every file of the folder TASKS is a task, and its result is written to RESULTS under the same name; "+
+			"without it, standard input is one task and its result goes to standard output. Exit status: 0 when "+
+			"every task succeeded, 1 otherwise, 2 for a usage error.")
+	ctl := &pulse.Controller{}
+	c.Flags.StringVar(&ctl.Dir, "dir", pulse.DefaultDir, "directory of the sockets")
+	later := c.Flags.Bool("later", false, "speak the reference's later enum numbering (INVALID = 0)")
+	c.Flags.IntVar(&ctl.Attempts, "attempts", pulse.DefaultAttempts, "times a task may be given to workers without a result")
+	in := c.Flags.String("in", "", "folder of task files (default: one task on stdin)")
+	out := c.Flags.String("out", "", "folder for the results (with -in)")
+	logFlag := c.LogFlag(zap.InfoLevel)
+	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
+		switch {
+		case len(args) > 0:
+			return cli.Usagef("unexpected argument %q", args[0])
+		case (*in == "") != (*out == ""):
+			return cli.Usagef("-in and -out go together")
+		case ctl.Attempts < 1:
+			return cli.Usagef("-attempts %d: must be at least 1", ctl.Attempts)
+		}
+		if *later {
+			ctl.Codec.Numbering = pulse.LaterNumbering
+		}
+		ctl.Logger = logFlag.Logger()
+		return run(ctx, ctl, *in, *out)
+	})
 }
 
 // run serves workers until every task has its result.
@@ -65,94 +64,88 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) error {
 		return err
 	}
 	defer ex.Close()
-	if out != "" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return err
-		}
-	}
 	serveCtx, stopServing := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- c.Serve(serveCtx) }()
 	defer func() { stopServing(); <-served }()
 
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		failures []error
-	)
-	save := func(name string, h *laboro.Handle, dst func() (io.WriteCloser, error)) {
-		wg.Go(func() {
-			err := deliver(ctx, h, dst)
-			if err != nil {
-				mu.Lock()
-				failures = append(failures, fmt.Errorf("%s: %w", name, err))
-				mu.Unlock()
-			}
-		})
-	}
 	if in == "" {
-		f, err := os.CreateTemp("", "pulse-task-*")
-		if err != nil {
-			return err
-		}
-		defer os.Remove(f.Name())
-		_, err = io.Copy(f, os.Stdin)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		h, err := ex.Submit(ctx, pulse.NewTaskFile(f.Name()))
-		if err != nil {
-			return err
-		}
-		save("stdin", h, func() (io.WriteCloser, error) { return nopCloser{os.Stdout}, nil })
-	} else {
-		entries, err := os.ReadDir(in)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if !e.Type().IsRegular() {
-				continue
-			}
-			h, err := ex.Submit(ctx, pulse.NewTaskFile(filepath.Join(in, e.Name())))
-			if err != nil {
-				return err
-			}
-			dst := filepath.Join(out, e.Name())
-			save(e.Name(), h, func() (io.WriteCloser, error) { return os.Create(dst) })
+		return one(ctx, ex)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(in)
+	if err != nil {
+		return err
+	}
+	var jobs []laboro.Job
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			job := pulse.NewTaskFile(filepath.Join(in, e.Name()))
+			job.ID = e.Name()
+			jobs = append(jobs, job)
 		}
 	}
-	wg.Wait()
-	for _, err := range failures {
-		c.Logger.Error("task failed", zap.Error(err))
+	batch := cli.Batch{
+		Progress: cli.NewProgress(os.Stderr, 10*time.Second),
+		OnResult: func(job laboro.Job, res laboro.Result) error {
+			if res.Status != laboro.StatusSucceeded {
+				return nil
+			}
+			return save(res.Output, filepath.Join(out, job.ID))
+		},
+		Workers: func() int { return len(c.Workers()) },
+		Command: func(job laboro.Job) string { return filepath.Join(in, job.ID) },
 	}
-	return errors.Join(failures...)
+	sum, err := batch.Run(ctx, ex, jobs)
+	if err != nil {
+		return err
+	}
+	sum.Write(os.Stdout)
+	return sum.Err()
 }
 
-// deliver waits for a task's result and writes it.
-func deliver(ctx context.Context, h *laboro.Handle, dst func() (io.WriteCloser, error)) error {
+// one runs the task on standard input and writes its result to standard
+// output.
+func one(ctx context.Context, ex *laboro.Executor) error {
+	f, err := os.CreateTemp("", "pulse-task-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = io.Copy(f, os.Stdin)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	h, err := ex.Submit(ctx, pulse.NewTaskFile(f.Name()))
+	if err != nil {
+		return err
+	}
 	res, err := h.Wait(ctx)
 	if err != nil {
 		return err
 	}
 	defer res.Output.Close()
 	if res.Status != laboro.StatusSucceeded {
-		return fmt.Errorf("%v: %w", res.Status, res.Err)
+		return fmt.Errorf("the task %s: %w", res.Status, res.Err)
 	}
-	w, err := dst()
+	_, err = res.Output.WriteTo(os.Stdout)
+	return err
+}
+
+// save writes a result to path.
+func save(out *laboro.Output, path string) error {
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	_, err = res.Output.WriteTo(w)
-	if cerr := w.Close(); err == nil {
+	_, err = out.WriteTo(f)
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
-
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }

@@ -14,40 +14,36 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/pulse"
 	"go.uber.org/zap"
 )
 
 func main() {
-	fs := flag.NewFlagSet("pulse-worker", flag.ContinueOnError)
+	c := cli.New("pulse-worker", "[-dir DIR] [-later] [-pulse D] -- COMMAND [ARGS…]",
+		"Registers with a pulse controller and solves the tasks it is given with COMMAND: each task's bytes on its "+
+			"standard input, its standard output the result (for example: pulse-worker -dir /tmp/ctl -- md5sum). A "+
+			"RESTART from the controller kills the running task, and the worker registers again. Exit status: 0 after "+
+			"an interrupt, 1 on an error, 2 for a usage error.")
 	w := &pulse.Worker{}
-	fs.StringVar(&w.Dir, "dir", pulse.DefaultDir, "the controller's directory")
-	later := fs.Bool("later", false, "speak the reference's later enum numbering (INVALID = 0)")
-	fs.DurationVar(&w.NextPulse, "pulse", pulse.DefaultNextPulse, "next_pulse announced; pulses come every 1/2 to 3/4 of it")
-	level := zap.InfoLevel
-	fs.Var(&level, "log", "log level: debug, info, warn, error")
-	if err := fs.Parse(os.Args[1:]); err != nil || fs.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: pulse-worker [-dir DIR] [-later] [-pulse D] -- COMMAND [ARGS…]")
-		os.Exit(2)
-	}
-	if *later {
-		w.Codec.Numbering = pulse.LaterNumbering
-	}
-	w.Command = fs.Args()
-	cfg := zap.NewDevelopmentConfig()
-	cfg.Level, cfg.DisableStacktrace = zap.NewAtomicLevelAt(level), true
-	w.Logger, _ = cfg.Build()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := w.Run(ctx); !errors.Is(err, context.Canceled) {
-		w.Logger.Error("worker stopped", zap.Error(err))
-		os.Exit(1)
-	}
-	w.Logger.Info("stopped by a signal")
+	c.Flags.StringVar(&w.Dir, "dir", pulse.DefaultDir, "the controller's directory")
+	later := c.Flags.Bool("later", false, "speak the reference's later enum numbering (INVALID = 0)")
+	c.Flags.DurationVar(&w.NextPulse, "pulse", pulse.DefaultNextPulse, "next_pulse announced; pulses come every 1/2 to 3/4 of it")
+	logFlag := c.LogFlag(zap.InfoLevel)
+	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
+		if len(args) == 0 {
+			return cli.Usagef("COMMAND is required")
+		}
+		if *later {
+			w.Codec.Numbering = pulse.LaterNumbering
+		}
+		w.Command, w.Logger = args, logFlag.Logger()
+		if err := w.Run(ctx); !errors.Is(err, context.Canceled) {
+			return err
+		}
+		w.Logger.Info("stopped by a signal")
+		return nil
+	})
 }
