@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -470,7 +471,7 @@ func (c *Controller) exchange(ctx context.Context, w *cworker, msg *pulsepb.Cont
 		return nil, err
 	}
 	if body != nil {
-		if _, err := io.CopyN(deadlined{conn, c.timeout()}, body, int64(msg.ExtraSize)); err != nil {
+		if _, err := io.CopyN(transport.Deadlined(conn, c.timeout()), body, int64(msg.ExtraSize)); err != nil {
 			return nil, err
 		}
 	}
@@ -479,28 +480,11 @@ func (c *Controller) exchange(ctx context.Context, w *cworker, msg *pulsepb.Cont
 	if err != nil {
 		return nil, err
 	}
-	r := io.Reader(deadlined{conn, c.timeout()})
+	r := io.Reader(transport.Deadlined(conn, c.timeout()))
 	if extra != nil {
 		return resp, extra(resp, io.LimitReader(r, int64(resp.ExtraSize)))
 	}
 	return resp, c.Codec.ReadExtra(r, io.Discard, resp.ExtraSize)
-}
-
-// deadlined renews a connection's deadline at every read and write, so
-// that a large transfer is bounded per chunk, not in total.
-type deadlined struct {
-	net.Conn
-	d time.Duration
-}
-
-func (c deadlined) Read(p []byte) (int, error) {
-	c.Conn.SetDeadline(time.Now().Add(c.d))
-	return c.Conn.Read(p)
-}
-
-func (c deadlined) Write(p []byte) (int, error) {
-	c.Conn.SetDeadline(time.Now().Add(c.d))
-	return c.Conn.Write(p)
 }
 
 // setTask gives task t to worker w (SET_TASK).
@@ -601,19 +585,15 @@ func (c *Controller) fetch(ctx context.Context, w *cworker, t *transport.Ticket[
 
 // keep writes a result into a file of its own.
 func (c *Controller) keep(r io.Reader, n uint64) (*laboro.Output, error) {
-	f, err := os.CreateTemp(c.OutputDir, "pulse-*.result")
-	if err != nil {
-		return nil, err
+	if n > math.MaxInt64 { // (the decoder's limit on extra_size is far lower)
+		return nil, fmt.Errorf("pulse: a result of %d bytes", n)
 	}
-	err = c.Codec.ReadExtra(r, f, n)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	out, err := transport.SaveOutput(c.OutputDir, "pulse-*.result", io.LimitReader(r, int64(n)))
+	if err == nil && out.Size() < int64(n) {
+		out.Close()
+		return nil, io.ErrUnexpectedEOF
 	}
-	if err != nil {
-		os.Remove(f.Name())
-		return nil, err
-	}
-	return laboro.NewOutput(f.Name(), int64(n)), nil
+	return out, err
 }
 
 // confirmTask asks a worker whose pulse disagreed with its task what it

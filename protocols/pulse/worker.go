@@ -313,7 +313,7 @@ func (r *workerRun) session(ctx context.Context, id uint64) error {
 
 // register sends REGISTER until the controller gives the worker an id.
 func (r *workerRun) register(ctx context.Context) (uint64, error) {
-	wait := r.retry
+	backoff := transport.Backoff{Min: r.retry, Max: workerMaxRetry}
 	for {
 		resp, err := r.exchange(ctx, &pulsepb.WorkerPulse{
 			Type: pulsepb.PulseType_PULSE_REGISTER, NextPulse: r.announce,
@@ -334,11 +334,11 @@ func (r *workerRun) register(ctx context.Context) (uint64, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
+		wait := backoff.Next()
 		r.log.Warn("could not register", zap.Error(err), zap.Duration("retry in", wait))
 		if err := r.sleep(ctx, wait); err != nil {
 			return 0, err
 		}
-		wait = min(2*wait, workerMaxRetry)
 	}
 }
 
@@ -366,7 +366,7 @@ func (r *workerRun) pulses(ctx context.Context, id uint64, restart <-chan struct
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
-	wait, failures := r.retry, 0
+	backoff, failures := transport.Backoff{Min: r.retry, Max: workerMaxRetry}, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -401,10 +401,9 @@ func (r *workerRun) pulses(ctx context.Context, id uint64, restart <-chan struct
 				return ctx.Err()
 			}
 			failures++
-			next = min(next, wait)
+			next = min(next, backoff.Next())
 			r.log.Warn("pulse failed", zap.Stringer("type", typ), zap.Error(err),
 				zap.Int("failures", failures), zap.Duration("retry in", next))
-			wait = min(2*wait, workerMaxRetry)
 			t.Reset(next)
 			continue
 		case resp.GetError() == pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID:
@@ -418,7 +417,8 @@ func (r *workerRun) pulses(ctx context.Context, id uint64, restart <-chan struct
 			}
 			r.log.Debug("pulse", zap.Stringer("type", typ), zap.Uint64("task", task))
 		}
-		wait, failures = r.retry, 0
+		backoff.Reset()
+		failures = 0
 		t.Reset(next)
 	}
 }
@@ -470,22 +470,6 @@ func (r *workerRun) shutdown() {
 	}
 }
 
-// workerConn sets a deadline before every read and write.
-type workerConn struct {
-	net.Conn
-	timeout time.Duration
-}
-
-func (c workerConn) Read(p []byte) (int, error) {
-	c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
-	return c.Conn.Read(p)
-}
-
-func (c workerConn) Write(p []byte) (int, error) {
-	c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
-	return c.Conn.Write(p)
-}
-
 // serveConn answers one ControlMsg, unless ctx ends first. RESTART is
 // told to restart.
 func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- struct{}) {
@@ -494,7 +478,7 @@ func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- st
 	defer stop()
 	c.SetDeadline(time.Now().Add(r.timeout)) // the whole ControlMsg
 	msg, err := r.codec.ReadControl(c)
-	conn := workerConn{Conn: c, timeout: r.timeout}
+	conn := transport.Deadlined(c, r.timeout)
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
 			r.log.Warn("bad control message", zap.Error(err))
@@ -552,7 +536,7 @@ func (r *workerRun) reply(w io.Writer, code pulsepb.WorkerError, task uint64, ex
 }
 
 // setTask answers SET_TASK: it starts the task unless the worker is busy.
-func (r *workerRun) setTask(conn workerConn, msg *pulsepb.ControlMsg) {
+func (r *workerRun) setTask(conn net.Conn, msg *pulsepb.ControlMsg) {
 	id, size := msg.GetTaskId(), msg.GetExtraSize()
 	r.mu.Lock()
 	state, current := r.task.state, r.task.current()
@@ -707,7 +691,7 @@ func failureText(res laboro.Result) []byte {
 // controller that has read the answer finds it free; should the answer
 // not be written in full, the outcome is offered again (unless, against
 // the protocol, the worker was given a new task meanwhile, or RESTART).
-func (r *workerRun) fetch(conn workerConn) {
+func (r *workerRun) fetch(conn net.Conn) {
 	r.mu.Lock()
 	t := r.task
 	if t.state != taskDone {
@@ -742,7 +726,7 @@ func (r *workerRun) fetch(conn workerConn) {
 }
 
 // sendOutput sends OK and a task's output, streamed from its file.
-func (r *workerRun) sendOutput(conn workerConn, id uint64, out *laboro.Output) error {
+func (r *workerRun) sendOutput(conn net.Conn, id uint64, out *laboro.Output) error {
 	f, err := out.Open()
 	if err != nil {
 		return r.reply(conn, pulsepb.WorkerError_WORKER_ERR_TASK_FAILED, id,

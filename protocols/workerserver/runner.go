@@ -1,11 +1,11 @@
 package workerserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -256,17 +256,5 @@ func (s *session) result(res laboro.Result, rec *JobRecord) laboro.Result {
 
 // output keeps a job's Done data in a file.
 func (s *session) output(data []byte) (*laboro.Output, error) {
-	f, err := os.CreateTemp(s.outputDir, "workerserver-*.json")
-	if err != nil {
-		return nil, err
-	}
-	n, err := f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return nil, err
-	}
-	return laboro.NewOutput(f.Name(), int64(n)), nil
+	return transport.SaveOutput(s.outputDir, "workerserver-*.json", bytes.NewReader(data))
 }
