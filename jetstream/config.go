@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -39,8 +40,9 @@ var ErrMaxDeliver = errors.New("jetstream: job delivered the maximum number of t
 // Its zero value means the defaults, and keeps the settings of the streams
 // and consumer that exist.
 type Config struct {
-	// Stream prefixes the streams' names (<Stream>_JOBS, <Stream>_RESULTS)
-	// and subjects (<Stream>.jobs, <Stream>.results.<job id>); "" means
+	// Stream prefixes the streams' names (<Stream>_JOBS, <Stream>_RESULTS,
+	// <Stream>_SUBMITTED) and subjects (<Stream>.jobs.<job id>,
+	// <Stream>.results.<job id>, <Stream>.cancel.<job id>); "" means
 	// "LABORO".
 	Stream string
 	// Replicas is the streams' replica count. 0 keeps the count of
@@ -99,6 +101,13 @@ func (c Config) jobsSubject(id string) string {
 func (c Config) resultsSubject(id string) string {
 	return c.Stream + ".results." + id
 }
+
+// cancelSubject is where the end of a job's Run is recorded, in the
+// RESULTS stream (see Manager.Run): workers listen on it, and look it up
+// before they run a job.
+func (c Config) cancelSubject(id string) string {
+	return c.Stream + ".cancel." + id
+}
 func (c Config) submitSubject(batch string) string {
 	return c.Stream + ".submit." + batch
 }
@@ -126,8 +135,8 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 	}
 	results, err = js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
 		Name:        c.resultsStream(),
-		Description: "laboro job results",
-		Subjects:    []string{c.Stream + ".results.>"},
+		Description: "laboro job results, and the jobs whose Run ended first",
+		Subjects:    []string{c.Stream + ".results.>", c.Stream + ".cancel.>"},
 		Retention:   natsjs.LimitsPolicy,
 		AllowDirect: true, // fast lookups of a job's stored result
 		Storage:     natsjs.FileStorage,
@@ -207,7 +216,9 @@ func checkJob(job laboro.Job) error {
 	return nil
 }
 
-// wireJob is a job as it travels to workers, in JSON.
+// wireJob is a job as it travels, in JSON: from a Client to a Service
+// (with its timeout), and from a Manager to the workers (with the deadline
+// of its Run instead, so that its timeout is applied once).
 type wireJob struct {
 	ID          string   `json:"id"`
 	Command     string   `json:"command,omitempty"`
@@ -217,6 +228,9 @@ type wireJob struct {
 	Dir         string   `json:"dir,omitempty"`
 	Env         []string `json:"env,omitempty"`
 	TimeoutNS   int64    `json:"timeout_ns,omitempty"`
+	// DeadlineNS is when the job's Run ends, in nanoseconds since the Unix
+	// epoch; 0 for none.
+	DeadlineNS int64 `json:"deadline_ns,omitempty"`
 }
 
 func toWire(j laboro.Job) wireJob {
@@ -224,9 +238,18 @@ func toWire(j laboro.Job) wireJob {
 		Interpreter: j.Interpreter, Dir: j.Dir, Env: j.Env, TimeoutNS: int64(j.Timeout)}
 }
 
+// job is the laboro.Job that w describes; its deadline is apart.
 func (w wireJob) job() laboro.Job {
 	return laboro.Job{ID: w.ID, Command: w.Command, Args: w.Args, Script: w.Script,
 		Interpreter: w.Interpreter, Dir: w.Dir, Env: w.Env, Timeout: time.Duration(w.TimeoutNS)}
+}
+
+// deadline returns w's deadline, and false when it has none.
+func (w wireJob) deadline() (time.Time, bool) {
+	if w.DeadlineNS == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, w.DeadlineNS), true
 }
 
 // Result message headers.
@@ -266,6 +289,18 @@ const (
 	attemptTimeout = 5 * time.Second
 )
 
+// attemptLimits are the time limits of successive attempts at a request.
+func attemptLimits() transport.Backoff {
+	return transport.Backoff{Min: firstAttempt, Max: attemptTimeout}
+}
+
+// pauses are the waits after an error that may last (a server away), so
+// that a loop does not spin on it: 100 ms, then twice as long each time up
+// to 1 s. Reset after a success.
+func pauses() transport.Backoff {
+	return transport.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+}
+
 // publish stores msg with id as its Nats-Msg-Id. An attempt that gets no
 // acknowledgement in time (a server restarting, a cluster electing a
 // leader, a connection being re-established) is made again until ctx ends:
@@ -280,36 +315,34 @@ func publish(ctx context.Context, js natsjs.JetStream, msg *nats.Msg, id string)
 	return ack, err
 }
 
-// lookup tells whether stream holds a message on subject, asking again
-// while the server does not answer.
-func lookup(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject string) (bool, error) {
-	found := false
+// lookup returns the last message of stream on subject, or nil when there
+// is none, asking again while the server does not answer.
+func lookup(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject string) (*natsjs.RawStreamMsg, error) {
+	var found *natsjs.RawStreamMsg
 	err := retry(ctx, nc, func(ctx context.Context) error {
-		_, err := stream.GetLastMsgForSubject(ctx, subject)
+		msg, err := stream.GetLastMsgForSubject(ctx, subject)
 		if errors.Is(err, natsjs.ErrMsgNotFound) {
 			return nil
 		}
-		found = err == nil
+		found = msg
 		return err
 	})
 	return found, err
 }
 
-// retry calls f, with a time limit for each attempt (firstAttempt, then
-// twice as long up to attemptTimeout), until it succeeds, fails for good
-// (transient says), or ctx ends.
+// retry calls f, with a time limit for each attempt (attemptLimits), until
+// it succeeds, fails for good (transient says), or ctx ends.
 func retry(ctx context.Context, nc *nats.Conn, f func(context.Context) error) error {
-	for limit := firstAttempt; ; limit = min(2*limit, attemptTimeout) {
-		actx, cancel := context.WithTimeout(ctx, limit)
+	limits, pause := attemptLimits(), pauses()
+	for {
+		actx, cancel := context.WithTimeout(ctx, limits.Next())
 		err := f(actx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !transient(nc, err) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if pause.Wait(ctx) != nil {
 			return err
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -33,10 +33,11 @@ var ErrServiceRunning = errors.New("jetstream: another service already serves th
 // are out at once), and answers Clients' status requests.
 //
 // Everything it needs is in the streams. A Service stopped, or killed, and
-// started again reads the submissions from the start: a job whose result is
-// stored is counted as done, one still in the JOBS stream is waited for
-// without being published again, and the others are published. No job is
-// lost and none is run again because the Service restarted.
+// started again reads the submissions from the start: a job whose outcome
+// is stored (a result, or the record of its cancel) is counted as done, one
+// still in the JOBS stream is waited for without being published again,
+// and the others are published. No job is lost and none is run again
+// because the Service restarted.
 //
 // Only one Service may serve a set of streams; Run refuses to start when
 // another one answers.
@@ -62,6 +63,16 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
+// serving is a Service while it runs.
+type serving struct {
+	cfg     Config
+	log     *zap.Logger
+	t       *tracker
+	m       *Manager
+	ex      *laboro.Executor
+	workers natsjs.Consumer
+}
+
 func (s *Service) run(ctx context.Context) error {
 	cfg := s.Config.withDefaults()
 	log := cfg.Logger
@@ -79,30 +90,32 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-
-	t := newTracker()
+	sv := &serving{cfg: cfg, log: log, t: newTracker(), m: m}
 	var waits sync.WaitGroup // for the jobs' results
-	defer waits.Wait()       // after ex.Close (deferred later, so run first) ended every job
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
+	sv.ex, err = laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
 		laboro.WithBufferSize(n), laboro.WithLogger(log),
 		laboro.WithObserver(func(ev laboro.Event) {
 			if ev.Kind == laboro.EventStarted {
-				t.dispatched(ev.Job.ID)
+				sv.t.dispatched(ev.Job.ID)
 			}
 		}))
 	if err != nil {
+		m.Close()
 		return err
 	}
-	defer ex.Close()
+	// On the way out, the Manager is closed first, which leaves the jobs
+	// out in the streams for the next Run, then the Executor, which has
+	// then nothing left to kill.
+	defer func() {
+		m.Close()
+		sv.ex.Close()
+		waits.Wait()
+	}()
 
-	workers, err := m.jobs.Consumer(ctx, consumerName)
-	if err != nil {
+	if sv.workers, err = m.jobs.Consumer(ctx, consumerName); err != nil {
 		return fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
-	sub, err := s.Conn.Subscribe(cfg.statusSubject(), func(msg *nats.Msg) {
-		s.answer(ctx, t, workers, msg)
-	})
+	sub, err := s.Conn.Subscribe(cfg.statusSubject(), func(msg *nats.Msg) { sv.answerStatus(ctx, msg) })
 	if err != nil {
 		return fmt.Errorf("jetstream: status requests: %w", err)
 	}
@@ -127,6 +140,7 @@ func (s *Service) run(ctx context.Context) error {
 	defer stopReading()
 	log.Info("serving", zap.String("stream", cfg.Stream), zap.Int("concurrency", n))
 
+	pause := pauses()
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -134,12 +148,10 @@ func (s *Service) run(ctx context.Context) error {
 				return nil
 			}
 			log.Warn("reading submissions", zap.Error(err))
-			select { // do not spin on a lasting error
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
+			pause.Wait(ctx) // do not spin on a lasting error
 			continue
 		}
+		pause.Reset()
 		var wj wireJob
 		batch := strings.TrimPrefix(msg.Subject(), cfg.submitSubject(""))
 		if err := json.Unmarshal(msg.Data(), &wj); err != nil || validID(wj.ID) != nil || validID(batch) != nil {
@@ -150,25 +162,25 @@ func (s *Service) run(ctx context.Context) error {
 		if md, err := msg.Metadata(); err == nil {
 			when = md.Timestamp
 		}
-		if !t.add(wj.ID, batch, when) {
+		if !sv.t.add(wj.ID, batch, when) {
 			log.Debug("job submitted again; the first submission stands", zap.String("job", wj.ID))
 			continue
 		}
 		// A job that ended before a restart is only counted.
-		raw, err := m.results.GetLastMsgForSubject(ctx, cfg.resultsSubject(wj.ID))
-		if err == nil {
-			t.finish(wj.ID, decodeResult(raw.Header, nil))
-			continue
-		}
+		raw, err := outcome(ctx, s.Conn, m.results, cfg, wj.ID)
 		if ctx.Err() != nil {
 			return nil
 		}
-		h, err := ex.Submit(ctx, wj.job()) // waits while n jobs are queued
+		if err == nil && raw != nil {
+			sv.finish(wj.ID, decodeResult(raw.Header, nil))
+			continue
+		}
+		h, err := sv.ex.Submit(ctx, wj.job()) // waits while n jobs are queued
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			t.finish(wj.ID, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
+			sv.finish(wj.ID, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
 			continue
 		}
 		waits.Go(func() {
@@ -178,11 +190,16 @@ func (s *Service) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return // stopped by Run's end, not finished
 			}
-			if b, last := t.finish(wj.ID, res); last {
-				log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
-					zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
-			}
+			sv.finish(wj.ID, res)
 		})
+	}
+}
+
+// finish records job id's result, and logs the end of its batch.
+func (sv *serving) finish(id string, res laboro.Result) {
+	if b, last := sv.t.finish(id, res); last {
+		sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
+			zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
 	}
 }
 
@@ -207,27 +224,31 @@ func ensureSubmitted(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	return nil
 }
 
-// answer replies to one status request.
-func (s *Service) answer(ctx context.Context, t *tracker, workers natsjs.Consumer, msg *nats.Msg) {
+// answerStatus replies to one status request.
+func (sv *serving) answerStatus(ctx context.Context, msg *nats.Msg) {
 	var req StatusRequest
 	reply := StatusReply{}
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
 		reply.Error = "bad status request: " + err.Error()
 	} else {
-		reply = t.status(req)
+		reply = sv.t.status(req)
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if info, err := workers.Info(ictx); err == nil {
+		if info, err := sv.workers.Info(ictx); err == nil {
 			reply.InStream = info.NumPending
 			reply.OnWorkers = info.NumAckPending
 		}
 		cancel()
 	}
+	sv.respond(msg, reply)
+}
+
+func (sv *serving) respond(msg *nats.Msg, reply any) {
 	data, err := json.Marshal(reply)
 	if err == nil {
 		err = msg.Respond(data)
 	}
 	if err != nil {
-		s.Config.withDefaults().Logger.Warn("answering a status request", zap.Error(err))
+		sv.log.Warn("answering a request", zap.String("subject", msg.Subject), zap.Error(err))
 	}
 }
 
