@@ -145,6 +145,23 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (StatusReply, er
 	return reply, nil
 }
 
+// Cancel asks the Service to cancel jobs by id: a job waiting in the
+// Service never runs, a running one is killed by its worker, and both end
+// StatusCancelled, for good (a job is never run again once cancelled).
+// The reply gives each job's state after the request. It returns
+// ErrNoService when no Service answers, and an error with the reply when
+// some jobs could not be cancelled.
+func (c *Client) Cancel(ctx context.Context, ids ...string) (CancelReply, error) {
+	var reply CancelReply
+	if err := c.request(ctx, c.Config.withDefaults().cancelAPISubject(), CancelRequest{IDs: ids}, &reply); err != nil {
+		return CancelReply{}, err
+	}
+	if reply.Error != "" {
+		return reply, fmt.Errorf("jetstream: cancel: %s", reply.Error)
+	}
+	return reply, nil
+}
+
 // request sends req to a Service on subject and decodes its reply into
 // reply. A context without a deadline gets one of statusTimeout.
 func (c *Client) request(ctx context.Context, subject string, req, reply any) error {

@@ -112,8 +112,10 @@ func (c Config) submitSubject(batch string) string {
 	return c.Stream + ".submit." + batch
 }
 
-// statusSubject is where a Service answers status requests.
-func (c Config) statusSubject() string { return c.Stream + ".api.status" }
+// statusSubject is where a Service answers status requests, and
+// cancelAPISubject cancel requests.
+func (c Config) statusSubject() string    { return c.Stream + ".api.status" }
+func (c Config) cancelAPISubject() string { return c.Stream + ".api.cancel" }
 func (c Config) advisorySubject() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.jobsStream() + "." + consumerName
 }

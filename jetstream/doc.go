@@ -32,8 +32,8 @@
 //
 // A Service, what the laboro command's `serve` runs, reads the jobs that
 // Clients submit to the SUBMITTED stream, runs them through an Executor over
-// a Manager, and answers the Clients' status requests; it rebuilds all it
-// knows from the streams when it starts again. A Client submits batches,
+// a Manager, answers the Clients' status requests and cancels jobs at their
+// request; it rebuilds all it knows from the streams when it starts again. A Client submits batches,
 // follows them and reads their results, from any machine that reaches NATS.
 //
 // With no NATS URL, StartEmbedded runs a server with JetStream inside the

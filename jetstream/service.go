@@ -19,6 +19,9 @@ import (
 // (published and waiting for a result) when its Concurrency is 0.
 const DefaultServiceConcurrency = 256
 
+// cancelTimeout bounds the answer to a cancel request.
+const cancelTimeout = 10 * time.Second
+
 // maxListed caps the jobs listed in one StatusReply, to stay below the
 // server's payload limit.
 const maxListed = 1000
@@ -30,7 +33,8 @@ var ErrServiceRunning = errors.New("jetstream: another service already serves th
 // Service is the manager side of the laboro command (`laboro serve`): it
 // reads the jobs that Clients submit to the <Stream>_SUBMITTED stream, runs
 // each through an Executor over a Manager (so that at most Concurrency jobs
-// are out at once), and answers Clients' status requests.
+// are out at once), answers Clients' status requests, and cancels jobs at
+// their request.
 //
 // Everything it needs is in the streams. A Service stopped, or killed, and
 // started again reads the submissions from the start: a job whose outcome
@@ -115,11 +119,16 @@ func (s *Service) run(ctx context.Context) error {
 	if sv.workers, err = m.jobs.Consumer(ctx, consumerName); err != nil {
 		return fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
-	sub, err := s.Conn.Subscribe(cfg.statusSubject(), func(msg *nats.Msg) { sv.answerStatus(ctx, msg) })
-	if err != nil {
-		return fmt.Errorf("jetstream: status requests: %w", err)
+	for subject, answer := range map[string]func(context.Context, *nats.Msg){
+		cfg.statusSubject():    sv.answerStatus,
+		cfg.cancelAPISubject(): sv.answerCancel,
+	} {
+		sub, err := s.Conn.Subscribe(subject, func(msg *nats.Msg) { answer(ctx, msg) })
+		if err != nil {
+			return fmt.Errorf("jetstream: requests on %s: %w", subject, err)
+		}
+		defer sub.Unsubscribe()
 	}
-	defer sub.Unsubscribe()
 
 	js, err := natsjs.New(s.Conn)
 	if err != nil {
@@ -183,6 +192,9 @@ func (s *Service) run(ctx context.Context) error {
 			sv.finish(wj.ID, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
 			continue
 		}
+		if sv.t.ended(wj.ID) {
+			sv.ex.Cancel(wj.ID) // cancelled while Submit waited
+		}
 		waits.Go(func() {
 			<-h.Done()
 			res, _ := h.Result()
@@ -242,6 +254,57 @@ func (sv *serving) answerStatus(ctx context.Context, msg *nats.Msg) {
 	sv.respond(msg, reply)
 }
 
+// answerCancel cancels the jobs of one request that have not ended: their
+// cancel is recorded (see Manager), which stops their workers, and then
+// their Runs are cancelled in the Executor; a job still queued here never
+// reaches the streams.
+func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
+	var req CancelRequest
+	var reply CancelReply
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		reply.Error = "bad cancel request: " + err.Error()
+		sv.respond(msg, reply)
+		return
+	}
+	ctx, stop := context.WithTimeout(ctx, cancelTimeout)
+	defer stop()
+	// The jobs that wait go first, so that the end of a running one gives
+	// none of them its place.
+	var failed []string
+	for _, waiting := range []bool{true, false} {
+		for _, id := range req.IDs {
+			if state := sv.t.state(id); state == StateDispatched && !waiting ||
+				state == StateWaiting && waiting {
+				if err := sv.cancel(ctx, id); err != nil {
+					failed = append(failed, id)
+					sv.log.Warn("cancel", zap.String("job", id), zap.Error(err))
+				}
+			}
+		}
+	}
+	reply.Jobs = sv.t.status(StatusRequest{IDs: req.IDs}).Jobs
+	if len(failed) > 0 {
+		reply.Error = "could not cancel " + strings.Join(failed, ", ")
+	}
+	sv.respond(msg, reply)
+}
+
+// cancel cancels job id, which has not ended.
+func (sv *serving) cancel(ctx context.Context, id string) error {
+	// The record first: once it is stored, the job is cancelled whatever
+	// happens to this Service.
+	if err := record(ctx, sv.m.js, sv.m.jobs, sv.cfg, id, laboro.StatusCancelled); err != nil {
+		return err
+	}
+	if b, last := sv.t.cancel(id); last {
+		sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
+			zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
+	}
+	sv.ex.Cancel(id) // ErrNotFound: not yet in the Executor, or ended
+	sv.log.Info("job cancelled", zap.String("job", id))
+	return nil
+}
+
 func (sv *serving) respond(msg *nats.Msg, reply any) {
 	data, err := json.Marshal(reply)
 	if err == nil {
@@ -261,6 +324,23 @@ type StatusRequest struct {
 	// Unsuccessful adds to Jobs the jobs of the reported batches that ended
 	// otherwise than StatusSucceeded (at most 1,000).
 	Unsuccessful bool `json:"unsuccessful,omitempty"`
+}
+
+// CancelRequest asks a Service to cancel jobs.
+type CancelRequest struct {
+	// IDs names the jobs to cancel.
+	IDs []string `json:"ids"`
+}
+
+// CancelReply is a Service's answer to a CancelRequest.
+type CancelReply struct {
+	// Jobs are the jobs asked about, in the order asked, in their state
+	// after the request: "cancelled" for those it cancelled, their end for
+	// those that had ended, StateUnknown for ids the Service does not know.
+	Jobs []JobStatus `json:"jobs"`
+	// Error is set when the request, or the cancel of some of its jobs,
+	// failed.
+	Error string `json:"error,omitempty"`
 }
 
 // StatusReply is a Service's answer to a StatusRequest.
@@ -394,6 +474,51 @@ func (t *tracker) finish(id string, res laboro.Result) (BatchStatus, bool) {
 		}
 	}
 	return b.BatchStatus, b.Done() == b.Jobs
+}
+
+// state returns job id's state, "" when it is unknown.
+func (t *tracker) state(id string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j := t.jobs[id]; j != nil {
+		return j.State
+	}
+	return ""
+}
+
+// ended tells whether job id is known and has ended.
+func (t *tracker) ended(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jobs[id]
+	return j != nil && j.State != StateWaiting && j.State != StateDispatched
+}
+
+// cancel records that job id was cancelled: the record of its cancel is
+// its outcome, even if it ended otherwise just before. It returns the
+// batch's counts when this ended its last job.
+func (t *tracker) cancel(id string) (BatchStatus, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jobs[id]
+	if j == nil {
+		return BatchStatus{}, false
+	}
+	b := t.batches[j.Batch]
+	ended := j.State != StateWaiting && j.State != StateDispatched
+	switch j.State {
+	case StateWaiting:
+		b.Waiting--
+	case StateDispatched:
+		b.Dispatched--
+	case laboro.StatusSucceeded.String():
+		b.Succeeded--
+	default:
+		b.Failed--
+	}
+	j.State, j.ExitCode, j.Error = laboro.StatusCancelled.String(), -1, laboro.ErrCancelled.Error()
+	b.Failed++
+	return b.BatchStatus, !ended && b.Done() == b.Jobs
 }
 
 func (t *tracker) status(req StatusRequest) StatusReply {
