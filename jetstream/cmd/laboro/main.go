@@ -6,6 +6,7 @@
 //	laboro submit [-nats URL,…] [-batch NAME] [-wait] (-f FILE | COMMAND…)
 //	laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
 //	laboro output [-nats URL,…] ID…
+//	laboro cancel [-nats URL,…] ID…
 //
 // Jobs are shell command lines: the COMMAND words joined by spaces, or,
 // with -f, each non-empty line of FILE ("-" is standard input) that does
@@ -40,15 +41,17 @@
 // status prints every batch, or the batches and jobs named; -watch follows
 // one batch until it is done, -failed lists the jobs that did not succeed.
 // output prints the output of finished jobs, waiting for those still
-// running (it refuses ids the service does not know).
+// running (it refuses ids the service does not know). cancel has the
+// service cancel jobs: one waiting never runs, one running is killed by its
+// worker, and both end cancelled; it prints their states after the request.
 //
 // The commands other than run and serve reach NATS at -nats, $LABORO_NATS,
 // or nats://127.0.0.1:4222. When $LABORO_TOKEN is set, serve's embedded
 // server requires it from every client and the commands present it; -creds
 // gives a credentials file for a cluster that wants one. Logs go to
 // standard error. Exit status: 0 on success, 1 when a job failed (or, for
-// status, is unknown) or NATS or the service cannot be reached, 2 for a
-// usage error, 130 when interrupted.
+// status and cancel, is unknown) or NATS or the service cannot be reached,
+// 2 for a usage error, 130 when interrupted.
 //
 // The subcommands live in package jetstream/internal/command.
 package main

@@ -1,5 +1,5 @@
 // Package command is the laboro command (jetstream/cmd/laboro): one file
-// per subcommand (run, serve, worker, submit, status, output), and
+// per subcommand (run, serve, worker, submit, status, output, cancel), and
 // apart from them what they share: their flags (flags.go), the connection
 // to NATS (nats.go), the batch driver that follows jobs to their end
 // (batch.go, progress.go), and the set-up of logging (logging.go), signals
@@ -22,6 +22,7 @@ var commands = map[string]func(args []string) int{
 	"status": status,
 	"run":    runJobs,
 	"output": output,
+	"cancel": cancel,
 }
 
 const usage = `usage:
@@ -30,6 +31,7 @@ const usage = `usage:
   laboro submit [-nats URL,…] [-batch NAME] [-wait] (-f FILE | COMMAND…)
   laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
   laboro output [-nats URL,…] ID…
+  laboro cancel [-nats URL,…] ID…
   laboro run    [-workers N] (-f FILE | COMMAND…)
 Run 'laboro COMMAND -h' for a command's flags.`
 

@@ -89,8 +89,8 @@ func TestInterruptTwice(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{{"status", "-watch"}, {"worker", "extra"}, {"submit", "-nosuchflag"}} {
+	for _, args := range [][]string{{"status", "-watch"}, {"cancel"}, {"worker", "extra"}, {"submit", "-nosuchflag"}} {
 		assert.Equal(t, exitUsage, Main(args), "%q", args)
 	}
-	assert.Equal(t, 0, Main([]string{"output", "-h"}))
+	assert.Equal(t, 0, Main([]string{"cancel", "-h"}))
 }
