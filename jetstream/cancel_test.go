@@ -270,6 +270,40 @@ func TestTimeoutTravelsAsDeadline(t *testing.T) {
 	res, err := h.Wait(testCtx(t, 5*time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, laboro.StatusCancelled, res.Status)
+
+	// A RunTimeout is the worker's, and travels as the job's timeout.
+	h, err = ex.Submit(testCtx(t, 5*time.Second), laboro.Job{ID: "r", Command: "true",
+		Payload: JobOptions{RunTimeout: 7 * time.Second}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		raw, err = jobs.GetLastMsgForSubject(testCtx(t, 5*time.Second), "LABORO.jobs.r")
+		return err == nil
+	}, 10*time.Second, 5*time.Millisecond)
+	wj = wireJob{}
+	require.NoError(t, json.Unmarshal(raw.Data, &wj))
+	assert.Equal(t, int64(7*time.Second), wj.TimeoutNS)
+	_, ok = wj.deadline()
+	assert.False(t, ok)
+	require.NoError(t, ex.Cancel("r"))
+	_, err = h.Wait(testCtx(t, 5*time.Second))
+	require.NoError(t, err)
+
+	_, err = ex.Submit(testCtx(t, 5*time.Second), laboro.Job{Command: "true", Payload: 7})
+	assert.ErrorIs(t, err, laboro.ErrInvalidJob, "a Payload of another type")
+}
+
+// A RunTimeout bounds the run on the worker, from its start there.
+func TestRunTimeout(t *testing.T) {
+	nc := setup(t)
+	m := newManager(t, nc, Config{})
+	startWorker(t, nc, Config{}, 1)
+	res := m.Run(testCtx(t, 30*time.Second), laboro.Job{ID: "r", Command: "sleep 30",
+		Payload: JobOptions{RunTimeout: 300 * time.Millisecond}})
+	res.Output.Close()
+	assert.Equal(t, laboro.StatusTimedOut, res.Status)
+	assert.ErrorIs(t, res.Err, laboro.ErrTimeout)
+	assert.NotZero(t, res.PID, "it ran")
+	assert.Less(t, res.Duration(), 10*time.Second)
 }
 
 // The end of a Run heard of before its job reaches the worker is kept for

@@ -52,7 +52,8 @@ func NewBatch() string {
 // place in the batch counting from 1 (after the jobs submitted to it
 // before); a job whose ID was submitted before is
 // not run again (the first submission stands). Jobs need a Command, Args or
-// Script.
+// Script. A job's Timeout bounds its run on a worker, from its start there
+// (see JobOptions.RunTimeout).
 func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([]string, error) {
 	cfg := c.Config.withDefaults()
 	if err := validID(batch); err != nil {

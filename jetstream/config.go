@@ -181,6 +181,18 @@ func replicas(ctx context.Context, js natsjs.JetStream, name string, want int) i
 	return 1
 }
 
+// JobOptions is the laboro.Job.Payload that a Manager reads, for what a
+// job needs beyond laboro.Job's fields. A job may have none.
+type JobOptions struct {
+	// RunTimeout, if positive, bounds the job's run on its worker, counted
+	// from its start there: the worker kills it after that long and
+	// reports it StatusTimedOut. Job.Timeout, which the Executor applies,
+	// counts from the start of the job's Run, when it is published, so that
+	// the time it waits for a free worker counts too. The Service gives
+	// the timeout of a submitted job as a RunTimeout.
+	RunTimeout time.Duration
+}
+
 // validID refuses ids that cannot be a subject token.
 func validID(id string) error {
 	if id == "" {
@@ -194,7 +206,7 @@ func validID(id string) error {
 
 // checkJob refuses a job that cannot travel to a worker intact: its ID, when
 // set, must be usable as a subject token; it needs a Command, Args or
-// Script, and no Func or Stdin; its text must be valid UTF-8 (JSON would
+// Script, and no Func or Stdin, and no Payload but a JobOptions; its text must be valid UTF-8 (JSON would
 // replace the other bytes).
 func checkJob(job laboro.Job) error {
 	if job.ID != "" {
@@ -204,6 +216,9 @@ func checkJob(job laboro.Job) error {
 	}
 	if job.Func != nil || job.Stdin != nil {
 		return errors.New("jetstream: Func and Stdin cannot be sent to a worker")
+	}
+	if _, ok := job.Payload.(JobOptions); job.Payload != nil && !ok {
+		return fmt.Errorf("jetstream: a job's Payload is a jetstream.JobOptions, not a %T", job.Payload)
 	}
 	if job.Command == "" && job.Script == "" && len(job.Args) == 0 {
 		return errors.New("jetstream: a job needs a Command, Args or Script")
@@ -219,8 +234,9 @@ func checkJob(job laboro.Job) error {
 }
 
 // wireJob is a job as it travels, in JSON: from a Client to a Service
-// (with its timeout), and from a Manager to the workers (with the deadline
-// of its Run instead, so that its timeout is applied once).
+// (with its timeout), and from a Manager to the workers, with the deadline
+// of its Run (its Job.Timeout, applied by the Executor) and, as its
+// timeout, its JobOptions.RunTimeout (applied by the worker).
 type wireJob struct {
 	ID          string   `json:"id"`
 	Command     string   `json:"command,omitempty"`

@@ -167,7 +167,7 @@ func (m *Manager) Validate(job laboro.Job) error { return checkJob(job) }
 // in the JOBS stream, and waits for its first complete result. The job
 // travels with the deadline of ctx, if any (a Job.Timeout that the
 // Executor applied): a worker does not start it past that deadline, and
-// kills it there. When ctx ends first, Run returns at once with the status
+// kills it there. A JobOptions in job.Payload travels with it too. When ctx ends first, Run returns at once with the status
 // laboro.Interruption gives, and the job is ended in the streams (see
 // Manager); when Close ends it, its job stays in the streams.
 func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
@@ -426,8 +426,12 @@ func (m *Manager) end(id string, st laboro.Status) {
 func (m *Manager) publish(ctx context.Context, job laboro.Job) error {
 	wj := toWire(job)
 	// The Executor applies Job.Timeout on this side, as ctx's deadline: the
-	// worker gets that deadline, not the timeout again.
+	// worker gets that deadline, not the timeout again, and as a timeout of
+	// its own the RunTimeout, if any.
 	wj.TimeoutNS = 0
+	if o, ok := job.Payload.(JobOptions); ok {
+		wj.TimeoutNS = int64(max(o.RunTimeout, 0))
+	}
 	if d, ok := ctx.Deadline(); ok {
 		wj.DeadlineNS = d.UnixNano()
 	}

@@ -184,7 +184,11 @@ func (s *Service) run(ctx context.Context) error {
 			sv.finish(wj.ID, decodeResult(raw.Header, nil))
 			continue
 		}
-		h, err := sv.ex.Submit(ctx, wj.job()) // waits while n jobs are queued
+		// The timeout of a submitted job bounds its run, not its wait for
+		// a worker.
+		job := wj.job()
+		job.Payload, job.Timeout = JobOptions{RunTimeout: job.Timeout}, 0
+		h, err := sv.ex.Submit(ctx, job) // waits while n jobs are queued
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

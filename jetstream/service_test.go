@@ -401,3 +401,26 @@ func TestServiceCancel(t *testing.T) {
 	}
 	assert.Equal(t, 1, lines(t, runs))
 }
+
+// The timeout of a submitted job bounds its run on a worker, not its wait
+// for one.
+func TestServiceTimeout(t *testing.T) {
+	nc := setup(t)
+	startService(t, nc, Config{}, 4)
+	startWorker(t, nc, Config{}, 1)
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	ctx := testCtx(t, time.Minute)
+	_, err := cl.Submit(ctx, "t", []laboro.Job{
+		{ID: "first", Script: "sleep 1"},
+		{ID: "quick", Script: "echo quick", Timeout: 500 * time.Millisecond}, // waits 1 s for the worker
+		{ID: "slow", Script: "sleep 30", Timeout: 500 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	b, err := cl.Wait(ctx, "t", 3, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 2, b.Succeeded)
+	reply, err := cl.Status(ctx, StatusRequest{IDs: []string{"quick", "slow"}})
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", reply.Jobs[0].State)
+	assert.Equal(t, "timed out", reply.Jobs[1].State)
+}

@@ -300,9 +300,13 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		r.finishing.Go(func() { r.settle(ctx, msg, log) })
 		return
 	}
-	job := wj.job()
+	job := wj.job() // its Timeout is the RunTimeout
 	if d, ok := wj.deadline(); ok {
-		if job.Timeout = time.Until(d); job.Timeout <= 0 {
+		left := time.Until(d)
+		if job.Timeout <= 0 || left < job.Timeout {
+			job.Timeout = left
+		}
+		if left <= 0 {
 			log.Info("job not run: past its deadline")
 			res := laboro.Result{ID: wj.ID, Status: laboro.StatusTimedOut, ExitCode: -1, Err: laboro.ErrTimeout}
 			r.finishing.Go(func() { r.finish(ctx, msg, log, wj.ID, attempt, res) })
