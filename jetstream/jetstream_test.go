@@ -197,10 +197,12 @@ func TestWorkerStoppedMidJobRedelivered(t *testing.T) {
 	script := fmt.Sprintf("echo run >> %s/runs; sleep 1.5; echo finished", marks)
 	go func() { done <- m.Run(ctx, laboro.Job{ID: "long", Script: script}) }()
 
+	// The line written, not the file created: the shell creates the file
+	// before it writes, and a kill in between would leave it empty.
 	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(marks, "runs"))
-		return err == nil
-	}, 20*time.Second, 10*time.Millisecond)
+		b, _ := os.ReadFile(filepath.Join(marks, "runs"))
+		return string(b) == "run\n"
+	}, 20*time.Second, time.Millisecond)
 	stopA() // kills the job; it is not acknowledged
 	startWorker(t, nc, cfg, 1)
 
