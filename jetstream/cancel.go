@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -75,6 +76,24 @@ func outcome(ctx context.Context, nc *nats.Conn, results natsjs.Stream, cfg Conf
 		return msg, err
 	}
 	return lookup(ctx, nc, results, cfg.resultsSubject(id))
+}
+
+// endedJobs returns the ids of the jobs whose Run's end is recorded, read
+// at once from the RESULTS stream's subjects.
+func endedJobs(ctx context.Context, nc *nats.Conn, results natsjs.Stream, cfg Config) (map[string]bool, error) {
+	var info *natsjs.StreamInfo
+	err := retry(ctx, nc, func(ctx context.Context) (err error) {
+		info, err = results.Info(ctx, natsjs.WithSubjectFilter(cfg.cancelSubject(">")))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: ended jobs: %w", err)
+	}
+	ids := make(map[string]bool, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		ids[strings.TrimPrefix(subject, cfg.cancelSubject(""))] = true
+	}
+	return ids, nil
 }
 
 // final tells whether h, the headers of a result message, end an attempt.

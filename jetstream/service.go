@@ -149,6 +149,13 @@ func (s *Service) run(ctx context.Context) error {
 	defer stopReading()
 	log.Info("serving", zap.String("stream", cfg.Stream), zap.Int("concurrency", n))
 
+	// The jobs ended (cancelled) before this Run, read at once: a job
+	// submitted before is looked up on its results only, unless it is
+	// one of them. The later ones are this Run's own.
+	ended, err := endedJobs(ctx, s.Conn, m.results, cfg)
+	if err != nil {
+		return err
+	}
 	pause := pauses()
 	for {
 		msg, err := it.Next()
@@ -176,7 +183,12 @@ func (s *Service) run(ctx context.Context) error {
 			continue
 		}
 		// A job that ended before a restart is only counted.
-		raw, err := outcome(ctx, s.Conn, m.results, cfg, wj.ID)
+		var raw *natsjs.RawStreamMsg
+		if ended[wj.ID] {
+			raw, err = outcome(ctx, s.Conn, m.results, cfg, wj.ID)
+		} else {
+			raw, err = lookup(ctx, s.Conn, m.results, cfg.resultsSubject(wj.ID))
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
