@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/jetstream"
+	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
 
@@ -72,6 +73,7 @@ func runJobs(args []string) int {
 	}()
 
 	cl := &jetstream.Client{Conn: nc, Config: cfg}
+	ask := transport.Backoff{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}
 	for { // until the service answers
 		if _, err := cl.Status(ctx, jetstream.StatusRequest{}); !errors.Is(err, jetstream.ErrNoService) {
 			break
@@ -82,7 +84,7 @@ func runJobs(args []string) int {
 		case err := <-done: // the service or the worker could not start
 			done <- err // the deferred wait reports it
 			return exitFailed
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(ask.Next()):
 		}
 	}
 	batch := jetstream.NewBatch()
