@@ -13,6 +13,7 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -132,7 +133,27 @@ func (b *batch) requireResults(nc *nats.Conn) uint64 {
 		require.NotZero(b.t, info.State.Subjects[fmt.Sprintf("LABORO.results.m%d", i)], "no result for job %d", i)
 	}
 	require.Len(b.t, info.State.Subjects, len(b.handles))
-	require.Eventually(b.t, func() bool { return streamMsgs(b.t, nc, "LABORO_JOBS") == 0 },
-		15*time.Second, 50*time.Millisecond)
+	if !assert.Eventually(b.t, func() bool { return streamMsgs(b.t, nc, "LABORO_JOBS") == 0 },
+		15*time.Second, 50*time.Millisecond) {
+		b.t.Fatalf("left in the work queue: %s", workQueue(b.t, nc))
+	}
 	return info.State.Msgs
+}
+
+// workQueue describes the jobs left in the JOBS stream, and the workers'
+// consumer.
+func workQueue(t *testing.T, nc *nats.Conn) string {
+	ctx := testCtx(t, 10*time.Second)
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	jobs, err := js.Stream(ctx, "LABORO_JOBS")
+	require.NoError(t, err)
+	info, err := jobs.Info(ctx, natsjs.WithSubjectFilter("LABORO.jobs.>"))
+	require.NoError(t, err)
+	cons, err := jobs.Consumer(ctx, consumerName)
+	require.NoError(t, err)
+	ci, err := cons.Info(ctx)
+	require.NoError(t, err)
+	return fmt.Sprintf("%v (stream %+v); consumer: delivered %+v, ack floor %+v, pending %d, ack pending %d, redelivered %d",
+		info.State.Subjects, info.State, ci.Delivered, ci.AckFloor, ci.NumPending, ci.NumAckPending, ci.NumRedelivered)
 }

@@ -52,7 +52,8 @@ func NewBatch() string {
 // place in the batch counting from 1 (after the jobs submitted to it
 // before); a job whose ID was submitted before is
 // not run again (the first submission stands). Jobs need a Command, Args or
-// Script.
+// Script. A job's Timeout bounds its run on a worker, from its start there
+// (see JobOptions.RunTimeout).
 func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([]string, error) {
 	cfg := c.Config.withDefaults()
 	if err := validID(batch); err != nil {
@@ -135,7 +136,36 @@ func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([
 // Status asks the Service about batches and jobs. It returns ErrNoService
 // when no Service answers.
 func (c *Client) Status(ctx context.Context, req StatusRequest) (StatusReply, error) {
-	cfg := c.Config.withDefaults()
+	var reply StatusReply
+	if err := c.request(ctx, c.Config.withDefaults().statusSubject(), req, &reply); err != nil {
+		return StatusReply{}, err
+	}
+	if reply.Error != "" {
+		return reply, fmt.Errorf("jetstream: status: %s", reply.Error)
+	}
+	return reply, nil
+}
+
+// Cancel asks the Service to cancel jobs by id: a job waiting in the
+// Service never runs, a running one is killed by its worker, and both end
+// StatusCancelled, for good (a job is never run again once cancelled).
+// The reply gives each job's state after the request. It returns
+// ErrNoService when no Service answers, and an error with the reply when
+// some jobs could not be cancelled.
+func (c *Client) Cancel(ctx context.Context, ids ...string) (CancelReply, error) {
+	var reply CancelReply
+	if err := c.request(ctx, c.Config.withDefaults().cancelAPISubject(), CancelRequest{IDs: ids}, &reply); err != nil {
+		return CancelReply{}, err
+	}
+	if reply.Error != "" {
+		return reply, fmt.Errorf("jetstream: cancel: %s", reply.Error)
+	}
+	return reply, nil
+}
+
+// request sends req to a Service on subject and decodes its reply into
+// reply. A context without a deadline gets one of statusTimeout.
+func (c *Client) request(ctx context.Context, subject string, req, reply any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, statusTimeout)
@@ -143,23 +173,19 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (StatusReply, er
 	}
 	data, err := json.Marshal(req)
 	if err != nil {
-		return StatusReply{}, err
+		return err
 	}
-	msg, err := c.Conn.RequestWithContext(ctx, cfg.statusSubject(), data)
+	msg, err := c.Conn.RequestWithContext(ctx, subject, data)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return StatusReply{}, ErrNoService
+		return ErrNoService
 	}
 	if err != nil {
-		return StatusReply{}, fmt.Errorf("jetstream: status: %w", err)
+		return fmt.Errorf("jetstream: request to the service: %w", err)
 	}
-	var reply StatusReply
-	if err := json.Unmarshal(msg.Data, &reply); err != nil {
-		return StatusReply{}, fmt.Errorf("jetstream: status reply: %w", err)
+	if err := json.Unmarshal(msg.Data, reply); err != nil {
+		return fmt.Errorf("jetstream: reply of the service: %w", err)
 	}
-	if reply.Error != "" {
-		return reply, fmt.Errorf("jetstream: status: %s", reply.Error)
-	}
-	return reply, nil
+	return nil
 }
 
 // Wait asks the Service about batch every interval until n of its jobs (or,
@@ -208,5 +234,14 @@ func (c *Client) Result(ctx context.Context, id string) (laboro.Result, error) {
 	if err != nil {
 		return laboro.Result{}, fmt.Errorf("jetstream: %w", err)
 	}
-	return readResult(ctx, js, c.Config.withDefaults(), id)
+	cfg := c.Config.withDefaults()
+	var results natsjs.Stream
+	err = retry(ctx, c.Conn, func(ctx context.Context) (err error) {
+		results, err = js.Stream(ctx, cfg.resultsStream())
+		return err
+	})
+	if err != nil {
+		return laboro.Result{}, fmt.Errorf("jetstream: stream %s: %w", cfg.resultsStream(), err)
+	}
+	return readResult(ctx, js, results, cfg, id)
 }

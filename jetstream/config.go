@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -39,8 +40,9 @@ var ErrMaxDeliver = errors.New("jetstream: job delivered the maximum number of t
 // Its zero value means the defaults, and keeps the settings of the streams
 // and consumer that exist.
 type Config struct {
-	// Stream prefixes the streams' names (<Stream>_JOBS, <Stream>_RESULTS)
-	// and subjects (<Stream>.jobs, <Stream>.results.<job id>); "" means
+	// Stream prefixes the streams' names (<Stream>_JOBS, <Stream>_RESULTS,
+	// <Stream>_SUBMITTED) and subjects (<Stream>.jobs.<job id>,
+	// <Stream>.results.<job id>, <Stream>.cancel.<job id>); "" means
 	// "LABORO".
 	Stream string
 	// Replicas is the streams' replica count. 0 keeps the count of
@@ -99,12 +101,21 @@ func (c Config) jobsSubject(id string) string {
 func (c Config) resultsSubject(id string) string {
 	return c.Stream + ".results." + id
 }
+
+// cancelSubject is where the end of a job's Run is recorded, in the
+// RESULTS stream (see Manager.Run): workers listen on it, and look it up
+// before they run a job.
+func (c Config) cancelSubject(id string) string {
+	return c.Stream + ".cancel." + id
+}
 func (c Config) submitSubject(batch string) string {
 	return c.Stream + ".submit." + batch
 }
 
-// statusSubject is where a Service answers status requests.
-func (c Config) statusSubject() string { return c.Stream + ".api.status" }
+// statusSubject is where a Service answers status requests, and
+// cancelAPISubject cancel requests.
+func (c Config) statusSubject() string    { return c.Stream + ".api.status" }
+func (c Config) cancelAPISubject() string { return c.Stream + ".api.cancel" }
 func (c Config) advisorySubject() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.jobsStream() + "." + consumerName
 }
@@ -126,8 +137,8 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 	}
 	results, err = js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
 		Name:        c.resultsStream(),
-		Description: "laboro job results",
-		Subjects:    []string{c.Stream + ".results.>"},
+		Description: "laboro job results, and the jobs whose Run ended first",
+		Subjects:    []string{c.Stream + ".results.>", c.Stream + ".cancel.>"},
 		Retention:   natsjs.LimitsPolicy,
 		AllowDirect: true, // fast lookups of a job's stored result
 		Storage:     natsjs.FileStorage,
@@ -170,6 +181,18 @@ func replicas(ctx context.Context, js natsjs.JetStream, name string, want int) i
 	return 1
 }
 
+// JobOptions is the laboro.Job.Payload that a Manager reads, for what a
+// job needs beyond laboro.Job's fields. A job may have none.
+type JobOptions struct {
+	// RunTimeout, if positive, bounds the job's run on its worker, counted
+	// from its start there: the worker kills it after that long and
+	// reports it StatusTimedOut. Job.Timeout, which the Executor applies,
+	// counts from the start of the job's Run, when it is published, so that
+	// the time it waits for a free worker counts too. The Service gives
+	// the timeout of a submitted job as a RunTimeout.
+	RunTimeout time.Duration
+}
+
 // validID refuses ids that cannot be a subject token.
 func validID(id string) error {
 	if id == "" {
@@ -183,7 +206,7 @@ func validID(id string) error {
 
 // checkJob refuses a job that cannot travel to a worker intact: its ID, when
 // set, must be usable as a subject token; it needs a Command, Args or
-// Script, and no Func or Stdin; its text must be valid UTF-8 (JSON would
+// Script, and no Func or Stdin, and no Payload but a JobOptions; its text must be valid UTF-8 (JSON would
 // replace the other bytes).
 func checkJob(job laboro.Job) error {
 	if job.ID != "" {
@@ -193,6 +216,9 @@ func checkJob(job laboro.Job) error {
 	}
 	if job.Func != nil || job.Stdin != nil {
 		return errors.New("jetstream: Func and Stdin cannot be sent to a worker")
+	}
+	if _, ok := job.Payload.(JobOptions); job.Payload != nil && !ok {
+		return fmt.Errorf("jetstream: a job's Payload is a jetstream.JobOptions, not a %T", job.Payload)
 	}
 	if job.Command == "" && job.Script == "" && len(job.Args) == 0 {
 		return errors.New("jetstream: a job needs a Command, Args or Script")
@@ -207,7 +233,10 @@ func checkJob(job laboro.Job) error {
 	return nil
 }
 
-// wireJob is a job as it travels to workers, in JSON.
+// wireJob is a job as it travels, in JSON: from a Client to a Service
+// (with its timeout), and from a Manager to the workers, with the deadline
+// of its Run (its Job.Timeout, applied by the Executor) and, as its
+// timeout, its JobOptions.RunTimeout (applied by the worker).
 type wireJob struct {
 	ID          string   `json:"id"`
 	Command     string   `json:"command,omitempty"`
@@ -217,6 +246,9 @@ type wireJob struct {
 	Dir         string   `json:"dir,omitempty"`
 	Env         []string `json:"env,omitempty"`
 	TimeoutNS   int64    `json:"timeout_ns,omitempty"`
+	// DeadlineNS is when the job's Run ends, in nanoseconds since the Unix
+	// epoch; 0 for none.
+	DeadlineNS int64 `json:"deadline_ns,omitempty"`
 }
 
 func toWire(j laboro.Job) wireJob {
@@ -224,9 +256,18 @@ func toWire(j laboro.Job) wireJob {
 		Interpreter: j.Interpreter, Dir: j.Dir, Env: j.Env, TimeoutNS: int64(j.Timeout)}
 }
 
+// job is the laboro.Job that w describes; its deadline is apart.
 func (w wireJob) job() laboro.Job {
 	return laboro.Job{ID: w.ID, Command: w.Command, Args: w.Args, Script: w.Script,
 		Interpreter: w.Interpreter, Dir: w.Dir, Env: w.Env, Timeout: time.Duration(w.TimeoutNS)}
+}
+
+// deadline returns w's deadline, and false when it has none.
+func (w wireJob) deadline() (time.Time, bool) {
+	if w.DeadlineNS == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, w.DeadlineNS), true
 }
 
 // Result message headers.
@@ -266,6 +307,18 @@ const (
 	attemptTimeout = 5 * time.Second
 )
 
+// attemptLimits are the time limits of successive attempts at a request.
+func attemptLimits() transport.Backoff {
+	return transport.Backoff{Min: firstAttempt, Max: attemptTimeout}
+}
+
+// pauses are the waits after an error that may last (a server away), so
+// that a loop does not spin on it: 100 ms, then twice as long each time up
+// to 1 s. Reset after a success.
+func pauses() transport.Backoff {
+	return transport.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+}
+
 // publish stores msg with id as its Nats-Msg-Id. An attempt that gets no
 // acknowledgement in time (a server restarting, a cluster electing a
 // leader, a connection being re-established) is made again until ctx ends:
@@ -280,36 +333,34 @@ func publish(ctx context.Context, js natsjs.JetStream, msg *nats.Msg, id string)
 	return ack, err
 }
 
-// lookup tells whether stream holds a message on subject, asking again
-// while the server does not answer.
-func lookup(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject string) (bool, error) {
-	found := false
+// lookup returns the last message of stream on subject, or nil when there
+// is none, asking again while the server does not answer.
+func lookup(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject string) (*natsjs.RawStreamMsg, error) {
+	var found *natsjs.RawStreamMsg
 	err := retry(ctx, nc, func(ctx context.Context) error {
-		_, err := stream.GetLastMsgForSubject(ctx, subject)
+		msg, err := stream.GetLastMsgForSubject(ctx, subject)
 		if errors.Is(err, natsjs.ErrMsgNotFound) {
 			return nil
 		}
-		found = err == nil
+		found = msg
 		return err
 	})
 	return found, err
 }
 
-// retry calls f, with a time limit for each attempt (firstAttempt, then
-// twice as long up to attemptTimeout), until it succeeds, fails for good
-// (transient says), or ctx ends.
+// retry calls f, with a time limit for each attempt (attemptLimits), until
+// it succeeds, fails for good (transient says), or ctx ends.
 func retry(ctx context.Context, nc *nats.Conn, f func(context.Context) error) error {
-	for limit := firstAttempt; ; limit = min(2*limit, attemptTimeout) {
-		actx, cancel := context.WithTimeout(ctx, limit)
+	limits, pause := attemptLimits(), pauses()
+	for {
+		actx, cancel := context.WithTimeout(ctx, limits.Next())
 		err := f(actx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !transient(nc, err) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if pause.Wait(ctx) != nil {
 			return err
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

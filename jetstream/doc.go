@@ -13,6 +13,18 @@
 // result (in chunks when the output is large) and only then acknowledge the
 // job.
 //
+// A Run whose context ends first (Executor.Cancel, Job.Timeout, the
+// Executor's Close) returns at once, and the job ends for good: the end is
+// recorded in the RESULTS stream, on a subject that workers listen to, and
+// the job leaves the work queue. Its worker cancels it in its own Executor,
+// which kills the job's process group; a worker that gets the job later
+// does not run it; a result that comes late is dropped, the recorded end
+// being the job's outcome. A job travels with the deadline of its Run, so
+// that a worker does not start it past that deadline and kills it there,
+// should the end never reach it (a JobOptions payload may bound its run on
+// the worker instead). Manager.Close, by contrast, leaves the jobs in the
+// streams, for the next Manager.
+//
 // Delivery is at least once: a worker that dies mid-job has its job
 // redelivered after Config.AckWait; a job delivered Config.MaxDeliver times
 // without a result ends StatusFailed with an error matching ErrMaxDeliver
@@ -21,9 +33,10 @@
 //
 // A Service, what the laboro command's `serve` runs, reads the jobs that
 // Clients submit to the SUBMITTED stream, runs them through an Executor over
-// a Manager, and answers the Clients' status requests; it rebuilds all it
-// knows from the streams when it starts again. A Client submits batches,
-// follows them and reads their results, from any machine that reaches NATS.
+// a Manager, answers the Clients' status requests and cancels jobs at their
+// request; it rebuilds all it knows from the streams when it starts again.
+// A Client submits batches, follows them, cancels jobs and reads their
+// results, from any machine that reaches NATS.
 //
 // With no NATS URL, StartEmbedded runs a server with JetStream inside the
 // process, so that one program runs everything on one machine:

@@ -3,7 +3,6 @@ package jetstream
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -126,10 +125,14 @@ func TestResult(t *testing.T) {
 	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 	require.Equal(t, "two words x\n", string(output(t, res)))
 
-	res = m.Run(ctx, laboro.Job{ID: "slow", Command: "sleep 5", Timeout: 200 * time.Millisecond})
+	// Job.Timeout is the Executor's to apply (see TestTimeout): Run applies
+	// the deadline of its context.
+	slowCtx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, laboro.ErrTimeout)
+	defer cancel()
+	res = m.Run(slowCtx, laboro.Job{ID: "slow", Command: "sleep 5"})
 	require.Equal(t, laboro.StatusTimedOut, res.Status)
 	require.ErrorIs(t, res.Err, laboro.ErrTimeout)
-	res.Output.Close()
+	require.Nil(t, res.Output)
 
 	res = m.Run(ctx, laboro.Job{ID: "bad.id", Command: "true"})
 	require.ErrorIs(t, res.Err, laboro.ErrInvalidJob)
@@ -194,10 +197,12 @@ func TestWorkerStoppedMidJobRedelivered(t *testing.T) {
 	script := fmt.Sprintf("echo run >> %s/runs; sleep 1.5; echo finished", marks)
 	go func() { done <- m.Run(ctx, laboro.Job{ID: "long", Script: script}) }()
 
+	// The line written, not the file created: the shell creates the file
+	// before it writes, and a kill in between would leave it empty.
 	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(marks, "runs"))
-		return err == nil
-	}, 20*time.Second, 10*time.Millisecond)
+		b, _ := os.ReadFile(filepath.Join(marks, "runs"))
+		return string(b) == "run\n"
+	}, 20*time.Second, time.Millisecond)
 	stopA() // kills the job; it is not acknowledged
 	startWorker(t, nc, cfg, 1)
 
@@ -282,18 +287,19 @@ func TestManagerRestart(t *testing.T) {
 	require.Equal(t, "stored\n", string(output(t, res)))
 	require.Equal(t, uint64(0), streamMsgs(t, nc, "LABORO_JOBS"), "not published again")
 
-	// An unfinished job submitted twice is published once.
+	// A Manager closed while a Run waits leaves the job in the stream; the
+	// next Manager waits for it without publishing it again.
 	pending := laboro.Job{ID: "pending", Script: fmt.Sprintf("echo x >> %s/pending; echo ran", marks)}
-	for range 2 {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		res = m2.Run(ctx, pending)
-		cancel()
-		require.Equal(t, laboro.StatusKilled, res.Status)
-		require.True(t, errors.Is(res.Err, context.DeadlineExceeded))
-	}
-	require.Equal(t, uint64(1), streamMsgs(t, nc, "LABORO_JOBS"))
+	waited := make(chan laboro.Result, 1)
+	go func() { waited <- m2.Run(testCtx(t, 30*time.Second), pending) }()
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, m2.Close())
+	res = <-waited
+	require.Equal(t, laboro.StatusKilled, res.Status)
+	require.ErrorIs(t, res.Err, laboro.ErrKilled)
+	m3 := newManager(t, nc, Config{})
 	startWorker(t, nc, Config{}, 2)
-	res = m2.Run(testCtx(t, 30*time.Second), pending)
+	res = m3.Run(testCtx(t, 30*time.Second), pending)
 	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 	require.Equal(t, "ran\n", string(output(t, res)))
 	for _, name := range []string{"done", "pending"} {

@@ -23,8 +23,18 @@ import (
 // result at once, without running it again, and does not publish twice a
 // job re-submitted (same id) within DuplicateWindow.
 //
-// A Manager is safe for concurrent use. After Close, Run returns a failed
-// result matching laboro.ErrClosed; Runs in progress end StatusKilled.
+// A Run whose context ends first (Executor.Cancel, Job.Timeout, the
+// Executor's Close) returns at once with the status laboro.Interruption
+// gives, and the job is ended in the streams: its worker kills it, a worker
+// that has not taken it never runs it, and the end is the job's stored
+// outcome (a Run of the same id returns it at once).
+//
+// A Manager is safe for concurrent use. Close leaves the jobs of the Runs
+// in progress in the streams, for the next Manager: those Runs end
+// StatusKilled at once, but their jobs go on. So a program that stops
+// without ending its jobs closes its Manager before its Executor, and one
+// that kills them closes its Executor first. After Close, Run returns a
+// failed result matching laboro.ErrClosed.
 type Manager struct {
 	nc      *nats.Conn
 	js      natsjs.JetStream
@@ -40,12 +50,19 @@ type Manager struct {
 	done   chan struct{} // closed when the advisory goroutine has returned
 	once   sync.Once
 
-	// One ordered consumer reads every new result and hands it to the Run
-	// waiting for it.
+	// ending publishes the ends of interrupted Runs (see record); Close
+	// waits for it for a while, then ends endCtx.
+	ending  sync.WaitGroup
+	endCtx  context.Context
+	endStop context.CancelFunc
+
+	// One ordered consumer reads every new result and record of an end,
+	// and hands it to the Run waiting for it.
 	feed     natsjs.MessagesContext
 	feedDone chan struct{} // closed when dispatch has returned
 	mu       sync.Mutex
 	waiting  map[string]*waiter // by job id
+	closed   bool               // Close began: Runs that end leave their jobs
 }
 
 // waiter is a Run waiting for its result.
@@ -87,11 +104,11 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 		m.sub.Unsubscribe()
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
 	}
-	// Start after the results stored now, by sequence rather than with
+	// Start after the messages stored now, by sequence rather than with
 	// DeliverNewPolicy: an ordered consumer reset before its first message
 	// would start at "new" again and skip what came in between.
 	cons, err := js.OrderedConsumer(ctx, cfg.resultsStream(), natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{cfg.Stream + ".results.>"},
+		FilterSubjects: []string{cfg.resultsSubject("*"), cfg.cancelSubject("*")},
 		DeliverPolicy:  natsjs.DeliverByStartSequencePolicy,
 		OptStartSeq:    results.CachedInfo().State.LastSeq + 1,
 	})
@@ -105,21 +122,38 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 	m.waiting = map[string]*waiter{}
 	m.feedDone = make(chan struct{})
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.endCtx, m.endStop = context.WithCancel(context.Background())
 	go m.advisories()
 	go m.dispatch()
 	return m, nil
 }
 
-// Close stops listening for advisories and ends the Runs in progress
-// (StatusKilled); their jobs stay in the stream, and a new Manager finds
-// their results. It is safe to call more than once; it returns nil.
+// Close ends the Runs in progress (StatusKilled) and leaves their jobs in
+// the streams, where a new Manager finds them and their results. It waits
+// up to 5 s for the ends of the Runs interrupted before it to be recorded.
+// It is safe to call more than once; it returns nil.
 func (m *Manager) Close() error {
 	m.once.Do(func() {
+		m.mu.Lock()
+		m.closed = true
+		m.mu.Unlock()
 		m.cancel()
 		m.sub.Unsubscribe()
 		m.feed.Stop()
 		<-m.done
 		<-m.feedDone
+		recorded := make(chan struct{})
+		go func() { m.ending.Wait(); close(recorded) }()
+		grace := time.NewTimer(closeGrace)
+		defer grace.Stop()
+		select {
+		case <-recorded:
+		case <-grace.C:
+			m.log.Warn("closing before the ends of interrupted jobs are recorded")
+			m.endStop()
+			<-recorded
+		}
+		m.endStop()
 	})
 	return nil
 }
@@ -129,11 +163,13 @@ func (m *Manager) Close() error {
 // Command, Args or Script (no Func, no Stdin).
 func (m *Manager) Validate(job laboro.Job) error { return checkJob(job) }
 
-// Run publishes job, unless a result for it is already stored or it is
-// still in the JOBS stream, and waits for its first complete result. The job's Timeout is enforced by the
-// worker that runs it. When ctx ends first, Run returns StatusKilled (or
-// StatusTimedOut for a laboro.ErrTimeout cause); the job stays in the
-// stream and its result, when it comes, is stored.
+// Run publishes job, unless its outcome is already stored or it is still
+// in the JOBS stream, and waits for its first complete result. The job
+// travels with the deadline of ctx, if any (a Job.Timeout that the
+// Executor applied): a worker does not start it past that deadline, and
+// kills it there. A JobOptions in job.Payload travels with it too. When ctx ends first, Run returns at once with the status
+// laboro.Interruption gives, and the job is ended in the streams (see
+// Manager); when Close ends it, its job stays in the streams.
 func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	fail := func(err error) laboro.Result {
 		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: err}
@@ -149,7 +185,6 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	stop := context.AfterFunc(m.ctx, func() { cancel(laboro.ErrKilled) })
 	defer stop()
 
-	subject := m.cfg.resultsSubject(job.ID)
 	w := &waiter{asm: &assembler{dir: m.cfg.Dir}, result: make(chan laboro.Result, 1)}
 	m.mu.Lock()
 	if m.waiting[job.ID] != nil {
@@ -160,25 +195,34 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	m.mu.Unlock()
 	defer m.forget(job.ID, w)
 
-	// From here on dispatch hands over any new result. A result stored
+	// From here on dispatch hands over any new result. An outcome stored
 	// before is read from the stream instead, and a job published before
 	// (by a Manager that was stopped) and still waiting for, or running on,
-	// a worker is waited for: neither is published again. The JOBS stream
-	// is looked at first: a worker stores a result before it acknowledges
-	// the job, so a job missing there has its result stored by then, or
-	// was never published.
+	// a worker is waited for: neither is published again. The record of
+	// an end is looked for first, then the JOBS stream: a worker stores a
+	// result before it acknowledges the job, so a job missing there has its
+	// result stored by then, or was never published.
+	ended, err := lookup(ctx, m.nc, m.results, m.cfg.cancelSubject(job.ID))
+	if err != nil {
+		return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err))
+	}
+	if ended != nil {
+		res := decodeResult(ended.Header, nil)
+		res.ID = job.ID
+		return res
+	}
 	queued, err := lookup(ctx, m.nc, m.jobs, m.cfg.jobsSubject(job.ID))
 	if err != nil {
 		return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err))
 	}
-	stored, err := lookup(ctx, m.nc, m.results, subject)
+	stored, err := lookup(ctx, m.nc, m.results, m.cfg.resultsSubject(job.ID))
 	switch {
 	case err != nil:
 		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
-	case stored:
+	case stored != nil:
 		m.forget(job.ID, w)
 		return m.stored(ctx, job)
-	case queued:
+	case queued != nil:
 		m.log.Debug("job already in the stream", zap.String("job", job.ID))
 	default:
 		if err := m.publish(ctx, job); err != nil {
@@ -211,9 +255,11 @@ func (m *Manager) forget(id string, w *waiter) {
 	w.finished = true
 }
 
-// dispatch hands each new result message to the Run waiting for it.
+// dispatch hands each new result message, and each record of an end, to
+// the Run waiting for it.
 func (m *Manager) dispatch() {
 	defer close(m.feedDone)
+	pause := pauses()
 	for {
 		msg, err := m.feed.Next()
 		if err != nil {
@@ -221,23 +267,29 @@ func (m *Manager) dispatch() {
 				return
 			}
 			m.log.Warn("reading results", zap.Error(err))
-			select { // do not spin on a lasting error
-			case <-m.ctx.Done():
+			if pause.Wait(m.ctx) != nil { // do not spin on a lasting error
 				return
-			case <-time.After(100 * time.Millisecond):
 			}
 			continue
 		}
+		pause.Reset()
 		id := msg.Headers().Get(hdrJob)
 		m.mu.Lock()
 		if w := m.waiting[id]; w != nil && !w.finished {
-			res, ok, err := w.asm.add(msg.Headers(), msg.Data())
-			switch {
-			case err != nil:
-				m.log.Warn("bad result message dropped", zap.String("job", id), zap.Error(err))
-			case ok:
+			if msg.Subject() == m.cfg.cancelSubject(id) {
+				// Ended by someone else (the Service, at a user's request).
+				w.asm.discard()
 				w.finished = true
-				w.result <- res
+				w.result <- decodeResult(msg.Headers(), nil)
+			} else {
+				res, ok, err := w.asm.add(msg.Headers(), msg.Data())
+				switch {
+				case err != nil:
+					m.log.Warn("bad result message dropped", zap.String("job", id), zap.Error(err))
+				case ok:
+					w.finished = true
+					w.result <- res
+				}
 			}
 		}
 		m.mu.Unlock()
@@ -246,74 +298,144 @@ func (m *Manager) dispatch() {
 
 // stored reads the job's result that is already in the RESULTS stream.
 func (m *Manager) stored(ctx context.Context, job laboro.Job) laboro.Result {
-	res, err := readResult(ctx, m.js, m.cfg, job.ID)
+	res, err := readResult(ctx, m.js, m.results, m.cfg, job.ID)
 	if err != nil {
 		return m.interrupted(ctx, job, err)
 	}
 	return res
 }
 
-// readResult reads the first complete result of job id from the RESULTS
-// stream, waiting for one to be stored. Its Output, if any, is the
+// readResult reads job id's outcome from the RESULTS stream, waiting for
+// one to be stored: the record of its Run's end if there is one (see
+// record), else its first complete result. Its Output, if any, is the
 // caller's.
-func readResult(ctx context.Context, js natsjs.JetStream, cfg Config, id string) (laboro.Result, error) {
+func readResult(ctx context.Context, js natsjs.JetStream, results natsjs.Stream, cfg Config, id string) (laboro.Result, error) {
+	fail := func(err error) (laboro.Result, error) {
+		return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
+	}
+	// ended returns the record of the end, if there is one.
+	ended := func() (laboro.Result, bool, error) {
+		msg, err := lookup(ctx, js.Conn(), results, cfg.cancelSubject(id))
+		if msg == nil || err != nil {
+			return laboro.Result{}, false, err
+		}
+		res := decodeResult(msg.Header, nil)
+		res.ID = id
+		return res, true, nil
+	}
+	if res, ok, err := ended(); ok || err != nil {
+		if err != nil {
+			return fail(err)
+		}
+		return res, nil
+	}
 	var cons natsjs.Consumer
 	err := retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
 		cons, err = js.OrderedConsumer(ctx, cfg.resultsStream(), natsjs.OrderedConsumerConfig{
-			FilterSubjects: []string{cfg.resultsSubject(id)},
+			FilterSubjects: []string{cfg.resultsSubject(id), cfg.cancelSubject(id)},
 			DeliverPolicy:  natsjs.DeliverAllPolicy,
 		})
 		return err
 	})
 	if err != nil {
-		return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
+		return fail(err)
 	}
 	it, err := cons.Messages(natsjs.PullHeartbeat(feedHeartbeat))
 	if err != nil {
-		return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
+		return fail(err)
 	}
 	defer it.Stop()
 	asm := &assembler{dir: cfg.Dir}
 	defer asm.discard()
+	pause := pauses()
 	for {
 		msg, err := it.Next(natsjs.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) || js.Conn().IsClosed() {
-				return laboro.Result{}, fmt.Errorf("jetstream: results of %s: %w", id, err)
+				return fail(err)
 			}
 			cfg.Logger.Warn("reading results", zap.String("job", id), zap.Error(err))
-			select { // do not spin on a lasting error
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
+			pause.Wait(ctx) // do not spin on a lasting error
 			continue
+		}
+		pause.Reset()
+		if msg.Subject() == cfg.cancelSubject(id) {
+			res := decodeResult(msg.Headers(), nil)
+			res.ID = id
+			return res, nil
 		}
 		res, ok, err := asm.add(msg.Headers(), msg.Data())
 		if err != nil {
 			cfg.Logger.Warn("bad result message dropped", zap.String("job", id), zap.Error(err))
 			continue
 		}
-		if ok {
-			res.ID = id
-			return res, nil
+		if !ok {
+			continue
 		}
+		// A record stored after this result still wins: the Run ended
+		// before it received the result.
+		if rec, ok, err := ended(); ok || err != nil {
+			res.Output.Close()
+			if err != nil {
+				return fail(err)
+			}
+			return rec, nil
+		}
+		res.ID = id
+		return res, nil
 	}
 }
 
 // interrupted is Run's result when ctx ended, or else a failure with err.
+// A Run whose ctx ended, but not by Close, has its job ended in the
+// streams, in the background: Run returns at once.
 func (m *Manager) interrupted(ctx context.Context, job laboro.Job, err error) laboro.Result {
-	res := laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: err}
 	if ctx.Err() == nil {
 		m.log.Warn("job failed in the manager", zap.String("job", job.ID), zap.Error(err))
+		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: err}
 	}
-	if ctx.Err() != nil {
-		res.Status, res.Err = laboro.Interruption(ctx)
+	st, cause := laboro.Interruption(ctx)
+	m.mu.Lock()
+	closing := m.closed
+	if !closing {
+		m.ending.Add(1)
 	}
-	return res
+	m.mu.Unlock()
+	if closing {
+		m.log.Debug("job left in the streams for the next manager", zap.String("job", job.ID))
+	} else {
+		go func() {
+			defer m.ending.Done()
+			m.end(job.ID, st)
+		}()
+	}
+	return laboro.Result{ID: job.ID, Status: st, ExitCode: -1, Err: cause}
+}
+
+// end records the end of job id's Run with status st (see record).
+func (m *Manager) end(id string, st laboro.Status) {
+	ctx, cancel := context.WithTimeout(m.endCtx, endTimeout)
+	defer cancel()
+	if err := record(ctx, m.js, m.jobs, m.cfg, id, st); err != nil {
+		m.log.Warn("the job's worker may go on running it", zap.String("job", id), zap.Error(err))
+		return
+	}
+	m.log.Debug("job ended", zap.String("job", id), zap.Stringer("status", st))
 }
 
 func (m *Manager) publish(ctx context.Context, job laboro.Job) error {
-	data, err := json.Marshal(toWire(job))
+	wj := toWire(job)
+	// The Executor applies Job.Timeout on this side, as ctx's deadline: the
+	// worker gets that deadline, not the timeout again, and as a timeout of
+	// its own the RunTimeout, if any.
+	wj.TimeoutNS = 0
+	if o, ok := job.Payload.(JobOptions); ok {
+		wj.TimeoutNS = int64(max(o.RunTimeout, 0))
+	}
+	if d, ok := ctx.Deadline(); ok {
+		wj.DeadlineNS = d.UnixNano()
+	}
+	data, err := json.Marshal(wj)
 	if err != nil {
 		return fmt.Errorf("jetstream: encode job %s: %w", job.ID, err)
 	}
@@ -465,7 +587,7 @@ func (a *assembler) discard() {
 func decodeResult(h nats.Header, out *laboro.Output) laboro.Result {
 	res := laboro.Result{Output: out, ExitCode: -1}
 	st, err := strconv.Atoi(h.Get(hdrStatus))
-	if err != nil || st < int(laboro.StatusSucceeded) || st > int(laboro.StatusTimedOut) ||
+	if err != nil || st < int(laboro.StatusSucceeded) || st > int(laboro.StatusCancelled) ||
 		h.Get(hdrReason) == reasonMaxDeliver {
 		st = int(laboro.StatusFailed)
 	}
@@ -487,6 +609,8 @@ func decodeResult(h nats.Header, out *laboro.Output) laboro.Result {
 		res.Err = laboro.ErrTimeout
 	case res.Status == laboro.StatusKilled:
 		res.Err = laboro.ErrKilled
+	case res.Status == laboro.StatusCancelled:
+		res.Err = laboro.ErrCancelled
 	case res.Status != laboro.StatusSucceeded:
 		if text == "" {
 			text = res.Status.String()

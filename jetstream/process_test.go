@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -59,12 +60,17 @@ func TestWorkerProcessKilled(t *testing.T) {
 		for finished.Load() < n/5 && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
-		workers[0].Process.Signal(syscall.SIGKILL) // mid-job: it runs 4 at a time
+		// Kill it mid-job: while a job it started runs, which has then
+		// no result and must run again.
+		for !midJob(marks, workers[0].Process.Pid) && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		workers[0].Process.Signal(syscall.SIGKILL)
 	}()
 	for i := range n {
 		h, err := ex.Submit(ctx, laboro.Job{
 			ID:     fmt.Sprintf("p%d", i),
-			Script: fmt.Sprintf("echo %d >> %s; sleep 0.02; echo %d", i, marks, i),
+			Script: fmt.Sprintf("echo %d $PPID $$ >> %s; sleep 0.02; echo %d", i, marks, i),
 		})
 		require.NoError(t, err)
 		handles = append(handles, h)
@@ -154,4 +160,20 @@ func TestManagerProcessKilled(t *testing.T) {
 	t.Logf("%d results before the restart", before)
 	require.Equal(t, managerJobs, strings.Count(string(started), "\n"), "every job ran once")
 	require.Equal(t, uint64(managerJobs), streamMsgs(t, nc, "LABORO_RESULTS"))
+}
+
+// midJob tells whether a job started by the worker process of pid worker,
+// as marks records them ("<job> <worker pid> <job pid>" lines), still runs.
+func midJob(marks string, worker int) bool {
+	b, _ := os.ReadFile(marks)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[1] != strconv.Itoa(worker) {
+			continue
+		}
+		if pid, err := strconv.Atoi(f[2]); err == nil && syscall.Kill(pid, 0) == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -19,6 +19,9 @@ import (
 // (published and waiting for a result) when its Concurrency is 0.
 const DefaultServiceConcurrency = 256
 
+// cancelTimeout bounds the answer to a cancel request.
+const cancelTimeout = 10 * time.Second
+
 // maxListed caps the jobs listed in one StatusReply, to stay below the
 // server's payload limit.
 const maxListed = 1000
@@ -30,13 +33,15 @@ var ErrServiceRunning = errors.New("jetstream: another service already serves th
 // Service is the manager side of the laboro command (`laboro serve`): it
 // reads the jobs that Clients submit to the <Stream>_SUBMITTED stream, runs
 // each through an Executor over a Manager (so that at most Concurrency jobs
-// are out at once), and answers Clients' status requests.
+// are out at once), answers Clients' status requests, and cancels jobs at
+// their request.
 //
 // Everything it needs is in the streams. A Service stopped, or killed, and
-// started again reads the submissions from the start: a job whose result is
-// stored is counted as done, one still in the JOBS stream is waited for
-// without being published again, and the others are published. No job is
-// lost and none is run again because the Service restarted.
+// started again reads the submissions from the start: a job whose outcome
+// is stored (a result, or the record of its cancel) is counted as done, one
+// still in the JOBS stream is waited for without being published again,
+// and the others are published. No job is lost and none is run again
+// because the Service restarted.
 //
 // Only one Service may serve a set of streams; Run refuses to start when
 // another one answers.
@@ -62,6 +67,16 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
+// serving is a Service while it runs.
+type serving struct {
+	cfg     Config
+	log     *zap.Logger
+	t       *tracker
+	m       *Manager
+	ex      *laboro.Executor
+	workers natsjs.Consumer
+}
+
 func (s *Service) run(ctx context.Context) error {
 	cfg := s.Config.withDefaults()
 	log := cfg.Logger
@@ -79,34 +94,41 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-
-	t := newTracker()
+	sv := &serving{cfg: cfg, log: log, t: newTracker(), m: m}
 	var waits sync.WaitGroup // for the jobs' results
-	defer waits.Wait()       // after ex.Close (deferred later, so run first) ended every job
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
+	sv.ex, err = laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
 		laboro.WithBufferSize(n), laboro.WithLogger(log),
 		laboro.WithObserver(func(ev laboro.Event) {
 			if ev.Kind == laboro.EventStarted {
-				t.dispatched(ev.Job.ID)
+				sv.t.dispatched(ev.Job.ID)
 			}
 		}))
 	if err != nil {
+		m.Close()
 		return err
 	}
-	defer ex.Close()
+	// On the way out, the Manager is closed first, which leaves the jobs
+	// out in the streams for the next Run, then the Executor, which has
+	// then nothing left to kill.
+	defer func() {
+		m.Close()
+		sv.ex.Close()
+		waits.Wait()
+	}()
 
-	workers, err := m.jobs.Consumer(ctx, consumerName)
-	if err != nil {
+	if sv.workers, err = m.jobs.Consumer(ctx, consumerName); err != nil {
 		return fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
-	sub, err := s.Conn.Subscribe(cfg.statusSubject(), func(msg *nats.Msg) {
-		s.answer(ctx, t, workers, msg)
-	})
-	if err != nil {
-		return fmt.Errorf("jetstream: status requests: %w", err)
+	for subject, answer := range map[string]func(context.Context, *nats.Msg){
+		cfg.statusSubject():    sv.answerStatus,
+		cfg.cancelAPISubject(): sv.answerCancel,
+	} {
+		sub, err := s.Conn.Subscribe(subject, func(msg *nats.Msg) { answer(ctx, msg) })
+		if err != nil {
+			return fmt.Errorf("jetstream: requests on %s: %w", subject, err)
+		}
+		defer sub.Unsubscribe()
 	}
-	defer sub.Unsubscribe()
 
 	js, err := natsjs.New(s.Conn)
 	if err != nil {
@@ -127,6 +149,14 @@ func (s *Service) run(ctx context.Context) error {
 	defer stopReading()
 	log.Info("serving", zap.String("stream", cfg.Stream), zap.Int("concurrency", n))
 
+	// The jobs ended (cancelled) before this Run, read at once: a job
+	// submitted before is looked up on its results only, unless it is
+	// one of them. The later ones are this Run's own.
+	ended, err := endedJobs(ctx, s.Conn, m.results, cfg)
+	if err != nil {
+		return err
+	}
+	pause := pauses()
 	for {
 		msg, err := it.Next()
 		if err != nil {
@@ -134,12 +164,10 @@ func (s *Service) run(ctx context.Context) error {
 				return nil
 			}
 			log.Warn("reading submissions", zap.Error(err))
-			select { // do not spin on a lasting error
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
+			pause.Wait(ctx) // do not spin on a lasting error
 			continue
 		}
+		pause.Reset()
 		var wj wireJob
 		batch := strings.TrimPrefix(msg.Subject(), cfg.submitSubject(""))
 		if err := json.Unmarshal(msg.Data(), &wj); err != nil || validID(wj.ID) != nil || validID(batch) != nil {
@@ -150,26 +178,38 @@ func (s *Service) run(ctx context.Context) error {
 		if md, err := msg.Metadata(); err == nil {
 			when = md.Timestamp
 		}
-		if !t.add(wj.ID, batch, when) {
+		if !sv.t.add(wj.ID, batch, when) {
 			log.Debug("job submitted again; the first submission stands", zap.String("job", wj.ID))
 			continue
 		}
 		// A job that ended before a restart is only counted.
-		raw, err := m.results.GetLastMsgForSubject(ctx, cfg.resultsSubject(wj.ID))
-		if err == nil {
-			t.finish(wj.ID, decodeResult(raw.Header, nil))
-			continue
+		var raw *natsjs.RawStreamMsg
+		if ended[wj.ID] {
+			raw, err = outcome(ctx, s.Conn, m.results, cfg, wj.ID)
+		} else {
+			raw, err = lookup(ctx, s.Conn, m.results, cfg.resultsSubject(wj.ID))
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		h, err := ex.Submit(ctx, wj.job()) // waits while n jobs are queued
+		if err == nil && raw != nil {
+			sv.finish(wj.ID, decodeResult(raw.Header, nil))
+			continue
+		}
+		// The timeout of a submitted job bounds its run, not its wait for
+		// a worker.
+		job := wj.job()
+		job.Payload, job.Timeout = JobOptions{RunTimeout: job.Timeout}, 0
+		h, err := sv.ex.Submit(ctx, job) // waits while n jobs are queued
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			t.finish(wj.ID, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
+			sv.finish(wj.ID, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
 			continue
+		}
+		if sv.t.ended(wj.ID) {
+			sv.ex.Cancel(wj.ID) // cancelled while Submit waited
 		}
 		waits.Go(func() {
 			<-h.Done()
@@ -178,11 +218,16 @@ func (s *Service) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return // stopped by Run's end, not finished
 			}
-			if b, last := t.finish(wj.ID, res); last {
-				log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
-					zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
-			}
+			sv.finish(wj.ID, res)
 		})
+	}
+}
+
+// finish records job id's result, and logs the end of its batch.
+func (sv *serving) finish(id string, res laboro.Result) {
+	if b, last := sv.t.finish(id, res); last {
+		sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
+			zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
 	}
 }
 
@@ -207,27 +252,82 @@ func ensureSubmitted(ctx context.Context, nc *nats.Conn, cfg Config) error {
 	return nil
 }
 
-// answer replies to one status request.
-func (s *Service) answer(ctx context.Context, t *tracker, workers natsjs.Consumer, msg *nats.Msg) {
+// answerStatus replies to one status request.
+func (sv *serving) answerStatus(ctx context.Context, msg *nats.Msg) {
 	var req StatusRequest
 	reply := StatusReply{}
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
 		reply.Error = "bad status request: " + err.Error()
 	} else {
-		reply = t.status(req)
+		reply = sv.t.status(req)
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if info, err := workers.Info(ictx); err == nil {
+		if info, err := sv.workers.Info(ictx); err == nil {
 			reply.InStream = info.NumPending
 			reply.OnWorkers = info.NumAckPending
 		}
 		cancel()
 	}
+	sv.respond(msg, reply)
+}
+
+// answerCancel cancels the jobs of one request that have not ended: their
+// cancel is recorded (see Manager), which stops their workers, and then
+// their Runs are cancelled in the Executor; a job still queued here never
+// reaches the streams.
+func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
+	var req CancelRequest
+	var reply CancelReply
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		reply.Error = "bad cancel request: " + err.Error()
+		sv.respond(msg, reply)
+		return
+	}
+	ctx, stop := context.WithTimeout(ctx, cancelTimeout)
+	defer stop()
+	// The jobs that wait go first, so that the end of a running one gives
+	// none of them its place.
+	var failed []string
+	for _, waiting := range []bool{true, false} {
+		for _, id := range req.IDs {
+			if state := sv.t.state(id); state == StateDispatched && !waiting ||
+				state == StateWaiting && waiting {
+				if err := sv.cancel(ctx, id); err != nil {
+					failed = append(failed, id)
+					sv.log.Warn("cancel", zap.String("job", id), zap.Error(err))
+				}
+			}
+		}
+	}
+	reply.Jobs = sv.t.status(StatusRequest{IDs: req.IDs}).Jobs
+	if len(failed) > 0 {
+		reply.Error = "could not cancel " + strings.Join(failed, ", ")
+	}
+	sv.respond(msg, reply)
+}
+
+// cancel cancels job id, which has not ended.
+func (sv *serving) cancel(ctx context.Context, id string) error {
+	// The record first: once it is stored, the job is cancelled whatever
+	// happens to this Service.
+	if err := record(ctx, sv.m.js, sv.m.jobs, sv.cfg, id, laboro.StatusCancelled); err != nil {
+		return err
+	}
+	if b, last := sv.t.cancel(id); last {
+		sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
+			zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
+	}
+	sv.ex.Cancel(id) // ErrNotFound: not yet in the Executor, or ended
+	sv.log.Info("job cancelled", zap.String("job", id))
+	return nil
+}
+
+func (sv *serving) respond(msg *nats.Msg, reply any) {
 	data, err := json.Marshal(reply)
 	if err == nil {
 		err = msg.Respond(data)
 	}
 	if err != nil {
-		s.Config.withDefaults().Logger.Warn("answering a status request", zap.Error(err))
+		sv.log.Warn("answering a request", zap.String("subject", msg.Subject), zap.Error(err))
 	}
 }
 
@@ -240,6 +340,23 @@ type StatusRequest struct {
 	// Unsuccessful adds to Jobs the jobs of the reported batches that ended
 	// otherwise than StatusSucceeded (at most 1,000).
 	Unsuccessful bool `json:"unsuccessful,omitempty"`
+}
+
+// CancelRequest asks a Service to cancel jobs.
+type CancelRequest struct {
+	// IDs names the jobs to cancel.
+	IDs []string `json:"ids"`
+}
+
+// CancelReply is a Service's answer to a CancelRequest.
+type CancelReply struct {
+	// Jobs are the jobs asked about, in the order asked, in their state
+	// after the request: "cancelled" for those it cancelled, their end for
+	// those that had ended, StateUnknown for ids the Service does not know.
+	Jobs []JobStatus `json:"jobs"`
+	// Error is set when the request, or the cancel of some of its jobs,
+	// failed.
+	Error string `json:"error,omitempty"`
 }
 
 // StatusReply is a Service's answer to a StatusRequest.
@@ -373,6 +490,51 @@ func (t *tracker) finish(id string, res laboro.Result) (BatchStatus, bool) {
 		}
 	}
 	return b.BatchStatus, b.Done() == b.Jobs
+}
+
+// state returns job id's state, "" when it is unknown.
+func (t *tracker) state(id string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if j := t.jobs[id]; j != nil {
+		return j.State
+	}
+	return ""
+}
+
+// ended tells whether job id is known and has ended.
+func (t *tracker) ended(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jobs[id]
+	return j != nil && j.State != StateWaiting && j.State != StateDispatched
+}
+
+// cancel records that job id was cancelled: the record of its cancel is
+// its outcome, even if it ended otherwise just before. It returns the
+// batch's counts when this ended its last job.
+func (t *tracker) cancel(id string) (BatchStatus, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	j := t.jobs[id]
+	if j == nil {
+		return BatchStatus{}, false
+	}
+	b := t.batches[j.Batch]
+	ended := j.State != StateWaiting && j.State != StateDispatched
+	switch j.State {
+	case StateWaiting:
+		b.Waiting--
+	case StateDispatched:
+		b.Dispatched--
+	case laboro.StatusSucceeded.String():
+		b.Succeeded--
+	default:
+		b.Failed--
+	}
+	j.State, j.ExitCode, j.Error = laboro.StatusCancelled.String(), -1, laboro.ErrCancelled.Error()
+	b.Failed++
+	return b.BatchStatus, !ended && b.Done() == b.Jobs
 }
 
 func (t *tracker) status(req StatusRequest) StatusReply {

@@ -332,3 +332,95 @@ func TestWorkerDrain(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 5, strings.Count(string(runs), "\n"), "each job ran once")
 }
+
+// Jobs cancelled through the Service, whether running on a worker, queued
+// in the Service or waiting for room there, end cancelled and never run
+// (again), also after the Service restarts; an unknown id is said so, and
+// a job that ended keeps its end.
+func TestServiceCancel(t *testing.T) {
+	nc := setup(t)
+	stop := startService(t, nc, Config{}, 1)
+	startWorker(t, nc, Config{}, 1)
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	pids := filepath.Join(dir, "pids")
+	_, err := cl.Submit(ctx, "c", []laboro.Job{
+		{ID: "running", Script: longScript(runs, pids)},
+		{ID: "queued", Script: "echo queued >> " + runs},
+		{ID: "blocked", Script: "echo blocked >> " + runs},
+		{ID: "last", Script: "echo last"},
+	})
+	require.NoError(t, err)
+	procs := awaitPIDs(t, pids)
+	// One job out, one queued, one waiting for room: the Service has read three.
+	require.Eventually(t, func() bool {
+		reply, err := cl.Status(ctx, StatusRequest{Batches: []string{"c"}})
+		return err == nil && len(reply.Batches) == 1 && reply.Batches[0].Jobs == 3
+	}, 10*time.Second, 5*time.Millisecond)
+
+	reply, err := cl.Cancel(ctx, "running", "queued", "blocked", "nosuch")
+	require.NoError(t, err)
+	states := map[string]string{}
+	for _, j := range reply.Jobs {
+		states[j.ID] = j.State
+	}
+	assert.Equal(t, map[string]string{"running": "cancelled", "queued": "cancelled", "blocked": "cancelled",
+		"nosuch": StateUnknown}, states)
+	requireGone(t, procs)
+
+	b, err := cl.Wait(ctx, "c", 4, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, BatchStatus{Batch: "c", Submitted: b.Submitted, Jobs: 4, Succeeded: 1, Failed: 3}, b)
+	assert.Equal(t, 1, lines(t, runs), "only the running job ran")
+	res, err := cl.Result(ctx, "running")
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusCancelled, res.Status)
+
+	// Cancelling a job that ended changes nothing.
+	reply, err = cl.Cancel(ctx, "last", "running")
+	require.NoError(t, err)
+	require.Len(t, reply.Jobs, 2)
+	assert.Equal(t, "succeeded", reply.Jobs[0].State)
+	assert.Equal(t, "cancelled", reply.Jobs[1].State)
+
+	// Started again, the Service knows them cancelled, and runs none.
+	require.NoError(t, stop())
+	_, err = cl.Cancel(ctx, "running")
+	require.ErrorIs(t, err, ErrNoService)
+	startService(t, nc, Config{}, 1)
+	b, err = cl.Wait(ctx, "c", 4, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, b.Succeeded)
+	status, err := cl.Status(ctx, StatusRequest{IDs: []string{"running", "queued", "blocked"}})
+	require.NoError(t, err)
+	for _, j := range status.Jobs {
+		assert.Equal(t, "cancelled", j.State, j.ID)
+		assert.Equal(t, laboro.ErrCancelled.Error(), j.Error, j.ID)
+	}
+	assert.Equal(t, 1, lines(t, runs))
+}
+
+// The timeout of a submitted job bounds its run on a worker, not its wait
+// for one.
+func TestServiceTimeout(t *testing.T) {
+	nc := setup(t)
+	startService(t, nc, Config{}, 4)
+	startWorker(t, nc, Config{}, 1)
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	ctx := testCtx(t, time.Minute)
+	_, err := cl.Submit(ctx, "t", []laboro.Job{
+		{ID: "first", Script: "sleep 1"},
+		{ID: "quick", Script: "echo quick", Timeout: 500 * time.Millisecond}, // waits 1 s for the worker
+		{ID: "slow", Script: "sleep 30", Timeout: 500 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	b, err := cl.Wait(ctx, "t", 3, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 2, b.Succeeded)
+	reply, err := cl.Status(ctx, StatusRequest{IDs: []string{"quick", "slow"}})
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", reply.Jobs[0].State)
+	assert.Equal(t, "timed out", reply.Jobs[1].State)
+}

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -29,7 +31,11 @@ const publishTimeout = 30 * time.Second
 // local laboro.Executor as a process (its output in <pid>.output), sends
 // in-progress acknowledgements every AckWait/3 while it runs, publishes the
 // result (the output in chunks of at most ChunkSize) and only then
-// acknowledges the job. Set the fields, then call Run once.
+// acknowledges the job. A job whose Run ended (see Manager) is cancelled
+// in that Executor, which kills its process group, and acknowledged
+// without a result; a job received after its Run ended, or past its
+// deadline, is not run, and one that reaches its deadline is killed. Set
+// the fields, then call Run once.
 type Worker struct {
 	// Conn is the connection to NATS; it stays the caller's.
 	Conn *nats.Conn
@@ -81,7 +87,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	_, _, cons, err := ensure(ctx, js, cfg)
+	_, results, cons, err := ensure(ctx, js, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -98,7 +104,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons, draining: w.drain()}
+	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons, results: results, draining: w.drain(),
+		taken: map[string]*taken{}, recent: map[string]time.Time{}}
+	// Hear of the Runs that end before taking any job: the server handles
+	// a connection's messages in order, so this subscription is in place
+	// before the first job is delivered.
+	sub, err := w.Conn.Subscribe(cfg.cancelSubject("*"), func(msg *nats.Msg) {
+		r.end(strings.TrimPrefix(msg.Subject, cfg.cancelSubject("")))
+	})
+	if err != nil {
+		ex.Close()
+		return fmt.Errorf("jetstream: listen for ended jobs: %w", err)
+	}
+	defer sub.Unsubscribe()
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() { r.loop(ctx) })
@@ -116,19 +134,31 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 type workerRun struct {
-	js   natsjs.JetStream
-	cfg  Config
-	log  *zap.Logger
-	ex   *laboro.Executor
-	cons natsjs.Consumer
+	js      natsjs.JetStream
+	cfg     Config
+	log     *zap.Logger
+	ex      *laboro.Executor
+	cons    natsjs.Consumer
+	results natsjs.Stream
 	// finishing counts the finished jobs whose result is being published.
 	finishing sync.WaitGroup
 	draining  <-chan struct{} // closed when no new job is to be taken
+
+	mu     sync.Mutex
+	taken  map[string]*taken    // the jobs being handled, by id
+	recent map[string]time.Time // ends heard of for jobs not taken, and when
+}
+
+// taken is a job this worker handles.
+type taken struct {
+	ended  bool // its Run ended: it must not run, or go on running
+	queued bool // it is in the Executor
 }
 
 // loop pulls one job at a time and runs it, until ctx ends or the worker
 // drains.
 func (r *workerRun) loop(ctx context.Context) {
+	pause := pauses()
 	for ctx.Err() == nil {
 		select {
 		case <-r.draining:
@@ -141,15 +171,103 @@ func (r *workerRun) loop(ctx context.Context) {
 				return
 			}
 			r.log.Warn("fetching a job", zap.Error(err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(fetchWait):
-			}
+			pause.Wait(ctx)
 			continue
 		}
+		pause.Reset()
 		for msg := range batch.Messages() {
 			r.handle(ctx, msg)
 		}
+	}
+}
+
+// take marks job id as handled here. It returns nil when it is already (a
+// redelivery of a job that outlived its AckWait here).
+func (r *workerRun) take(id string) *taken {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.taken[id] != nil {
+		return nil
+	}
+	t := &taken{}
+	if _, ok := r.recent[id]; ok {
+		delete(r.recent, id)
+		t.ended = true
+	}
+	r.taken[id] = t
+	return t
+}
+
+func (r *workerRun) release(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.taken, id)
+}
+
+// end learns that job id's Run ended: the job is cancelled if it is in the
+// Executor, not run if it is about to be, and otherwise remembered for
+// recentCancels, should it come just after.
+func (r *workerRun) end(id string) {
+	r.mu.Lock()
+	t := r.taken[id]
+	if t == nil {
+		now := time.Now()
+		for k, at := range r.recent {
+			if now.Sub(at) > recentCancels {
+				delete(r.recent, k)
+			}
+		}
+		r.recent[id] = now
+		r.mu.Unlock()
+		return
+	}
+	t.ended = true
+	queued := t.queued
+	r.mu.Unlock()
+	if queued {
+		r.ex.Cancel(id) // ErrNotFound: it has just ended
+	}
+}
+
+// queued notes that t is in the Executor, and reports whether its Run is
+// still going (else the caller cancels it).
+func (r *workerRun) queued(t *taken) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.queued = true
+	return !t.ended
+}
+
+func (r *workerRun) ended(t *taken) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return t.ended
+}
+
+// over tells whether job id's Run is over before the job runs: its end was
+// heard of or is recorded, or, for a job delivered again, a result is
+// stored. It gives up after half the AckWait, leaving the job to be run.
+func (r *workerRun) over(ctx context.Context, t *taken, id string, again bool) (bool, error) {
+	if r.ended(t) {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckWait/2)
+	defer cancel()
+	msg, err := lookup(ctx, r.js.Conn(), r.results, r.cfg.cancelSubject(id))
+	if msg != nil || err != nil || !again {
+		return msg != nil, err
+	}
+	msg, err = lookup(ctx, r.js.Conn(), r.results, r.cfg.resultsSubject(id))
+	return msg != nil && final(msg.Header), err
+}
+
+// recheck looks for the record of the end of job id, which this worker
+// may have missed (it was reconnecting), and ends the job if it is there.
+func (r *workerRun) recheck(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, firstAttempt)
+	defer cancel()
+	if _, err := r.results.GetLastMsgForSubject(ctx, r.cfg.cancelSubject(id)); err == nil {
+		r.end(id)
 	}
 }
 
@@ -165,11 +283,43 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		return
 	}
 	log := r.log.With(zap.String("job", wj.ID), zap.Uint64("attempt", attempt))
-	h, err := r.ex.Submit(ctx, wj.job())
-	if err != nil {
-		// Stopping, or the same job redelivered while it still runs here.
-		log.Debug("job not run", zap.Error(err))
+	t := r.take(wj.ID)
+	if t == nil {
+		log.Debug("job not run: it runs here already")
 		return
+	}
+	defer r.release(wj.ID)
+	over, err := r.over(ctx, t, wj.ID, attempt > 1)
+	switch {
+	case ctx.Err() != nil:
+		return // left for redelivery
+	case err != nil:
+		log.Warn("could not tell whether the job ended; running it", zap.Error(err))
+	case over:
+		log.Debug("job not run: its run ended")
+		r.finishing.Go(func() { r.settle(ctx, msg, log) })
+		return
+	}
+	job := wj.job() // its Timeout is the RunTimeout
+	if d, ok := wj.deadline(); ok {
+		left := time.Until(d)
+		if job.Timeout <= 0 || left < job.Timeout {
+			job.Timeout = left
+		}
+		if left <= 0 {
+			log.Info("job not run: past its deadline")
+			res := laboro.Result{ID: wj.ID, Status: laboro.StatusTimedOut, ExitCode: -1, Err: laboro.ErrTimeout}
+			r.finishing.Go(func() { r.finish(ctx, msg, log, wj.ID, attempt, res) })
+			return
+		}
+	}
+	h, err := r.ex.Submit(ctx, job)
+	if err != nil {
+		log.Debug("job not run", zap.Error(err)) // the worker stops
+		return
+	}
+	if !r.queued(t) {
+		r.ex.Cancel(wj.ID)
 	}
 	tick := time.NewTicker(r.cfg.AckWait / 3)
 	defer tick.Stop()
@@ -182,12 +332,19 @@ wait:
 			if err := msg.InProgress(); err != nil {
 				log.Warn("in-progress acknowledgement", zap.Error(err))
 			}
+			r.recheck(ctx, wj.ID)
 		}
 	}
 	res, _ := h.Result()
 	if ctx.Err() != nil {
 		res.Output.Close()
 		log.Info("job left for redelivery: the worker stops", zap.Stringer("status", res.Status))
+		return
+	}
+	if r.ended(t) {
+		res.Output.Close()
+		log.Info("job cancelled: its run ended", zap.Stringer("status", res.Status))
+		r.finishing.Go(func() { r.settle(ctx, msg, log) })
 		return
 	}
 	// The job finished: its result is published and the job acknowledged
@@ -197,6 +354,16 @@ wait:
 		defer res.Output.Close()
 		r.finish(ctx, msg, log, wj.ID, attempt, res)
 	})
+}
+
+// settle acknowledges a job whose Run ended, without a result: the
+// record of its end is its outcome.
+func (r *workerRun) settle(ctx context.Context, msg natsjs.Msg, log *zap.Logger) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if err := ack(actx, r.js.Conn(), msg); err != nil {
+		log.Debug("acknowledging a job that ended", zap.Error(err)) // purged already
+	}
 }
 
 // finish publishes a finished job's result and then acknowledges the job,
@@ -286,13 +453,14 @@ func setResultHeaders(h nats.Header, id string, attempt uint64, res laboro.Resul
 // ack acknowledges msg and waits at most attemptTimeout for the server to
 // confirm it, once the connection is up. An acknowledgement that is lost
 // (the server restarted meanwhile) is not made again: the job is then
-// redelivered, and its second result dropped as a duplicate.
+// redelivered, and the worker that gets it finds its result stored.
 func ack(ctx context.Context, nc *nats.Conn, msg natsjs.Msg) error {
+	// Polled: the connection has no event for it that this could wait on
+	// without a listener of its own.
+	pause := transport.Backoff{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}
 	for nc.IsReconnecting() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if err := pause.Wait(ctx); err != nil {
+			return err
 		}
 	}
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)

@@ -285,6 +285,7 @@ func TestUsage(t *testing.T) {
 		{"serve", "extra"},
 		{"worker", "-c", "0"},
 		{"output"},
+		{"cancel"},
 		{"run"},
 		{"run", "-workers", "0", "true"},
 	} {
@@ -303,7 +304,7 @@ func TestNoServer(t *testing.T) {
 	require.NoError(t, err)
 	url := "nats://" + ln.Addr().String()
 	ln.Close()
-	for _, args := range [][]string{{"submit", "echo", "x"}, {"status"}, {"output", "x"}} {
+	for _, args := range [][]string{{"submit", "echo", "x"}, {"status"}, {"output", "x"}, {"cancel", "x"}} {
 		p := e2e.Start(t, []string{"LABORO_NATS=" + url}, bin, args...)
 		assert.Equal(t, 1, p.Wait(t, 30*time.Second), "laboro %q", args)
 		assert.Contains(t, p.Log(), "is `laboro serve` running?", "laboro %q", args)
@@ -343,4 +344,41 @@ func TestWorkerInterrupts(t *testing.T) {
 	assert.Contains(t, w.Log(), "its unfinished jobs go to other workers")
 	out, _, _ = s.run("status", "stuck")
 	assert.Regexp(t, `(?m)^stuck\s+dispatched`, out, "waiting for another worker")
+}
+
+// laboro cancel kills a running job on its worker, and the job ends
+// cancelled for status and output; an unknown id fails.
+func TestCancel(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "1")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	out, _, code := s.run("submit", "-id", "stuck", fmt.Sprintf("echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 300", pidFile))
+	require.Equal(t, 0, code, out)
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 20*time.Second, 5*time.Millisecond)
+
+	out, _, code = s.run("cancel", "stuck", "nosuch")
+	assert.Equal(t, 1, code, "an unknown id")
+	assert.Regexp(t, `(?m)^stuck\s+cancelled\s+-\s+laboro: job cancelled`, out)
+	assert.Regexp(t, `(?m)^nosuch\s+unknown\s+-`, out)
+	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 10*time.Second, 5*time.Millisecond,
+		"the job's process is killed")
+
+	out, _, code = s.run("status", "stuck")
+	assert.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^stuck\s+cancelled\s+-`, out)
+	out, errText, code := s.run("output", "stuck")
+	assert.Equal(t, 1, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errText, "job stuck cancelled")
+	out, _, code = s.run("cancel", "stuck")
+	assert.Equal(t, 0, code, "cancelled already")
+	assert.Regexp(t, `(?m)^stuck\s+cancelled`, out)
 }

@@ -1,0 +1,33 @@
+package command
+
+import (
+	"os"
+)
+
+// cancel has the service cancel jobs: a waiting one never runs, a running
+// one is killed by its worker. It prints the jobs' states after the
+// request, and returns exitFailed when a job is unknown or could not be
+// cancelled.
+func cancel(args []string) int {
+	c := newCommon("cancel", "[flags] ID…")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if c.fs.NArg() == 0 {
+		return c.usageError()
+	}
+	defer c.log.Sync()
+	ctx, stop := interruptible()
+	defer stop()
+	cl, release, ok := c.client()
+	if !ok {
+		return exitFailed
+	}
+	defer release()
+	reply, err := cl.Cancel(ctx, c.fs.Args()...)
+	printJobs(os.Stdout, reply.Jobs, false)
+	if err != nil {
+		return failed(ctx, "cancel", err)
+	}
+	return unknownJobs(reply.Jobs)
+}

@@ -1,0 +1,96 @@
+package command
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestSplitHostPort(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		host string
+		port int
+		ok   bool
+	}{
+		{"127.0.0.1:4222", "127.0.0.1", 4222, true},
+		{"0.0.0.0:0", "0.0.0.0", -1, true}, // any free port
+		{"[::1]:80", "::1", 80, true},
+		{"localhost", "", 0, false},
+		{"host:http", "", 0, false},
+		{"host:70000", "", 0, false},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			host, port, err := splitHostPort(tc.addr)
+			if !tc.ok {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.host, host)
+			assert.Equal(t, tc.port, port)
+		})
+	}
+}
+
+func TestReadJobs(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "jobs.txt")
+	require.NoError(t, os.WriteFile(name, []byte("# comment\n\n  echo a  \n\t\necho 'b c'\n  # indented comment\n"), 0o600))
+	lines, err := readJobs(name)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"echo a", "echo 'b c'"}, lines)
+	_, err = readJobs(filepath.Join(t.TempDir(), "nosuch"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestPrintJobs(t *testing.T) {
+	var b bytes.Buffer
+	printJobs(&b, nil, false)
+	assert.Empty(t, b.String(), "nothing for no jobs")
+	printJobs(&b, []jetstream.JobStatus{
+		{ID: "a", State: "succeeded", ExitCode: 0},
+		{ID: "long-id", State: "cancelled", ExitCode: -1, Error: "laboro: job cancelled"},
+	}, true)
+	assert.Equal(t, "JOB      STATE      EXIT  ERROR\n"+
+		"a        succeeded  0     \n"+
+		"long-id  cancelled  -     laboro: job cancelled\n"+
+		"(more jobs not listed)\n", b.String())
+}
+
+// The first interrupt calls first; the second ends the context.
+func TestInterruptTwice(t *testing.T) {
+	firsts := make(chan struct{}, 2)
+	ctx, stop := interruptTwice(func() { firsts <- struct{}{} })
+	defer stop()
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGINT))
+	select {
+	case <-firsts:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first interrupt was not seen")
+	}
+	require.NoError(t, ctx.Err(), "the first interrupt does not end the context")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second interrupt did not end the context")
+	}
+	assert.Len(t, firsts, 0, "first is called once")
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{{"status", "-watch"}, {"cancel"}, {"worker", "extra"}, {"submit", "-nosuchflag"}} {
+		assert.Equal(t, exitUsage, Main(args), "%q", args)
+	}
+	assert.Equal(t, 0, Main([]string{"cancel", "-h"}))
+}

@@ -1,0 +1,70 @@
+package command
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/laboro-go/laboro/jetstream"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+)
+
+// defaultURL is where the commands other than serve look for NATS, the
+// address of serve's embedded server.
+const defaultURL = "nats://127.0.0.1:4222"
+
+// connect connects to url (or defaultURL), for good: the connection
+// reconnects whenever the server goes away, and logs it. A worker waits
+// for a server that is not up yet (waitForServer); the other commands fail
+// at once.
+func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
+	if url == "" {
+		url = defaultURL
+	}
+	opts := []nats.Option{
+		nats.Name("laboro"),
+		nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				c.log.Warn("disconnected from NATS", zap.Error(err))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			c.log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrl()))
+		}),
+	}
+	if c.token != "" {
+		opts = append(opts, nats.Token(c.token))
+	}
+	if c.creds != "" {
+		opts = append(opts, nats.UserCredentials(c.creds))
+	}
+	if waitForServer {
+		opts = append(opts, nats.RetryOnFailedConnect(true))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach NATS at %s (is `laboro serve` running?): %w", url, err)
+	}
+	return nc, nil
+}
+
+// client connects to NATS and returns a Client whose results go to a
+// directory of its own; release disconnects and removes the directory. On
+// failure it says why on standard error and returns false.
+func (c *common) client() (cl *jetstream.Client, release func(), ok bool) {
+	nc, err := c.connect(c.url, false)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+		return nil, nil, false
+	}
+	dir, err := os.MkdirTemp("", "laboro-"+c.fs.Name()+"-")
+	if err != nil {
+		nc.Close()
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+		return nil, nil, false
+	}
+	cfg := c.config()
+	cfg.Dir = dir
+	return &jetstream.Client{Conn: nc, Config: cfg}, func() { nc.Close(); os.RemoveAll(dir) }, true
+}

@@ -1,0 +1,48 @@
+package command
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/laboro-go/laboro/jetstream"
+)
+
+// output prints the output of finished jobs, waiting for those still
+// running; it refuses ids the service does not know, which would be
+// waited for forever.
+func output(args []string) int {
+	c := newCommon("output", "[flags] ID…")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if c.fs.NArg() == 0 {
+		return c.usageError()
+	}
+	defer c.log.Sync()
+	ctx, stop := interruptible()
+	defer stop()
+	cl, release, ok := c.client()
+	if !ok {
+		return exitFailed
+	}
+	defer release()
+	if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: c.fs.Args()}); err == nil {
+		for _, j := range reply.Jobs {
+			if j.State == jetstream.StateUnknown {
+				fmt.Fprintf(os.Stderr, "laboro output: no job %s\n", j.ID)
+				return exitFailed
+			}
+		}
+	}
+	code := 0
+	for _, id := range c.fs.Args() {
+		res, err := cl.Result(ctx, id)
+		if err != nil {
+			return failed(ctx, "output", err)
+		}
+		if printResult(res, c.fs.NArg() == 1) != 0 {
+			code = exitFailed
+		}
+	}
+	return code
+}

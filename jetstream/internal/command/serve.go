@@ -1,0 +1,143 @@
+package command
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+
+	"github.com/laboro-go/laboro/jetstream"
+	"go.uber.org/zap"
+)
+
+// serve runs the service, and with no -nats an embedded NATS server, and
+// -workers job slots of its own. The first interrupt stops the service and
+// lets the local jobs finish; a second one kills them (they run again
+// elsewhere).
+func serve(args []string) int {
+	c := newCommon("serve", "[flags]")
+	c.deliveryFlags()
+	data := c.fs.String("data", defaultDataDir(), "data directory of the embedded NATS server")
+	listen := c.fs.String("listen", "127.0.0.1:4222", "address of the embedded NATS server")
+	workers := c.fs.Int("workers", runtime.NumCPU(), "jobs this process runs at once itself (0: none)")
+	concurrency := c.fs.Int("c", jetstream.DefaultServiceConcurrency, "jobs out at once (published, waiting for a result)")
+	dir := c.fs.String("dir", "", "directory for the <pid>.output files of the jobs run here")
+	replicas := c.fs.Int("replicas", 0, "stream replicas on a NATS cluster, 3 for production (0: keep the streams' count, 1 for new ones)")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if c.fs.NArg() > 0 || *workers < 0 || *concurrency <= 0 || *replicas < 0 {
+		return c.usageError()
+	}
+	defer c.log.Sync()
+	local := &jetstream.Worker{}
+	serviceCtx, stopService := context.WithCancel(context.Background())
+	defer stopService()
+	ctx, stop := interruptTwice(func() {
+		c.log.Info("stopping: the jobs running here finish; interrupt again to stop at once")
+		stopService()
+		local.Drain()
+	})
+	defer stop()
+
+	url := c.url
+	if url == "" {
+		srv, code := c.embedded(*data, *listen)
+		if srv == nil {
+			return code
+		}
+		defer srv.Shutdown()
+		url = srv.URL()
+	}
+	nc, err := c.connect(url, false)
+	if err != nil {
+		c.log.Error("connect", zap.Error(err))
+		return exitFailed
+	}
+	defer nc.Close()
+	cfg := c.config()
+	cfg.Replicas = *replicas
+	cfg.Dir = *dir
+
+	errs := make(chan error, 2)
+	go func() {
+		errs <- (&jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency}).Run(serviceCtx)
+	}()
+	running := 1
+	if *workers > 0 {
+		running++
+		local.Conn, local.Config, local.Concurrency, local.OutputDir = nc, cfg, *workers, *dir
+		go func() { errs <- local.Run(ctx) }()
+	}
+	code := 0
+	for range running {
+		if err := <-errs; err != nil {
+			c.log.Error("stopped", zap.Error(err))
+			code = exitFailed
+			stop()
+			stopService()
+		}
+	}
+	if code == 0 {
+		c.log.Info("stopped; the jobs not finished stay in the streams")
+	}
+	return code
+}
+
+// embedded starts serve's embedded NATS server, with its data in data,
+// listening on listen. On failure it returns nil and the exit status.
+func (c *common) embedded(data, listen string) (*jetstream.Embedded, int) {
+	host, port, err := splitHostPort(listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro serve: -listen:", err)
+		return nil, exitUsage
+	}
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		c.log.Error("data directory", zap.Error(err))
+		return nil, exitFailed
+	}
+	var opts []jetstream.EmbeddedOption
+	if c.token != "" {
+		opts = append(opts, jetstream.WithToken(c.token))
+	} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		c.log.Warn("the embedded NATS server listens beyond this machine without LABORO_TOKEN: " +
+			"anyone who reaches it can run commands on the workers")
+	}
+	srv, err := jetstream.StartEmbedded(data, host, port, opts...)
+	if err != nil {
+		c.log.Error("embedded NATS server", zap.Error(err))
+		return nil, exitFailed
+	}
+	c.log.Info("embedded NATS server", zap.String("url", srv.URL()), zap.String("data", data))
+	return srv, 0
+}
+
+// defaultDataDir is $XDG_STATE_HOME/laboro, or ~/.local/state/laboro.
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "laboro")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "laboro")
+	}
+	return filepath.Join(os.TempDir(), "laboro")
+}
+
+// splitHostPort splits the -listen address; port 0 picks a free port.
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	if port == 0 {
+		port = -1 // the NATS server's "any free port"
+	}
+	return host, port, nil
+}

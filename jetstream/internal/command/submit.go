@@ -1,0 +1,63 @@
+package command
+
+import (
+	"fmt"
+
+	"github.com/laboro-go/laboro/jetstream"
+	"go.uber.org/zap"
+)
+
+// submit stores jobs for the service and prints the job's id, or the
+// batch's name; with -wait it follows them as run does.
+func submit(args []string) int {
+	c := newCommon("submit", "[flags] (-f FILE | COMMAND…)")
+	jf := c.jobFlags()
+	batch := c.fs.String("batch", "", "batch name (default: a new one)")
+	id := c.fs.String("id", "", "id of the job (COMMAND only; default: BATCH-N)")
+	wait := c.fs.Bool("wait", false, "wait for the jobs; print a single job's output")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if *id != "" && *jf.file != "" {
+		return c.usageError()
+	}
+	jobs, code, ok := c.jobs(jf)
+	if !ok {
+		return code
+	}
+	defer c.log.Sync()
+	jobs[0].ID = *id
+	if *batch == "" {
+		*batch = jetstream.NewBatch()
+	}
+
+	ctx, stop := interruptible()
+	defer stop()
+	cl, release, ok := c.client()
+	if !ok {
+		return exitFailed
+	}
+	defer release()
+	ids, err := cl.Submit(ctx, *batch, jobs)
+	if err != nil {
+		return failed(ctx, "submit", err)
+	}
+	single := *jf.file == ""
+	c.log.Debug("submitted", zap.String("batch", *batch), zap.Int("jobs", len(ids)))
+	if !*wait {
+		if single {
+			fmt.Println(ids[0])
+		} else {
+			fmt.Println(*batch)
+		}
+		return 0
+	}
+	if single {
+		res, err := cl.Result(ctx, ids[0])
+		if err != nil {
+			return failed(ctx, "submit", err)
+		}
+		return printResult(res, true)
+	}
+	return watch(ctx, cl, *batch, len(ids))
+}

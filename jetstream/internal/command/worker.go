@@ -1,0 +1,53 @@
+package command
+
+import (
+	"runtime"
+
+	"github.com/laboro-go/laboro/jetstream"
+	"go.uber.org/zap"
+)
+
+// worker runs jobs here, -c at a time, until interrupted: the first
+// interrupt lets the running jobs finish and deliver their results, a
+// second one kills them (they run again elsewhere).
+func worker(args []string) int {
+	c := newCommon("worker", "[flags]")
+	c.deliveryFlags()
+	n := c.fs.Int("c", runtime.NumCPU(), "jobs run at once")
+	dir := c.fs.String("dir", "", "directory for the jobs' <pid>.output files")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if c.fs.NArg() > 0 || *n <= 0 {
+		return c.usageError()
+	}
+	defer c.log.Sync()
+	w := &jetstream.Worker{Config: c.config(), Concurrency: *n, OutputDir: *dir}
+	ctx, stop := interruptTwice(func() {
+		c.log.Info("finishing the running jobs; interrupt again to stop at once (they would run again elsewhere)")
+		w.Drain()
+	})
+	defer stop()
+	nc, err := c.connect(c.url, true)
+	if err != nil {
+		c.log.Error("connect", zap.Error(err))
+		return exitFailed
+	}
+	defer nc.Close()
+	w.Conn = nc
+	url := c.url
+	if url == "" {
+		url = defaultURL
+	}
+	c.log.Info("worker", zap.String("nats", url), zap.Int("concurrency", *n))
+	if err := w.Run(ctx); err != nil {
+		c.log.Error("worker stopped", zap.Error(err))
+		return exitFailed
+	}
+	if ctx.Err() != nil {
+		c.log.Info("worker stopped; its unfinished jobs go to other workers")
+	} else {
+		c.log.Info("worker stopped after finishing its jobs")
+	}
+	return 0
+}
