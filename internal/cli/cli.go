@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -180,7 +181,7 @@ func (c *Command) Main(args []string, main func(ctx context.Context, args []stri
 func (c *Command) Run(args []string, main func(ctx context.Context, args []string) error) int {
 	err := c.Parse(args)
 	if err == nil {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := Interruptible(context.Background())
 		err = main(ctx, c.Flags.Args())
 		stop()
 	}
@@ -279,10 +280,16 @@ func Logger(level zapcore.Level) *zap.Logger {
 	return log
 }
 
+// Interruptible returns a context that ends at the first SIGINT or
+// SIGTERM; stop releases the signals.
+func Interruptible(parent context.Context) (ctx context.Context, stop context.CancelFunc) {
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
 // Interrupts returns two contexts for a command that stops in two steps:
 // drain ends at the first SIGINT or SIGTERM (stop taking work, let the
 // running jobs finish), kill at the second (stop them now). stop releases
-// the signals.
+// the signals and ends both; it may be called more than once.
 func Interrupts(parent context.Context) (drain, kill context.Context, stop func()) {
 	drain, endDrain := context.WithCancelCause(parent)
 	kill, endKill := context.WithCancelCause(parent)
@@ -305,11 +312,14 @@ func Interrupts(parent context.Context) (drain, kill context.Context, stop func(
 			}
 		}
 	}()
+	var once sync.Once
 	return drain, kill, func() {
-		signal.Stop(signals)
-		close(done)
-		<-exited
-		endDrain(nil)
-		endKill(nil)
+		once.Do(func() {
+			signal.Stop(signals)
+			close(done)
+			<-exited
+			endDrain(nil)
+			endKill(nil)
+		})
 	}
 }

@@ -92,6 +92,7 @@ func TestExitStatuses(t *testing.T) {
 func TestInterruptsDrainThenKill(t *testing.T) {
 	drain, kill, stop := Interrupts(context.Background())
 	defer stop()
+	defer stop() // twice is fine
 	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
 	select {
 	case <-drain.Done():

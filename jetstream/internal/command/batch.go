@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/jetstream"
 )
 
@@ -22,9 +23,10 @@ const watchInterval = 200 * time.Millisecond
 // not succeed. It returns exitFailed if any did not.
 func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 	var bar progress
+	defer bar.close()
 	show := func(b jetstream.BatchStatus) {
-		bar.show(b.Done(), max(n, b.Jobs),
-			fmt.Sprintf("waiting %d, dispatched %d, failed %d", b.Waiting, b.Dispatched, b.Failed))
+		bar.show(cli.Counts{Total: max(n, b.Jobs), Queued: b.Waiting, Running: b.Dispatched,
+			Succeeded: b.Succeeded, Failed: b.Failed})
 	}
 	if _, err := cl.Status(ctx, jetstream.StatusRequest{Batches: []string{batch}}); errors.Is(err, jetstream.ErrNoService) {
 		fmt.Fprintln(os.Stderr, "laboro: no service is running; the jobs wait for `laboro serve`")

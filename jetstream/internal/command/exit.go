@@ -4,13 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+
+	"github.com/laboro-go/laboro/internal/cli"
 )
 
-// Exit statuses: 0 on success.
+// Exit statuses, those of every command of the project: 0 on success.
 const (
-	exitFailed      = 1   // a job failed, or NATS or the service cannot be reached
-	exitUsage       = 2   // a usage error
-	exitInterrupted = 130 // interrupted by the user (SIGINT, SIGTERM)
+	exitFailed      = cli.ExitFailed      // a job failed, or NATS or the service cannot be reached
+	exitUsage       = cli.ExitUsage       // a usage error
+	exitInterrupted = cli.ExitInterrupted // interrupted by the user (SIGINT, SIGTERM)
 )
 
 // failed reports err of the named step on standard error and returns

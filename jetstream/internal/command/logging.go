@@ -1,19 +1,13 @@
 package command
 
 import (
+	"github.com/laboro-go/laboro/internal/cli"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
-// newLogger returns the logger of a command: human-readable lines on
-// standard error, from level up, without stack traces or callers, named
-// "laboro".
+// newLogger returns the logger of a command, the one of every command of
+// the project (cli.Logger), named "laboro".
 func newLogger(level zapcore.Level) (*zap.Logger, error) {
-	cfg := zap.NewDevelopmentConfig()
-	cfg.Level, cfg.DisableStacktrace, cfg.DisableCaller = zap.NewAtomicLevelAt(level), true, true
-	log, err := cfg.Build()
-	if err != nil {
-		return nil, err
-	}
-	return log.Named("laboro"), nil
+	return cli.Logger(level).Named("laboro"), nil
 }

@@ -1,30 +1,28 @@
 package command
 
 import (
-	"fmt"
 	"os"
 
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
+	"github.com/laboro-go/laboro/internal/cli"
 )
 
-// progress shows how far a batch is, as a bar on standard error when it
-// is a terminal, and not at all otherwise. Its zero value is ready.
+// progress shows how far a batch is on standard error: cli.Progress, a bar
+// on a terminal and nothing otherwise. Its zero value is ready.
 type progress struct {
-	bar *progressbar.ProgressBar
+	p *cli.Progress
 }
 
-// show sets the bar to done jobs of total, with note beside it.
-func (p *progress) show(done, total int, note string) {
-	if total <= 0 || !term.IsTerminal(int(os.Stderr.Fd())) {
-		return
+// show shows c.
+func (p *progress) show(c cli.Counts) {
+	if p.p == nil {
+		p.p = cli.NewProgress(os.Stderr, 0)
 	}
-	if p.bar == nil {
-		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
-			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth(),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
+	p.p.Update(c)
+}
+
+// close ends the display.
+func (p *progress) close() {
+	if p.p != nil {
+		p.p.Close()
 	}
-	p.bar.ChangeMax(total)
-	p.bar.Describe(note)
-	p.bar.Set(done)
 }
