@@ -202,23 +202,39 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	// an end is looked for first, then the JOBS stream: a worker stores a
 	// result before it acknowledges the job, so a job missing there has its
 	// result stored by then, or was never published.
-	ended, err := lookup(ctx, m.nc, m.results, m.cfg.cancelSubject(job.ID))
-	if err != nil {
-		return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err))
+	// (The record of an end is looked for at the same time as the rest:
+	// one exchange's wait instead of two.)
+	type found struct {
+		msg *natsjs.RawStreamMsg
+		err error
 	}
-	if ended != nil {
-		res := decodeResult(ended.Header, nil)
+	endLookup := make(chan found, 1)
+	go func() {
+		msg, err := lookup(ctx, m.nc, m.results, m.cfg.cancelSubject(job.ID))
+		endLookup <- found{msg, err}
+	}()
+	queued, err := lookup(ctx, m.nc, m.jobs, m.cfg.jobsSubject(job.ID))
+	var stored *natsjs.RawStreamMsg
+	if err == nil {
+		stored, err = lookup(ctx, m.nc, m.results, m.cfg.resultsSubject(job.ID))
+		if err != nil {
+			err = fmt.Errorf("jetstream: results of %s: %w", job.ID, err)
+		}
+	} else {
+		err = fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err)
+	}
+	ended := <-endLookup
+	switch {
+	case ended.err != nil:
+		return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, ended.err))
+	case ended.msg != nil:
+		res := decodeResult(ended.msg.Header, nil)
 		res.ID = job.ID
 		return res
 	}
-	queued, err := lookup(ctx, m.nc, m.jobs, m.cfg.jobsSubject(job.ID))
-	if err != nil {
-		return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err))
-	}
-	stored, err := lookup(ctx, m.nc, m.results, m.cfg.resultsSubject(job.ID))
 	switch {
 	case err != nil:
-		return m.interrupted(ctx, job, fmt.Errorf("jetstream: results of %s: %w", job.ID, err))
+		return m.interrupted(ctx, job, err)
 	case stored != nil:
 		m.forget(job.ID, w)
 		return m.stored(ctx, job)

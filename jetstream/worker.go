@@ -87,7 +87,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	_, results, cons, err := ensure(ctx, js, cfg)
+	jobs, results, cons, err := ensure(ctx, js, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -117,6 +117,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("jetstream: listen for ended jobs: %w", err)
 	}
 	defer sub.Unsubscribe()
+	// The jobs published from now on have their ends heard of by sub, as
+	// long as the connection holds: for them, no lookup is needed.
+	if err := w.Conn.Flush(); err == nil {
+		if info, err := jobs.Info(ctx); err == nil {
+			r.heardFrom, r.reconnects = info.State.LastSeq, w.Conn.Stats().Reconnects
+		}
+	}
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() { r.loop(ctx) })
@@ -143,6 +150,12 @@ type workerRun struct {
 	// finishing counts the finished jobs whose result is being published.
 	finishing sync.WaitGroup
 	draining  <-chan struct{} // closed when no new job is to be taken
+
+	// heardFrom is the last job of the JOBS stream before the cancel
+	// subscription was in place, with the connection's reconnections
+	// then: the end of a later job is heard of while the connection
+	// holds (see over). 0 when unknown: every job is looked up.
+	heardFrom, reconnects uint64
 
 	mu     sync.Mutex
 	taken  map[string]*taken    // the jobs being handled, by id
@@ -247,9 +260,15 @@ func (r *workerRun) ended(t *taken) bool {
 // over tells whether job id's Run is over before the job runs: its end was
 // heard of or is recorded, or, for a job delivered again, a result is
 // stored. It gives up after half the AckWait, leaving the job to be run.
-func (r *workerRun) over(ctx context.Context, t *taken, id string, again bool) (bool, error) {
+// A job delivered the first time that was published after the cancel
+// subscription was in place, on a connection that has not dropped since,
+// needs no lookup: its end, published after it, would have been heard of.
+func (r *workerRun) over(ctx context.Context, t *taken, id string, seq uint64, again bool) (bool, error) {
 	if r.ended(t) {
 		return true, nil
+	}
+	if !again && r.heardFrom > 0 && seq > r.heardFrom && r.js.Conn().Stats().Reconnects == r.reconnects {
+		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckWait/2)
 	defer cancel()
@@ -272,9 +291,9 @@ func (r *workerRun) recheck(ctx context.Context, id string) {
 }
 
 func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
-	attempt := uint64(1)
+	attempt, seq := uint64(1), uint64(0)
 	if md, err := msg.Metadata(); err == nil {
-		attempt = md.NumDelivered
+		attempt, seq = md.NumDelivered, md.Sequence.Stream
 	}
 	var wj wireJob
 	if err := json.Unmarshal(msg.Data(), &wj); err != nil || validID(wj.ID) != nil {
@@ -289,7 +308,7 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		return
 	}
 	defer r.release(wj.ID)
-	over, err := r.over(ctx, t, wj.ID, attempt > 1)
+	over, err := r.over(ctx, t, wj.ID, seq, attempt > 1)
 	switch {
 	case ctx.Err() != nil:
 		return // left for redelivery

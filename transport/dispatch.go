@@ -508,7 +508,8 @@ func (w *Worker[K, V]) Wake() <-chan struct{} { return w.wake }
 // Take hands this worker up to n jobs from the front of the line, skipping
 // those accept refuses (nil accepts all), and returns them; none when the
 // line has none for it. It never waits. A worker that got fewer than n is
-// woken (Wake) when more come.
+// woken (Wake) when more come; one that got n should Take again before it
+// waits on Wake.
 func (w *Worker[K, V]) Take(n int, accept func(V) bool) []*Ticket[K, V] {
 	d := w.d
 	d.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
 
@@ -48,7 +49,6 @@ type Server struct {
 	mu       sync.Mutex
 	draining bool
 	jobs     sync.WaitGroup // issueJob exchanges still delivering
-	conns    sync.WaitGroup // every connection's goroutine
 	exited   chan struct{}  // closed once an exit command has been answered
 	once     sync.Once
 }
@@ -72,28 +72,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.Executor == nil {
 		return errors.New("jobexec: Server.Executor is nil")
 	}
-	// The watcher closes the listener, which ends Accept, on exit or ctx.
-	serving := make(chan struct{})
+	// Accepting ends on exit or when ctx ends; the connections live on
+	// ctx, so that those waiting for their jobs get them after an exit.
+	accepting, stopAccepting := context.WithCancel(ctx)
+	defer stopAccepting()
 	var watcher sync.WaitGroup
 	watcher.Go(func() {
 		select {
 		case <-s.exited:
-		case <-ctx.Done():
-		case <-serving:
+			stopAccepting()
+		case <-accepting.Done():
 		}
-		ln.Close()
 	})
-	var err error
-	for {
-		var conn net.Conn
-		if conn, err = ln.Accept(); err != nil {
-			break
-		}
-		s.conns.Go(func() { s.serveConn(ctx, conn) })
-	}
-	close(serving)
+	err := transport.Serve(accepting, ln, func(_ context.Context, conn net.Conn) { s.serveConn(ctx, conn) })
+	stopAccepting()
 	watcher.Wait()
-	s.conns.Wait()
 	select {
 	case <-s.exited:
 		return ErrServerTerminated
