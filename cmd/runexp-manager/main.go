@@ -12,14 +12,11 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 
-	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/runexp"
 	"go.uber.org/zap"
@@ -75,91 +72,4 @@ func main() {
 		}
 		return serve(ctx, m, folder, net.JoinHostPort(*listen, strconv.Itoa(port)), *sorted, progress)
 	})
-}
-
-// serve serves every job of the folder not yet done, writes each result,
-// and returns once every job has a result and every runner has said FINO
-// ANKAU (or left).
-func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr string, sorted bool, progress *cli.Progress) error {
-	log := m.Logger
-	todo, _, skipped, err := folder.Jobs()
-	if err != nil {
-		return err
-	}
-	for _, err := range skipped {
-		log.Warn("skipped", zap.Error(err))
-	}
-	if !sorted { // as the reference manager does
-		rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
-	}
-	jobs := make([]laboro.Job, len(todo))
-	files := make(map[string]string, len(todo)) // job name → job file
-	for i, j := range todo {
-		if jobs[i], err = folder.Load(j); err != nil {
-			return err
-		}
-		files[j.Name] = j.Path
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("runs", folder.Runs))
-	// Every job goes to the Manager at once: runners take them as they ask.
-	n := max(1, len(jobs))
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithBufferSize(n), laboro.WithPoolSize(min(n, 4096)),
-		laboro.WithConcurrency(min(n, 4096)), laboro.WithLogger(log))
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	defer ex.Close()
-	serveCtx, stopServing := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- m.Serve(serveCtx, ln) }()
-	defer func() { stopServing(); <-served }()
-
-	batch := cli.Batch{
-		Progress:  progress,
-		OnResult:  func(job laboro.Job, res laboro.Result) error { return folder.Save(job.ID, res.Output) },
-		Submitted: func() { m.Finish(ex) },
-		Workers:   func() int { return m.Stats().Runners },
-		Command: func(job laboro.Job) string {
-			return files[job.ID] + " (report in " + folder.ResultPath(job.ID) + ")"
-		},
-	}
-	sum, err := batch.Run(ctx, ex, jobs)
-	if err != nil {
-		return err
-	}
-	// Every runner must then have said FINO ANKAU, or left.
-	select {
-	case <-m.Idle():
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	sum.Write(os.Stdout)
-	return sum.Err()
-}
-
-// list prints the jobs not yet done, one name per line.
-func list(folder runexp.Folder) error {
-	todo, _, skipped, err := folder.Jobs()
-	for _, e := range skipped {
-		fmt.Fprintln(os.Stderr, e)
-	}
-	if err != nil {
-		return err
-	}
-	for _, j := range todo {
-		fmt.Println(j.Name + string(j.Type))
-	}
-	return nil
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
