@@ -1,7 +1,10 @@
 package command
 
 import (
+	"context"
 	"os"
+
+	"github.com/laboro-go/laboro/jetstream"
 )
 
 // cancel has the service cancel jobs: a waiting one never runs, a running
@@ -16,18 +19,12 @@ func cancel(args []string) int {
 	if c.fs.NArg() == 0 {
 		return c.usageError()
 	}
-	defer c.log.Sync()
-	ctx, stop := interruptible()
-	defer stop()
-	cl, release, ok := c.client()
-	if !ok {
-		return exitFailed
-	}
-	defer release()
-	reply, err := cl.Cancel(ctx, c.fs.Args()...)
-	printJobs(os.Stdout, reply.Jobs, false)
-	if err != nil {
-		return failed(ctx, "cancel", err)
-	}
-	return unknownJobs(reply.Jobs)
+	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
+		reply, err := cl.Cancel(ctx, c.fs.Args()...)
+		printJobs(os.Stdout, reply.Jobs, false)
+		if err != nil {
+			return failed(ctx, "cancel", err)
+		}
+		return unknownJobs(reply.Jobs)
+	})
 }

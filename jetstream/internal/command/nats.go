@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -67,4 +68,19 @@ func (c *common) client() (cl *jetstream.Client, release func(), ok bool) {
 	cfg := c.config()
 	cfg.Dir = dir
 	return &jetstream.Client{Conn: nc, Config: cfg}, func() { nc.Close(); os.RemoveAll(dir) }, true
+}
+
+// withClient runs f with a Client of the service and a context that ends
+// at an interrupt, and returns f's exit status: what the commands that
+// talk to a running service share.
+func (c *common) withClient(f func(ctx context.Context, cl *jetstream.Client) int) int {
+	defer c.log.Sync()
+	ctx, stop := interruptible()
+	defer stop()
+	cl, release, ok := c.client()
+	if !ok {
+		return exitFailed
+	}
+	defer release()
+	return f(ctx, cl)
 }

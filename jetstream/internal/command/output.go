@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -18,31 +19,25 @@ func output(args []string) int {
 	if c.fs.NArg() == 0 {
 		return c.usageError()
 	}
-	defer c.log.Sync()
-	ctx, stop := interruptible()
-	defer stop()
-	cl, release, ok := c.client()
-	if !ok {
-		return exitFailed
-	}
-	defer release()
-	if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: c.fs.Args()}); err == nil {
-		for _, j := range reply.Jobs {
-			if j.State == jetstream.StateUnknown {
-				fmt.Fprintf(os.Stderr, "laboro output: no job %s\n", j.ID)
-				return exitFailed
+	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
+		if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: c.fs.Args()}); err == nil {
+			for _, j := range reply.Jobs {
+				if j.State == jetstream.StateUnknown {
+					fmt.Fprintf(os.Stderr, "laboro output: no job %s\n", j.ID)
+					return exitFailed
+				}
 			}
 		}
-	}
-	code := 0
-	for _, id := range c.fs.Args() {
-		res, err := cl.Result(ctx, id)
-		if err != nil {
-			return failed(ctx, "output", err)
+		code := 0
+		for _, id := range c.fs.Args() {
+			res, err := cl.Result(ctx, id)
+			if err != nil {
+				return failed(ctx, "output", err)
+			}
+			if printResult(res, c.fs.NArg() == 1) != 0 {
+				code = exitFailed
+			}
 		}
-		if printResult(res, c.fs.NArg() == 1) != 0 {
-			code = exitFailed
-		}
-	}
-	return code
+		return code
+	})
 }

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -21,43 +22,37 @@ func status(args []string) int {
 	if *follow && c.fs.NArg() != 1 {
 		return c.usageError() // -watch follows one batch
 	}
-	defer c.log.Sync()
-	ctx, stop := interruptible()
-	defer stop()
-	cl, release, ok := c.client()
-	if !ok {
-		return exitFailed
-	}
-	defer release()
-	if *follow {
-		return watch(ctx, cl, c.fs.Arg(0), 0)
-	}
-	reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: c.fs.Args(), Unsuccessful: *unsuccessful})
-	if err != nil {
-		return failed(ctx, "status", err)
-	}
-	// The names that are no batch are job ids.
-	var ids []string
-	for _, a := range c.fs.Args() {
-		if !slices.ContainsFunc(reply.Batches, func(b jetstream.BatchStatus) bool { return b.Batch == a }) {
-			ids = append(ids, a)
+	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
+		if *follow {
+			return watch(ctx, cl, c.fs.Arg(0), 0)
 		}
-	}
-	if len(ids) > 0 {
-		jobs, err := cl.Status(ctx, jetstream.StatusRequest{IDs: ids})
+		reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: c.fs.Args(), Unsuccessful: *unsuccessful})
 		if err != nil {
 			return failed(ctx, "status", err)
 		}
-		reply.Jobs = append(jobs.Jobs, reply.Jobs...)
-	}
-	if len(reply.Batches) > 0 || c.fs.NArg() == 0 {
-		printBatches(os.Stdout, reply.Batches)
-		if c.fs.NArg() == 0 {
-			fmt.Printf("in the stream: %d, on workers: %d\n", reply.InStream, reply.OnWorkers)
+		// The names that are no batch are job ids.
+		var ids []string
+		for _, a := range c.fs.Args() {
+			if !slices.ContainsFunc(reply.Batches, func(b jetstream.BatchStatus) bool { return b.Batch == a }) {
+				ids = append(ids, a)
+			}
 		}
-	}
-	printJobs(os.Stdout, reply.Jobs, reply.Truncated)
-	return unknownJobs(reply.Jobs)
+		if len(ids) > 0 {
+			jobs, err := cl.Status(ctx, jetstream.StatusRequest{IDs: ids})
+			if err != nil {
+				return failed(ctx, "status", err)
+			}
+			reply.Jobs = append(jobs.Jobs, reply.Jobs...)
+		}
+		if len(reply.Batches) > 0 || c.fs.NArg() == 0 {
+			printBatches(os.Stdout, reply.Batches)
+			if c.fs.NArg() == 0 {
+				fmt.Printf("in the stream: %d, on workers: %d\n", reply.InStream, reply.OnWorkers)
+			}
+		}
+		printJobs(os.Stdout, reply.Jobs, reply.Truncated)
+		return unknownJobs(reply.Jobs)
+	})
 }
 
 // unknownJobs returns exitFailed if one of jobs is unknown to the

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/laboro-go/laboro/jetstream"
@@ -25,39 +26,32 @@ func submit(args []string) int {
 	if !ok {
 		return code
 	}
-	defer c.log.Sync()
 	jobs[0].ID = *id
 	if *batch == "" {
 		*batch = jetstream.NewBatch()
 	}
-
-	ctx, stop := interruptible()
-	defer stop()
-	cl, release, ok := c.client()
-	if !ok {
-		return exitFailed
-	}
-	defer release()
-	ids, err := cl.Submit(ctx, *batch, jobs)
-	if err != nil {
-		return failed(ctx, "submit", err)
-	}
-	single := *jf.file == ""
-	c.log.Debug("submitted", zap.String("batch", *batch), zap.Int("jobs", len(ids)))
-	if !*wait {
-		if single {
-			fmt.Println(ids[0])
-		} else {
-			fmt.Println(*batch)
-		}
-		return 0
-	}
-	if single {
-		res, err := cl.Result(ctx, ids[0])
+	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
+		ids, err := cl.Submit(ctx, *batch, jobs)
 		if err != nil {
 			return failed(ctx, "submit", err)
 		}
-		return printResult(res, true)
-	}
-	return watch(ctx, cl, *batch, len(ids))
+		single := *jf.file == ""
+		c.log.Debug("submitted", zap.String("batch", *batch), zap.Int("jobs", len(ids)))
+		if !*wait {
+			if single {
+				fmt.Println(ids[0])
+			} else {
+				fmt.Println(*batch)
+			}
+			return 0
+		}
+		if single {
+			res, err := cl.Result(ctx, ids[0])
+			if err != nil {
+				return failed(ctx, "submit", err)
+			}
+			return printResult(res, true)
+		}
+		return watch(ctx, cl, *batch, len(ids))
+	})
 }
