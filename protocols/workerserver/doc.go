@@ -34,7 +34,9 @@
 // version}]}, then Stopping and Offline. A job's are Processing with
 // {"progress":{total,done,percent}}, then Done with the result, or Failed
 // or Cancelled with {"error":{message,name,stack}}. A ping's answer is
-// {data:{job:{jobId, worker, …params}, cancelJobs:[ids]}}.
+// {data:{job:{jobId, worker, …params}, cancelJobs:[ids]}}. A version in
+// Online may be any JSON value (the reference sends a module's `version`
+// as it is, often a number): it is kept as text (Version).
 //
 // A job's "worker" names the code that runs it: the reference loads
 // workers/<worker>.js; a Worker here runs the executable CodeDir/<worker>

@@ -1,6 +1,7 @@
 package workerserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,18 +49,49 @@ func Final(status string) bool {
 	return status == JobDone || status == JobFailed || status == JobCancelled
 }
 
-// Startup is the data of a worker's Online status.
+// Startup is the data of a worker's Online status. The reference sends it
+// whole at the first Online of its process only; the Online of a
+// reconnection carries "{}" (no startup, no workers).
 type Startup struct {
-	Startup bool         `json:"startup"`
-	Version string       `json:"version"`
+	Startup bool    `json:"startup"`
+	Version Version `json:"version"`
+	// Workers are the codes the worker offers. nil (absent or null) means
+	// the Online did not list them; an empty list means it offers none.
 	Workers []WorkerCode `json:"workers"`
 }
 
 // WorkerCode is one kind of job a worker can run (the reference: a module
 // workers/<code>.js; here an executable).
 type WorkerCode struct {
-	Code    string `json:"code"`
-	Version string `json:"version"`
+	Code    string  `json:"code"`
+	Version Version `json:"version"`
+}
+
+// Version is a version as a worker announces it. The reference takes a
+// worker module's from its `version` and its own from its package.json,
+// so it may come as a JSON string, a number (`version: 2`) or anything
+// else: UnmarshalJSON keeps a string as it is, null as "", and any other
+// value as its JSON text (2 becomes "2"); MarshalJSON writes a string. A
+// version is shown, never compared, so no worker is refused for its.
+type Version string
+
+// UnmarshalJSON reads any JSON value; see Version.
+func (v *Version) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*v = Version(s)
+		return nil
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, b); err != nil {
+		return err
+	}
+	if c.String() == "null" {
+		*v = ""
+		return nil
+	}
+	*v = Version(c.String())
+	return nil
 }
 
 // Progress is the data of a Processing status.

@@ -303,7 +303,7 @@ func (w *Worker) codes() []WorkerCode {
 	codes := []WorkerCode{}
 	for _, e := range entries {
 		if info, err := e.Info(); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
-			codes = append(codes, WorkerCode{Code: e.Name(), Version: w.Version})
+			codes = append(codes, WorkerCode{Code: e.Name(), Version: Version(w.Version)})
 		}
 	}
 	return codes
@@ -332,7 +332,7 @@ func (m *masterAPI) Hello(ctx context.Context, reconnect bool) error {
 }
 
 func (m *masterAPI) Online(ctx context.Context) error {
-	return m.status(ctx, ServerOnline, Startup{Startup: true, Version: m.w.Version, Workers: m.w.codes()})
+	return m.status(ctx, ServerOnline, Startup{Startup: true, Version: Version(m.w.Version), Workers: m.w.codes()})
 }
 
 func (m *masterAPI) Send(ctx context.Context, msg link.Message) error {

@@ -1,0 +1,326 @@
+package workerserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/laboro-go/laboro"
+	"github.com/stretchr/testify/require"
+)
+
+// The reference worker, worker-server 0.9.2 (Node), as the master sees
+// it: refWorker sends its requests byte for byte, over real HTTP. The
+// bodies are those of its `request.post({form})`: the fields in the
+// reference's order (status, data, then serverId and serverPassword; a
+// ping has only the last two), each escaped as qs escapes (everything but
+// A-Z a-z 0-9 - _ . ~), a data of undefined left out; its paths are the
+// configured ones with ":serverId" and ":jobId" replaced, unescaped. Its
+// job statuses that cannot be sent go to a file cache, <jobId>.json, one
+// per job, the later overwriting the earlier; on connecting it sends
+// Connecting (or Reconnecting), replays the cache, each file under the id
+// `filename.slice(0, -5) * 1` (a JavaScript number), then says Online,
+// with its startup data only the first time (later "{}").
+type refWorker struct {
+	t            *testing.T
+	url          string // the master's base URL
+	id, password string
+	started      bool
+	cache        map[string]string // file name stem → the reference's cached {status, data}
+}
+
+// refStartup is the data of the reference's first Online, as it sent it
+// with two worker modules: echo.js (`version: 2`) and sum.js (`version:
+// '1.0.0'`), in an app whose package.json says version 1.0.0.
+const refStartup = `{"startup":true,"version":"1.0.0","workers":[{"code":"echo","version":2},{"code":"sum","version":"1.0.0"}]}`
+
+func newRefWorker(t *testing.T, url, id string) *refWorker {
+	return &refWorker{t: t, url: url, id: id, password: testServers[id], cache: map[string]string{}}
+}
+
+// qsEscape escapes as qs (RFC 3986) does.
+func qsEscape(s string) string {
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		switch {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// body is a form in the reference's order; a nil data is left out.
+func (w *refWorker) body(status, data *string) string {
+	var fields []string
+	if status != nil {
+		fields = append(fields, "status="+qsEscape(*status))
+	}
+	if data != nil {
+		fields = append(fields, "data="+qsEscape(*data))
+	}
+	return strings.Join(append(fields, "serverId="+qsEscape(w.id), "serverPassword="+qsEscape(w.password)), "&")
+}
+
+// refError is a failure as the reference sees one: it cannot reach the
+// master or read its answer (Errors.Connection), or the answer carries an
+// error, formErrors or a redirect to /login (Errors.Api). Either way it
+// caches the status and reconnects.
+type refError struct {
+	code int
+	msg  string
+}
+
+func (e *refError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.code, e.msg) }
+
+// send POSTs a body as the reference does and returns the answer's data.
+func (w *refWorker) send(path, body string) (json.RawMessage, error) {
+	req, err := http.NewRequest(http.MethodPost, w.url+path, strings.NewReader(body))
+	require.NoError(w.t, err)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, &refError{msg: err.Error()}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(w.t, err)
+	var result struct {
+		Data       json.RawMessage `json:"data"`
+		Error      json.RawMessage `json:"error"`
+		FormErrors json.RawMessage `json:"formErrors"`
+		Redirect   string          `json:"redirect"`
+	}
+	switch {
+	case json.Unmarshal(raw, &result) != nil:
+		return nil, &refError{resp.StatusCode, "bad response: " + string(raw)}
+	case result.Redirect == "/login", len(result.Error) > 0, len(result.FormErrors) > 0:
+		return nil, &refError{resp.StatusCode, string(raw)}
+	}
+	return result.Data, nil
+}
+
+func str(s string) *string { return &s }
+
+func (w *refWorker) serverStatus(status string, data *string) error {
+	_, err := w.send("/api/servers/status/"+w.id, w.body(&status, data))
+	return err
+}
+
+// jobStatus sends a job's status once; jobID is `${jobId}`.
+func (w *refWorker) jobStatus(jobID, status, data string) error {
+	_, err := w.send("/api/jobs/status/"+jobID, w.body(&status, &data))
+	return err
+}
+
+// record is the reference's recordJobStatus: send, or else cache.
+func (w *refWorker) record(jobID, status, data string) error {
+	err := w.jobStatus(jobID, status, data)
+	if err != nil {
+		w.cache[jobID] = fmt.Sprintf(`{"status":%q,"data":%s}`, status, data)
+	}
+	return err
+}
+
+// connect is the reference's connectDo: Connecting or Reconnecting, the
+// cache replayed, then Online.
+func (w *refWorker) connect() error {
+	status := ServerConnecting
+	if w.started {
+		status = ServerReconnecting
+	}
+	if err := w.serverStatus(status, nil); err != nil {
+		return err
+	}
+	stems := make([]string, 0, len(w.cache))
+	for stem := range w.cache {
+		stems = append(stems, stem)
+	}
+	sort.Strings(stems)
+	for _, stem := range stems {
+		var c struct {
+			Status string
+			Data   json.RawMessage
+		}
+		require.NoError(w.t, json.Unmarshal([]byte(w.cache[stem]), &c))
+		if err := w.jobStatus(jsNumber(stem), c.Status, string(c.Data)); err != nil {
+			return fmt.Errorf("replaying %s.json: %w", stem, err)
+		}
+		delete(w.cache, stem)
+	}
+	data := "{}"
+	if !w.started {
+		data = refStartup
+	}
+	if err := w.serverStatus(ServerOnline, &data); err != nil {
+		return err
+	}
+	w.started = true
+	return nil
+}
+
+// refJob is a job as the reference reads it from a ping's answer.
+type refJob struct {
+	id     string // `${jobId}`
+	worker string
+}
+
+// ping asks for a job; it returns the job, if any, and cancelJobs as sent.
+func (w *refWorker) ping() (*refJob, []json.RawMessage) {
+	w.t.Helper()
+	data, err := w.send("/api/servers/ping/"+w.id, w.body(nil, nil))
+	require.NoError(w.t, err)
+	var result struct {
+		Job        map[string]json.RawMessage `json:"job"`
+		CancelJobs []json.RawMessage          `json:"cancelJobs"`
+	}
+	require.NoError(w.t, json.Unmarshal(data, &result))
+	if result.Job == nil {
+		return nil, result.CancelJobs
+	}
+	job := &refJob{id: jsString(w.t, result.Job["jobId"])}
+	require.NoError(w.t, json.Unmarshal(result.Job["worker"], &job.worker))
+	return job, result.CancelJobs
+}
+
+// jsString is `${v}` of a JSON string or number.
+func jsString(t *testing.T, v json.RawMessage) string {
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		return s
+	}
+	var f float64
+	require.NoError(t, json.Unmarshal(v, &f), "jobId %s", v)
+	return jsFormat(f)
+}
+
+var jsDecimal = regexp.MustCompile(`^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$`)
+
+// jsNumber is `${s * 1}`: s as a JavaScript number, written back.
+func jsNumber(s string) string {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return "0"
+	case s == "Infinity" || s == "+Infinity":
+		return "Infinity"
+	case s == "-Infinity":
+		return "-Infinity"
+	case jsDecimal.MatchString(s):
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil && !math.IsInf(f, 0) {
+			return "NaN"
+		}
+		return jsFormat(f)
+	case len(s) > 2 && s[0] == '0' && strings.ContainsRune("xXoObB", rune(s[1])):
+		n, err := strconv.ParseUint(s[2:], map[byte]int{'x': 16, 'X': 16, 'o': 8, 'O': 8, 'b': 2, 'B': 2}[s[1]], 64)
+		if err != nil {
+			return "NaN"
+		}
+		return jsFormat(float64(n))
+	}
+	return "NaN"
+}
+
+// jsFormat is JavaScript's String(f).
+func jsFormat(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	case f == 0:
+		return "0"
+	case math.Abs(f) < 1e21 && math.Abs(f) >= 1e-6:
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	s := strconv.FormatFloat(f, 'e', -1, 64) // 1e+21, 1e-07
+	mant, exp, _ := strings.Cut(s, "e")
+	sign, digits := exp[:1], strings.TrimLeft(exp[1:], "0")
+	return mant + "e" + sign + digits
+}
+
+func TestJSNumber(t *testing.T) {
+	for in, want := range map[string]string{
+		"7": "7", "007": "7", "1e3": "1000", "0x10": "16", " 12\n": "12", "": "0", "-5": "-5", "1.50": "1.5",
+		"9007199254740993": "9007199254740992", "api-71f335a4d67cb772": "NaN", "job-1": "NaN", "a b": "NaN",
+		"123456789012345678901234": "1.2345678901234569e+23", "0.0000001": "1e-7",
+	} {
+		require.Equal(t, want, jsNumber(in), in)
+	}
+}
+
+// apiSubmit submits a job through the user API and returns its id.
+func (f *fixture) apiSubmit(body string) string {
+	f.t.Helper()
+	resp, err := http.Post(f.srv.URL+"/api/jobs", "application/json", strings.NewReader(body))
+	require.NoError(f.t, err)
+	code, a := readAnswer(f.t, resp)
+	require.Equal(f.t, http.StatusOK, code, "%+v", a)
+	var sub struct{ ID string }
+	require.NoError(f.t, json.Unmarshal(a.Data, &sub))
+	return sub.ID
+}
+
+// serve gives the fixture an Executor that Submit submits to, and submits
+// the table's unfinished jobs to it, as a master's main does.
+func (f *fixture) serve() *laboro.Executor {
+	f.t.Helper()
+	ex := f.executor()
+	f.m.Submit = func(j laboro.Job) error {
+		_, err := ex.Submit(context.Background(), j)
+		return err
+	}
+	for _, rec := range f.m.Unfinished() {
+		_, err := ex.Submit(context.Background(), NewJob(rec.ID, rec.Worker, rec.Params))
+		require.NoError(f.t, err)
+	}
+	return ex
+}
+
+// apiJob returns a job as the user API shows it, every member as sent.
+func (f *fixture) apiJob(id string) map[string]json.RawMessage {
+	f.t.Helper()
+	resp, err := http.Get(f.srv.URL + "/api/jobs/" + id)
+	require.NoError(f.t, err)
+	code, a := readAnswer(f.t, resp)
+	require.Equal(f.t, http.StatusOK, code, "%+v", a)
+	var rec map[string]json.RawMessage
+	require.NoError(f.t, json.Unmarshal(a.Data, &rec))
+	return rec
+}
+
+// A numeric worker version (a module's `version: 2`) is accepted: the
+// reference's Online is answered with success, and its codes are kept.
+func TestReferenceNumericVersion(t *testing.T) {
+	f := newFixture(t)
+	w := newRefWorker(t, f.srv.URL, "s1")
+	require.NoError(t, w.connect())
+	rec, ok := f.m.Server("s1")
+	require.True(t, ok)
+	require.Equal(t, ServerOnline, rec.Status)
+	require.NotNil(t, rec.Startup)
+	got, err := json.Marshal(rec.Startup)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"startup":true,"version":"1.0.0","workers":[{"code":"echo","version":"2"},{"code":"sum","version":"1.0.0"}]}`, string(got))
+
+	// Whatever a package.json or a module says; the version is for show.
+	for _, v := range []string{`1.5`, `null`, `true`, `{"major":1}`} {
+		data := `{"startup":true,"version":` + v + `,"workers":[{"code":"sum","version":` + v + `}]}`
+		require.NoError(t, w.serverStatus(ServerConnecting, nil), v)
+		require.NoError(t, w.serverStatus(ServerOnline, &data), v)
+	}
+}
