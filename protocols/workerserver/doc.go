@@ -51,6 +51,12 @@
 //     process (a worker that only reconnects says Reconnecting and keeps
 //     them). A worker that says Stopping or Offline gives its jobs back
 //     at once.
+//   - A server gets only jobs for the codes it offered at the last Online
+//     that listed them ("workers"): the reference lists them at the first
+//     Online of its process only, and its Online "{}" after a reconnection
+//     keeps them (it crashes on a job for a code it has no module for). A
+//     server that never listed its codes gets any job; one that listed
+//     none gets none.
 //   - A worker that shows no life (no request of any kind) for
 //     Master.Lease, 90 s by default (three of the reference's 30 s pings;
 //     a running job also reports progress every 10 s), loses its jobs to

@@ -81,8 +81,10 @@ type ServerRecord struct {
 	ID     string          `json:"id"`
 	Status string          `json:"status"`
 	Data   json.RawMessage `json:"data,omitempty"`
-	// Startup is the data of the server's last Online status: the worker
-	// codes it runs. nil until it has been Online.
+	// Startup is the data of the server's last Online status that listed
+	// the worker codes it runs (an Online without "workers", like the
+	// reference's "{}" when it reconnects, keeps the earlier one); nil
+	// until it has been Online.
 	Startup *Startup `json:"startup,omitempty"`
 	// History is every status the server sent, in order of arrival.
 	History []StatusEvent `json:"history,omitempty"`
@@ -428,8 +430,9 @@ func (m *Master) ServerRecords() []ServerRecord {
 //
 // A ping hands out the job first in line (jobs that a server lost go back
 // to the front) whose Run is waiting and whose worker code the server
-// announced when it went Online (any code if it announced none; no job
-// while the server is Stopping or Offline), recording it Processing at
+// offered (see ServerRecord.Startup: any code if it never listed its
+// codes, none if it listed none; no job while the server is Stopping or
+// Offline), recording it Processing at
 // that server before answering, and carries the ids of the jobs the
 // server is to cancel, once each. A job handed out that its server does
 // not speak of (a status of the job) within Lease goes back in line: the

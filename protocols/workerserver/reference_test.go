@@ -324,3 +324,41 @@ func TestReferenceNumericVersion(t *testing.T) {
 		require.NoError(t, w.serverStatus(ServerOnline, &data), v)
 	}
 }
+
+// A reconnection's Online ("{}": no startup, no workers) keeps the codes
+// the server offered at its startup; a job for another code is never
+// handed to it (the reference would crash on it).
+func TestReferenceReconnectKeepsCodes(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	w := newRefWorker(t, f.srv.URL, "s1")
+	require.NoError(t, w.connect())
+	require.NoError(t, w.connect()) // a reconnection: Reconnecting, Online "{}"
+	rec, _ := f.m.Server("s1")
+	require.NotNil(t, rec.Startup)
+	require.Len(t, rec.Startup.Workers, 2, "the codes of the startup are kept")
+
+	other, err := ex.Submit(context.Background(), NewJob("1", "resize", nil))
+	require.NoError(t, err)
+	f.waitStatus("1", JobQueued)
+	sum, err := ex.Submit(context.Background(), NewJob("2", "sum", nil))
+	require.NoError(t, err)
+	f.waitStatus("2", JobQueued)
+	job, _ := w.ping()
+	require.NotNil(t, job)
+	require.Equal(t, refJob{id: "2", worker: "sum"}, *job, "not the job for a code it never offered")
+	job, _ = w.ping()
+	require.Nil(t, job)
+	require.NoError(t, w.record("2", JobDone, `{"sum":0}`))
+	require.Equal(t, laboro.StatusSucceeded, wait(t, sum).Status)
+
+	// A server whose startup lists no code gets no job at all.
+	empty := `{"startup":true,"version":"1.0.0","workers":[]}`
+	s2 := newRefWorker(t, f.srv.URL, "s2")
+	require.NoError(t, s2.serverStatus(ServerConnecting, nil))
+	require.NoError(t, s2.serverStatus(ServerOnline, &empty))
+	job, _ = s2.ping()
+	require.Nil(t, job)
+	require.NoError(t, f.m.Cancel("1"))
+	require.Equal(t, laboro.StatusKilled, wait(t, other).Status)
+}

@@ -191,7 +191,9 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 			return err
 		}
 		rec.Status, rec.Data, rec.Updated = req.status, req.data, now
-		if startup != nil {
+		// The reference lists its codes at the first Online of its
+		// process only; the Online of a reconnection ("{}") keeps them.
+		if startup != nil && (startup.Workers != nil || rec.Startup == nil) {
 			rec.Startup = startup
 		}
 		if err := putServer(tx, rec); err != nil {
@@ -394,17 +396,26 @@ func handOut(tx *bolt.Tx, t *dispatchTicket, server string, now time.Time) (bool
 	return true, appendEvent(tx, bucketJobHistory, row.ID, StatusEvent{Status: JobProcessing, At: now, Server: server})
 }
 
-// acceptCodes takes the jobs whose worker code the server announced when
-// it went Online; any job if it announced none.
+// acceptCodes takes the jobs whose worker code the server offered at the
+// last Online that listed codes; any job if it never listed them.
 func acceptCodes(srv *ServerRecord) func(JobOrder) bool {
-	var codes []string
-	if srv != nil && srv.Startup != nil {
-		for _, c := range srv.Startup.Workers {
-			codes = append(codes, c.Code)
-		}
-	}
-	if len(codes) == 0 {
+	if !listsCodes(srv) {
 		return nil
 	}
-	return func(o JobOrder) bool { return slices.Contains(codes, o.Worker) }
+	return func(o JobOrder) bool { return offers(srv, o.Worker) }
+}
+
+// listsCodes reports whether a server listed the codes it offers (an
+// empty list included).
+func listsCodes(srv *ServerRecord) bool {
+	return srv != nil && srv.Startup != nil && srv.Startup.Workers != nil
+}
+
+// offers reports whether a server runs jobs of code: it listed it, or it
+// never listed its codes.
+func offers(srv *ServerRecord, code string) bool {
+	if !listsCodes(srv) {
+		return true
+	}
+	return slices.ContainsFunc(srv.Startup.Workers, func(c WorkerCode) bool { return c.Code == code })
 }
