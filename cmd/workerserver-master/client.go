@@ -26,7 +26,7 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 	master := urlFlag(c)
 	worker := c.Flags.String("worker", "", "the worker code that runs the job")
 	params := c.Flags.String("params", "{}", "the job's params, a JSON object")
-	id := c.Flags.String("id", "", "the job's id (default: the master picks one)")
+	id := c.Flags.String("id", "", "the job's id (default: the master picks a number)")
 	wait := c.Flags.Bool("wait", false, "follow the job until it ends")
 	return func(ctx context.Context, args []string) error {
 		switch {
@@ -45,6 +45,10 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 			return err
 		}
 		fmt.Println(got.ID)
+		if !workerserver.NumericID(got.ID) {
+			fmt.Fprintf(os.Stderr, "warning: job id %q is not a decimal number: a worker-server 0.9.2 (Node) worker loses "+
+				"the statuses it has to keep for such a job while the master is away; leave -id out to have the master pick one\n", got.ID)
+		}
 		if *wait {
 			return follow(ctx, api, got.ID)
 		}

@@ -1,8 +1,6 @@
 package workerserver
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,9 +80,16 @@ func (m *Master) apiSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sr.ID == "" {
-		var b [8]byte
-		rand.Read(b[:])
-		sr.ID = "api-" + hex.EncodeToString(b[:])
+		id, err := m.NewID()
+		if err != nil {
+			code := http.StatusInternalServerError
+			if errors.Is(err, ErrMasterClosed) {
+				code = http.StatusServiceUnavailable
+			}
+			writeError(w, code, err.Error())
+			return
+		}
+		sr.ID = id
 	} else if _, exists := m.Job(sr.ID); exists {
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %q already exists", sr.ID))
 		return

@@ -51,6 +51,12 @@
 //     process (a worker that only reconnects says Reconnecting and keeps
 //     them). A worker that says Stopping or Offline gives its jobs back
 //     at once.
+//   - Job ids are numbers when the master picks them (NewID, the user
+//     API): the reference reads the id of a job whose status it had to
+//     cache back from the file name as a number, and an id like "api-1f"
+//     came back as NaN, its status refused, its worker reconnecting for
+//     ever. Ids a user picks are taken as they are; one that is not a
+//     decimal number (NumericID) is logged, once, and `submit -id` warns.
 //   - A server gets only jobs for the codes it offered at the last Online
 //     that listed them ("workers"): the reference lists them at the first
 //     Online of its process only, and its Online "{}" after a reconnection

@@ -180,7 +180,7 @@ type Master struct {
 	// Submit, if set, serves POST /api/jobs: it is given NewJob(id, worker,
 	// params) from the request and should submit it to the Executor whose
 	// runner this Master is. An id the table already has is refused first;
-	// an empty id is replaced with a random one.
+	// an empty id is replaced with one from NewID.
 	Submit func(laboro.Job) error
 
 	mu sync.RWMutex

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // The reference worker, worker-server 0.9.2 (Node), as the master sees
@@ -361,4 +364,83 @@ func TestReferenceReconnectKeepsCodes(t *testing.T) {
 	require.Nil(t, job)
 	require.NoError(t, f.m.Cancel("1"))
 	require.Equal(t, laboro.StatusKilled, wait(t, other).Status)
+}
+
+// A job whose id the master picks survives the reference's file cache: the
+// reference reads the id back from the file name as a number, so the id
+// is a decimal number, and the master picks a new one after a restart.
+func TestReferenceCachesMasterChosenID(t *testing.T) {
+	f := newFixture(t)
+	f.serve()
+	id := f.apiSubmit(`{"worker":"sum","params":{"a":1,"b":2}}`)
+	w := newRefWorker(t, f.srv.URL, "s1")
+	require.NoError(t, w.connect())
+	job, _ := w.ping()
+	require.NotNil(t, job)
+	require.Equal(t, refJob{id: id, worker: "sum"}, *job)
+	require.NoError(t, w.record(job.id, JobProcessing, `{"progress":{}}`))
+
+	f.close() // the master goes away; the job's end waits in the cache
+	require.Error(t, w.record(job.id, JobDone, `{"sum":3}`))
+	require.Contains(t, w.cache, id)
+
+	g := openFixture(t, f.file)
+	g.serve()
+	w.url = g.srv.URL
+	require.NoError(t, w.connect(), "the cache replayed as the reference does")
+	g.waitStatus(id, JobDone)
+	require.JSONEq(t, `{"sum":3}`, string(g.record(id).Data))
+	require.Empty(t, w.cache)
+
+	next := g.apiSubmit(`{"worker":"sum"}`)
+	require.NotEqual(t, id, next, "ids are not picked again after a restart")
+	for _, id := range []string{id, next} {
+		require.Equal(t, id, jsNumber(id), "an id the reference reads back as itself")
+	}
+}
+
+// NewID picks numbers that no job has, never twice, across restarts; a
+// job id that the reference would not read back is logged, once.
+func TestNewID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"1": true, "0": true, "9007199254740991": true, "9007199254740992": false, "007": false, "-1": false,
+		"1e3": false, "": false, "api-1f": false, "job_1": false, " 1": false, "1.0": false, "99999999999999999": false,
+	} {
+		require.Equal(t, want, NumericID(id), id)
+		if want {
+			require.Equal(t, id, jsNumber(id))
+		}
+	}
+
+	core, logs := observer.New(zap.WarnLevel)
+	file := filepath.Join(t.TempDir(), "master.db")
+	f := openFixture(t, file, func(m *Master) { m.Logger = zap.New(core) })
+	ex := f.serve()
+	h, err := ex.Submit(context.Background(), NewJob("2", "w", nil))
+	require.NoError(t, err)
+	f.waitStatus("2", JobQueued)
+	var ids []string
+	for range 2 {
+		id, err := f.m.NewID()
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	require.Equal(t, []string{"1", "3"}, ids, "2 is taken")
+	require.Zero(t, logs.Len())
+	for _, id := range []string{"job-a", "job-b"} {
+		_, err := ex.Submit(context.Background(), NewJob(id, "w", nil))
+		require.NoError(t, err)
+		f.waitStatus(id, JobQueued)
+	}
+	require.Equal(t, 1, logs.FilterMessageSnippet("not a decimal number").Len(), "once: %v", logs.All())
+	require.NoError(t, f.m.Cancel("2"))
+	require.Equal(t, laboro.StatusKilled, wait(t, h).Status)
+
+	f.close()
+	_, err = f.m.NewID()
+	require.ErrorIs(t, err, ErrMasterClosed)
+	g := openFixture(t, file)
+	id, err := g.m.NewID()
+	require.NoError(t, err)
+	require.Equal(t, "4", id)
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/transport"
 	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
 )
 
 // JobSpec is what a worker needs to run a job: the code that runs it (one
@@ -24,10 +26,61 @@ type JobSpec struct {
 
 // NewJob returns the laboro.Job of a job for workers of code worker, with
 // params (the members of a JSON object; "jobId" and "worker" are taken) as
-// its Payload. id "" lets the Executor assign one. The job's Meta is left
-// to the caller.
+// its Payload. The job's Meta is left to the caller.
+//
+// id is the job's id in the table and on the wire. Take it from
+// Master.NewID, or see NumericID: the reference worker needs numbers. An
+// id "" lets the Executor assign one ("job_N"), which is not a number, and
+// which a restarted Executor assigns again: a Run of an id the table has
+// already ended returns that end (see Run).
 func NewJob(id, worker string, params map[string]json.RawMessage) laboro.Job {
 	return laboro.Job{ID: id, Payload: JobSpec{Worker: worker, Params: params}}
+}
+
+// maxSafeInteger is the largest integer that a JavaScript number holds
+// exactly (Number.MAX_SAFE_INTEGER).
+const maxSafeInteger = 1<<53 - 1
+
+// NumericID reports whether a job id is one that the reference worker
+// (worker-server 0.9.2) reads back as itself: a decimal integer without
+// sign or leading zero, at most 2^53-1. The reference keeps the statuses
+// it could not send in a file <jobId>.json, and, replaying them, takes the
+// id from the file name as a JavaScript number (`name * 1`): "api-1f" comes
+// back as NaN, "007" as 7, and the status goes to a job the master does not
+// know. It also puts the id in the URL path unescaped. Ids the master picks
+// (NewID, and the user API's) are numeric; a Worker of this package takes
+// any id.
+func NumericID(id string) bool {
+	if id == "" || len(id) > 16 || (id[0] == '0' && id != "0") {
+		return false
+	}
+	n, err := strconv.ParseUint(id, 10, 64)
+	return err == nil && n <= maxSafeInteger
+}
+
+// NewID returns a job id that no job in the table has and that NewID never
+// returned before, also before a restart of the master: the next number of
+// a sequence kept in the table, in decimal (see NumericID). It fails with
+// ErrMasterClosed while the master is not open. A caller that also picks
+// numeric ids of its own may pick one that NewID returns later; use one
+// or the other.
+func (m *Master) NewID() (string, error) {
+	s := m.current()
+	if s == nil {
+		return "", ErrMasterClosed
+	}
+	var id string
+	err := s.db.Update(func(tx *bolt.Tx) (err error) {
+		id, err = newJobID(tx)
+		return err
+	})
+	switch {
+	case closedDB(err):
+		return "", ErrMasterClosed
+	case err != nil:
+		return "", fmt.Errorf("workerserver: new job id: %w", err)
+	}
+	return id, nil
 }
 
 var errNoSpec = errors.New("workerserver: a job's Payload is its JobSpec; see NewJob")
@@ -164,8 +217,16 @@ func (s *session) enqueue(id string, spec JobSpec) (*jobRow, error) {
 		}
 		return appendEvent(tx, bucketJobHistory, id, StatusEvent{Status: JobQueued, At: now})
 	})
-	if err != nil && !errors.Is(err, errNoChange) {
+	switch {
+	case errors.Is(err, errNoChange):
+	case err != nil:
 		return nil, fmt.Errorf("workerserver: queue job %q: %w", id, err)
+	case !NumericID(id):
+		s.idWarning.Do(func() {
+			s.log.Warn("a job id is not a decimal number: a reference worker (worker-server 0.9.2) would lose "+
+				"the statuses of such a job that it had to keep for a while; take ids from Master.NewID",
+				zap.String("job", id))
+		})
 	}
 	return row, nil
 }

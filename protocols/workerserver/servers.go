@@ -22,6 +22,7 @@ type session struct {
 	log       *zap.Logger
 	outputDir string
 	lease     time.Duration // 0: none
+	idWarning sync.Once     // of a job id that is not numeric (see NumericID)
 
 	// mu guards peers and expecting. It also makes one step, for the
 	// pings that take jobs, of holding a job for its server (Add, then

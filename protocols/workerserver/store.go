@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -20,6 +21,7 @@ import (
 //	servers        server id → ServerRecord (JSON, without its history)
 //	serverHistory  server id → a bucket: sequence → StatusEvent
 //	cancels        server id, 0, job id → nothing: cancellations for that server's next ping
+//	ids            nothing; its sequence numbers the ids the master picks (NewID)
 //
 // A history is a bucket of its own so that recording a status appends one
 // key instead of rewriting every status before it.
@@ -29,6 +31,7 @@ var (
 	bucketServers       = []byte("servers")
 	bucketServerHistory = []byte("serverHistory")
 	bucketCancels       = []byte("cancels")
+	bucketIDs           = []byte("ids")
 )
 
 // jobRow is a job as stored: its record without History, its place in
@@ -53,7 +56,7 @@ func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
 		return nil, fmt.Errorf("workerserver: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketJobs, bucketJobHistory, bucketServers, bucketServerHistory, bucketCancels} {
+		for _, name := range [][]byte{bucketJobs, bucketJobHistory, bucketServers, bucketServerHistory, bucketCancels, bucketIDs} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -96,6 +99,21 @@ func putJob(tx *bolt.Tx, row *jobRow) error {
 
 // newJobSeq returns the next number in the order of submission.
 func newJobSeq(tx *bolt.Tx) (uint64, error) { return tx.Bucket(bucketJobs).NextSequence() }
+
+// newJobID returns the next number of the ids bucket's sequence that no
+// job has as its id, in decimal.
+func newJobID(tx *bolt.Tx) (string, error) {
+	for {
+		n, err := tx.Bucket(bucketIDs).NextSequence()
+		if err != nil {
+			return "", err
+		}
+		id := strconv.FormatUint(n, 10)
+		if tx.Bucket(bucketJobs).Get([]byte(id)) == nil {
+			return id, nil
+		}
+	}
+}
 
 func allJobs(tx *bolt.Tx, withHistory bool) ([]JobRecord, error) {
 	var rows []jobRow
