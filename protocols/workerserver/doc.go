@@ -79,7 +79,10 @@
 //     table at once; its worker gets its id in cancelJobs at its next
 //     ping, and what it reports afterwards is history only. Master.Cancel
 //     (the user API's cancel) of a job at a worker waits instead for the
-//     worker to report it.
+//     worker to report it; should the worker lose the job first (a new
+//     process of it comes Online, it leaves, it shows no life for a
+//     lease), the job ends Cancelled then, and never goes back in line:
+//     a job cancelled while its worker is down never runs again.
 //   - A restarted master, given its Unfinished jobs again, holds each job
 //     its table has Processing at a worker for that worker, until the
 //     worker reports it, or lets a lease pass without doing so.

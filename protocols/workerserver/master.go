@@ -50,6 +50,12 @@ type JobRecord struct {
 	Server string `json:"server,omitempty"`
 	// Data is the data of the status that set Status.
 	Data json.RawMessage `json:"data,omitempty"`
+	// Cancelling is set when Cancel was asked while a server had the job:
+	// the job ends when the server reports it, or, should the server lose
+	// it first (a new process of it comes Online, it says Stopping or
+	// Offline, it shows no life for a lease), Cancelled at once; it never
+	// goes back in line. It stays set once the job has ended.
+	Cancelling bool `json:"cancelling,omitempty"`
 	// History is every status recorded for the job, in order of arrival:
 	// the master's own Queued (at submission, and again, with the server
 	// that lost it and data {"reason": …}, when it goes back in line),
@@ -281,7 +287,9 @@ func (m *Master) maxBody() int64 {
 // Cancel cancels a job: one still Queued becomes Cancelled at once (its Run
 // returns StatusKilled); one at a worker is cancelled through that
 // worker's next ping, and ends when the worker reports it Cancelled (or
-// otherwise ended). It returns an error matching ErrUnknownJob or
+// otherwise ended), or Cancelled as soon as the worker loses it (see
+// JobRecord.Cancelling): a worker that is down when the job is cancelled
+// never runs it again. It returns an error matching ErrUnknownJob or
 // ErrJobFinished for a job it cannot cancel.
 //
 // (A job whose Run ends first, by Executor.Cancel, its timeout or the
@@ -305,6 +313,10 @@ func (m *Master) Cancel(id string) error {
 			queued = true
 			return endRow(tx, row, JobCancelled, "cancelled on the master")
 		}
+		row.Cancelling = true
+		if err := putJob(tx, row); err != nil {
+			return err
+		}
 		return putCancel(tx, row.Server, id)
 	})
 	if closedDB(err) {
@@ -313,9 +325,8 @@ func (m *Master) Cancel(id string) error {
 	if err != nil {
 		return err
 	}
-	if t, ok := s.d.Lookup(id); ok && queued {
-		// Its Run wakes and finds it Cancelled in the table.
-		s.d.Abandon(t, laboro.Result{Status: laboro.StatusKilled, ExitCode: -1, Err: laboro.ErrKilled, Ended: time.Now()})
+	if queued {
+		s.abandon([]string{id})
 	}
 	s.log.Info("job cancelled", zap.String("job", id), zap.Bool("atWorker", !queued))
 	return nil

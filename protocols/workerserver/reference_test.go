@@ -12,7 +12,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/require"
@@ -278,20 +280,40 @@ func (f *fixture) apiSubmit(body string) string {
 	return sub.ID
 }
 
+// served is an Executor that a fixture's Submit submits to, and the
+// handles of the jobs submitted.
+type served struct {
+	ex      *laboro.Executor
+	mu      sync.Mutex
+	handles map[string]*laboro.Handle
+}
+
+func (sv *served) submit(j laboro.Job) error {
+	h, err := sv.ex.Submit(context.Background(), j)
+	if err == nil {
+		sv.mu.Lock()
+		sv.handles[j.ID] = h
+		sv.mu.Unlock()
+	}
+	return err
+}
+
+func (sv *served) handle(id string) *laboro.Handle {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.handles[id]
+}
+
 // serve gives the fixture an Executor that Submit submits to, and submits
 // the table's unfinished jobs to it, as a master's main does.
-func (f *fixture) serve() *laboro.Executor {
+func (f *fixture) serve() *served {
 	f.t.Helper()
-	ex := f.executor()
-	f.m.Submit = func(j laboro.Job) error {
-		_, err := ex.Submit(context.Background(), j)
-		return err
-	}
+	sv := &served{ex: f.executor(), handles: map[string]*laboro.Handle{}}
+	f.m.Submit = sv.submit
 	for _, rec := range f.m.Unfinished() {
-		_, err := ex.Submit(context.Background(), NewJob(rec.ID, rec.Worker, rec.Params))
-		require.NoError(f.t, err)
+		require.NoError(f.t, sv.submit(NewJob(rec.ID, rec.Worker, rec.Params)))
 	}
-	return ex
+	return sv
 }
 
 // apiJob returns a job as the user API shows it, every member as sent.
@@ -415,9 +437,8 @@ func TestNewID(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	file := filepath.Join(t.TempDir(), "master.db")
 	f := openFixture(t, file, func(m *Master) { m.Logger = zap.New(core) })
-	ex := f.serve()
-	h, err := ex.Submit(context.Background(), NewJob("2", "w", nil))
-	require.NoError(t, err)
+	sv := f.serve()
+	require.NoError(t, sv.submit(NewJob("2", "w", nil)))
 	f.waitStatus("2", JobQueued)
 	var ids []string
 	for range 2 {
@@ -428,19 +449,91 @@ func TestNewID(t *testing.T) {
 	require.Equal(t, []string{"1", "3"}, ids, "2 is taken")
 	require.Zero(t, logs.Len())
 	for _, id := range []string{"job-a", "job-b"} {
-		_, err := ex.Submit(context.Background(), NewJob(id, "w", nil))
-		require.NoError(t, err)
+		require.NoError(t, sv.submit(NewJob(id, "w", nil)))
 		f.waitStatus(id, JobQueued)
 	}
 	require.Equal(t, 1, logs.FilterMessageSnippet("not a decimal number").Len(), "once: %v", logs.All())
 	require.NoError(t, f.m.Cancel("2"))
-	require.Equal(t, laboro.StatusKilled, wait(t, h).Status)
+	require.Equal(t, laboro.StatusKilled, wait(t, sv.handle("2")).Status)
 
 	f.close()
-	_, err = f.m.NewID()
+	_, err := f.m.NewID()
 	require.ErrorIs(t, err, ErrMasterClosed)
 	g := openFixture(t, file)
 	id, err := g.m.NewID()
 	require.NoError(t, err)
 	require.Equal(t, "4", id)
+}
+
+// A job cancelled while its worker is down ends Cancelled and never runs
+// again: when the worker's new process comes Online, when it shows no life
+// for a lease, or when the master restarts meanwhile.
+func TestReferenceCancelWhileWorkerDown(t *testing.T) {
+	const lease = 400 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		// down is what happens after the cancel, while s1 is down.
+		down func(t *testing.T, f *fixture) (*fixture, *served)
+		// back is s1 or another server showing up.
+		back func(t *testing.T, f *fixture) *refWorker
+	}{
+		{"restart", func(t *testing.T, f *fixture) (*fixture, *served) { return f, nil }, func(t *testing.T, f *fixture) *refWorker {
+			w := newRefWorker(t, f.srv.URL, "s1") // a new process
+			require.NoError(t, w.connect())
+			return w
+		}},
+		{"lease", func(t *testing.T, f *fixture) (*fixture, *served) { return f, nil }, func(t *testing.T, f *fixture) *refWorker {
+			w := newRefWorker(t, f.srv.URL, "s2")
+			require.NoError(t, w.connect())
+			return w
+		}},
+		{"master restart", func(t *testing.T, f *fixture) (*fixture, *served) {
+			f.close()
+			g := openFixture(t, f.file, func(m *Master) { m.Lease = lease })
+			return g, g.serve()
+		}, func(t *testing.T, f *fixture) *refWorker {
+			w := newRefWorker(t, f.srv.URL, "s1")
+			require.NoError(t, w.connect())
+			return w
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
+			sv := f.serve()
+			id := f.apiSubmit(`{"id":"7","worker":"echo","params":{"ms":60000}}`)
+			w := newRefWorker(t, f.srv.URL, "s1")
+			require.NoError(t, w.connect())
+			job, _ := w.ping()
+			require.NotNil(t, job)
+			require.NoError(t, w.record(id, JobProcessing, `{"progress":{}}`))
+			// s1 is killed (no Stopping, no Offline); the user cancels.
+			require.NoError(t, f.m.Cancel(id))
+			if g, gsv := tc.down(t, f); gsv != nil {
+				f, sv = g, gsv
+			}
+			w = tc.back(t, f)
+			// Whoever pings meanwhile gets nothing.
+			handed := false
+			require.Eventually(t, func() bool {
+				if job, _ := w.ping(); job != nil {
+					handed = true
+					return true
+				}
+				return f.record(id).Status == JobCancelled
+			}, 10*time.Second, 5*time.Millisecond)
+			require.False(t, handed, "a cancelled job is handed out again: %v", statuses(f.record(id).History))
+			rec := f.record(id)
+			require.Equal(t, JobCancelled, rec.Status)
+			require.Equal(t, []string{JobQueued, JobProcessing, JobProcessing, JobCancelled}, statuses(rec.History))
+			require.True(t, rec.Cancelling)
+			job, _ = w.ping()
+			require.Nil(t, job)
+			res := wait(t, sv.handle(id))
+			require.Equal(t, laboro.StatusKilled, res.Status)
+			var je *JobError
+			require.ErrorAs(t, res.Err, &je)
+			require.Equal(t, JobCancelled, je.Status)
+			require.Empty(t, f.m.Unfinished())
+		})
+	}
 }

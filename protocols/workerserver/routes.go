@@ -167,6 +167,7 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var restarted bool
+	var cancelled []string // jobs being cancelled that the server lost: they end
 	now := time.Now()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		rec, err := getServer(tx, req.id)
@@ -183,9 +184,9 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 		restarted = req.status == ServerOnline && rec.Status == ServerConnecting
 		switch {
 		case restarted:
-			err = requeueServerJobs(tx, req.id, errServerRestarted, now)
+			cancelled, err = requeueServerJobs(tx, req.id, errServerRestarted, now)
 		case leaving:
-			err = requeueServerJobs(tx, req.id, fmt.Errorf("%w (%s)", errServerLeft, req.status), now)
+			cancelled, err = requeueServerJobs(tx, req.id, fmt.Errorf("%w (%s)", errServerLeft, req.status), now)
 		}
 		if err != nil {
 			return err
@@ -214,7 +215,9 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 	default:
 		s.joinLocked(req.id).Renew()
 	}
-	s.log.Info("server status", zap.String("server", req.id), zap.String("status", req.status))
+	// Still under s.mu, so that no ping takes them from the line first.
+	s.abandon(cancelled)
+	s.log.Info("server status", zap.String("server", req.id), zap.String("status", req.status), zap.Strings("cancelled", cancelled))
 	writeData(w, map[string]string{"status": req.status})
 }
 
@@ -318,9 +321,10 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 	}
 
 	var pd PingData
+	var cancelled bool // the job taken was being cancelled, and ended
 	now := time.Now()
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		pd = PingData{}
+		pd, cancelled = PingData{}, false
 		cancels, err := takeCancels(tx, req.id)
 		if err != nil {
 			return err
@@ -335,15 +339,15 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 			}
 		}
 		if t != nil {
-			handed, err := handOut(tx, t, req.id, now)
-			if err != nil {
+			var handed bool
+			if handed, cancelled, err = handOut(tx, t, req.id, now); err != nil {
 				return err
 			}
 			if handed {
 				pd.Job = &JobOrder{JobID: t.Value.JobID, Worker: t.Value.Worker, Params: t.Value.Params}
 			}
 		}
-		if pd.Job == nil && len(cancels) == 0 {
+		if pd.Job == nil && len(cancels) == 0 && !cancelled {
 			return errNoChange
 		}
 		return nil
@@ -352,7 +356,12 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 		err = nil
 	}
 	if t != nil && (err != nil || pd.Job == nil) {
+		s.mu.Lock()
 		wk.Release(t) // not handed out after all
+		if err == nil && cancelled {
+			s.abandon([]string{t.Key})
+		}
+		s.mu.Unlock()
 	}
 	if err != nil {
 		s.writeTxError(w, err)
@@ -370,20 +379,22 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 
 // handOut records in the table that server has the job of t, which it
 // took, unless the job ended meanwhile (its Run ended, or it was cancelled
-// while Queued); it reports whether the job is to be handed out.
-func handOut(tx *bolt.Tx, t *dispatchTicket, server string, now time.Time) (bool, error) {
+// while Queued, or while at a server that lost it, which ends it now: then
+// cancelled is true); it reports whether the job is to be handed out.
+func handOut(tx *bolt.Tx, t *dispatchTicket, server string, now time.Time) (handed, cancelled bool, err error) {
 	if t.Holder() != server {
-		return false, nil // settled meanwhile
+		return false, false, nil // settled meanwhile
 	}
 	row, err := getJob(tx, t.Key)
 	if err != nil || row == nil || Final(row.Status) {
-		return false, err
+		return false, false, err
 	}
 	if row.Status == JobProcessing && row.Server != server {
 		// Another server lost it; the Dispatcher's word of it has not
 		// reached the table yet.
-		if err := requeueRow(tx, row, "the server lost it", now); err != nil {
-			return false, err
+		ended, err := loseRow(tx, row, "the server lost it", now)
+		if err != nil || ended {
+			return false, ended, err
 		}
 	}
 	row.Status, row.Server, row.Data, row.Updated = JobProcessing, server, nil, now
@@ -391,9 +402,9 @@ func handOut(tx *bolt.Tx, t *dispatchTicket, server string, now time.Time) (bool
 		row.Servers = append(row.Servers, server)
 	}
 	if err := putJob(tx, row); err != nil {
-		return false, err
+		return false, false, err
 	}
-	return true, appendEvent(tx, bucketJobHistory, row.ID, StatusEvent{Status: JobProcessing, At: now, Server: server})
+	return true, false, appendEvent(tx, bucketJobHistory, row.ID, StatusEvent{Status: JobProcessing, At: now, Server: server})
 }
 
 // acceptCodes takes the jobs whose worker code the server offered at the

@@ -252,13 +252,25 @@ func (s *session) tellCancel(server string, keys []string) {
 	s.log.Info("jobs to cancel at the next ping", zap.String("server", server), zap.Strings("jobs", keys))
 }
 
+// abandon settles the tickets of jobs that the table has ended on the
+// master's own account, so that their Runs wake and read the end there.
+func (s *session) abandon(ids []string) {
+	for _, id := range ids {
+		if t, ok := s.d.Lookup(id); ok {
+			s.d.Abandon(t, laboro.Result{Status: laboro.StatusKilled, ExitCode: -1, Err: laboro.ErrKilled, Ended: time.Now()})
+		}
+	}
+}
+
 // requeued records that the jobs a lost server held went back in line
-// (it left, or its lease expired). The Dispatcher calls it.
+// (it left, or its lease expired), or ends those that were being
+// cancelled. The Dispatcher calls it.
 func (s *session) requeued(w *transport.Worker[string, JobOrder], keys []string, why error) {
 	server, now := w.Name(), time.Now()
 	var n int
+	var cancelled []string
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		n = 0
+		n, cancelled = 0, nil
 		for _, id := range keys {
 			// A job taken again since is recorded by its hand-out.
 			if t, ok := s.d.Lookup(id); !ok || t.Holder() != "" {
@@ -271,8 +283,12 @@ func (s *session) requeued(w *transport.Worker[string, JobOrder], keys []string,
 			if row == nil || row.Status != JobProcessing || row.Server != server {
 				continue
 			}
-			if err := requeueRow(tx, row, reason(why), now); err != nil {
+			ended, err := loseRow(tx, row, reason(why), now)
+			if err != nil {
 				return err
+			}
+			if ended {
+				cancelled = append(cancelled, id)
 			}
 			n++
 		}
@@ -286,7 +302,9 @@ func (s *session) requeued(w *transport.Worker[string, JobOrder], keys []string,
 	case err != nil:
 		s.logWrite(err)
 	default:
-		s.log.Warn("server's jobs back in line", zap.String("server", server), zap.Int("jobs", n), zap.Error(why))
+		s.abandon(cancelled)
+		s.log.Warn("server's jobs back in line", zap.String("server", server), zap.Int("jobs", n-len(cancelled)),
+			zap.Strings("cancelled", cancelled), zap.Error(why))
 	}
 }
 
@@ -325,12 +343,25 @@ func requeueRow(tx *bolt.Tx, row *jobRow, reason string, now time.Time) error {
 	return appendEvent(tx, bucketJobHistory, row.ID, StatusEvent{Status: JobQueued, Data: data, At: now, Server: server})
 }
 
+// loseRow records that the server of a job Processing there lost it: the
+// job goes back in line, or, if it was being cancelled, ends Cancelled
+// (then ended is true, and its Run is to be woken).
+func loseRow(tx *bolt.Tx, row *jobRow, reason string, now time.Time) (ended bool, err error) {
+	if !row.Cancelling {
+		return false, requeueRow(tx, row, reason, now)
+	}
+	if err := deleteCancel(tx, row.Server, row.ID); err != nil {
+		return false, err
+	}
+	return true, endRow(tx, row, JobCancelled, "cancelled on the master, and its server lost it: "+reason)
+}
+
 // requeueServerJobs puts back in line every job the table has Processing
 // at a server that lost them (it restarted, or left), whether a Run waits
-// for them or not.
-func requeueServerJobs(tx *bolt.Tx, server string, why error, now time.Time) error {
+// for them or not, and ends those being cancelled, whose ids it returns.
+func requeueServerJobs(tx *bolt.Tx, server string, why error, now time.Time) (cancelled []string, err error) {
 	var lost []*jobRow
-	err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+	err = tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
 		row := new(jobRow)
 		if err := json.Unmarshal(v, row); err != nil {
 			return fmt.Errorf("workerserver: stored job %q: %w", k, err)
@@ -341,12 +372,16 @@ func requeueServerJobs(tx *bolt.Tx, server string, why error, now time.Time) err
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, row := range lost {
-		if err := requeueRow(tx, row, reason(why), now); err != nil {
-			return err
+		ended, err := loseRow(tx, row, reason(why), now)
+		if err != nil {
+			return nil, err
+		}
+		if ended {
+			cancelled = append(cancelled, row.ID)
 		}
 	}
-	return nil
+	return cancelled, nil
 }
