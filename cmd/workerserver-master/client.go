@@ -92,11 +92,17 @@ func cancelCommand(c *cli.Command) func(context.Context, []string) error {
 	}
 }
 
+// unofferedWarning is how long follow waits before it warns that no
+// worker offers the job's code: long enough for a worker that is starting
+// to come Online.
+const unofferedWarning = 3 * time.Second
+
 // follow prints a job's statuses as they change until it ends; a job
 // that does not end Done ends the command with ExitFailed, after its
-// error.
+// error. A job that no worker offers to run still after unofferedWarning
+// gets a warning, once.
 func follow(ctx context.Context, api api, id string) error {
-	last := ""
+	last, start, warned := "", time.Now(), false
 	for {
 		var rec workerserver.JobRecord
 		if err := api.do(ctx, "GET", "/api/jobs/"+url.PathEscape(id), nil, &rec); err != nil {
@@ -105,6 +111,11 @@ func follow(ctx context.Context, api api, id string) error {
 		if l := line(rec); l != last {
 			fmt.Fprintln(os.Stderr, l)
 			last = l
+		}
+		if rec.Unoffered && !warned && time.Since(start) >= unofferedWarning {
+			fmt.Fprintf(os.Stderr, "warning: no worker offers code %q: job %s waits until one does (cancel it with: cancel %s)\n",
+				rec.Worker, rec.ID, rec.ID)
+			warned = true
 		}
 		if workerserver.Final(rec.Status) {
 			fmt.Println(string(rec.Data))
@@ -121,14 +132,21 @@ func follow(ctx context.Context, api api, id string) error {
 	}
 }
 
-// line is a job's one-line summary: id, worker, status, server, progress.
+// line is a job's one-line summary: id, worker, status, server, then
+// its progress, or why it waits.
 func line(r workerserver.JobRecord) string {
-	progress := ""
+	note := ""
 	var p workerserver.Progress
-	if r.Status == workerserver.JobProcessing && json.Unmarshal(r.Data, &p) == nil && p.Progress.Total > 0 {
-		progress = fmt.Sprintf("\t%d/%d", p.Progress.Done, p.Progress.Total)
+	switch {
+	case r.Status == workerserver.JobProcessing && json.Unmarshal(r.Data, &p) == nil && p.Progress.Total > 0:
+		note = fmt.Sprintf("\t%d/%d", p.Progress.Done, p.Progress.Total)
+	case r.Unoffered:
+		note = fmt.Sprintf("\tno worker offers %q", r.Worker)
 	}
-	return fmt.Sprintf("%s\t%s\t%s\t%s%s", r.ID, r.Worker, r.Status, r.Server, progress)
+	if r.Cancelling && !workerserver.Final(r.Status) {
+		note += "\tcancelling"
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s%s", r.ID, r.Worker, r.Status, r.Server, note)
 }
 
 // api calls the master's user routes.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -243,6 +244,45 @@ func TestWorkerKilledAndRestarted(t *testing.T) {
 	require.Eventually(t, func() bool { return s.done() == 2 }, 30*time.Second, 20*time.Millisecond, "%s\nworker:\n%s", s.master.Log(), w.Log())
 	checkJobs(t, s.jobs(), 2)
 	require.Eventually(t, func() bool { return len(cached(t, s.cache("w1"))) == 0 }, 20*time.Second, 20*time.Millisecond)
+}
+
+// A job for a code that no worker offers: submit -wait says so after a
+// few seconds, status shows it, and the job can be cancelled. An id the
+// master picks is a number; one a user picks that is not gets a warning.
+func TestUnofferedCode(t *testing.T) {
+	s := newSystem(t)
+	s.startMaster()
+	s.startWorker("w1") // offers echo only
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + s.addr + "/api/servers/w1")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var a struct{ Data workerserver.ServerRecord }
+		return json.NewDecoder(resp.Body).Decode(&a) == nil && a.Data.Status == workerserver.ServerOnline
+	}, 20*time.Second, 20*time.Millisecond)
+	masterBin, _ := build(t)
+	url := "http://" + s.addr
+	sub := e2e.Start(t, nil, masterBin, "submit", "-url", url, "-worker", "resize", "-wait")
+	warning := regexp.MustCompile(`warning: no worker offers code "resize": job (\d+) waits`)
+	id := sub.Await(t, warning, 20*time.Second)
+
+	out, err := exec.Command(masterBin, "status", "-url", url, id).Output()
+	require.NoError(t, err)
+	assert.Equal(t, id+"\tresize\tQueued\t\tno worker offers \"resize\"\n", string(out))
+	require.NoError(t, exec.Command(masterBin, "cancel", "-url", url, id).Run())
+	assert.Equal(t, 1, sub.Wait(t, 20*time.Second), "a job that does not end Done")
+	assert.Equal(t, id+"\n", sub.Stdout.String()[:len(id)+1])
+	assert.Equal(t, 1, strings.Count(sub.Log(), "warning:"), sub.Log())
+
+	cmd := exec.Command(masterBin, "submit", "-url", url, "-worker", "echo", "-id", "job-a")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err = cmd.Output()
+	require.NoError(t, err)
+	assert.Equal(t, "job-a\n", string(out))
+	assert.Contains(t, stderr.String(), `warning: job id "job-a" is not a decimal number`)
 }
 
 func TestUsage(t *testing.T) {

@@ -11,8 +11,11 @@
 // in. A worker that shows no life for -lease (90s by default) loses its
 // jobs to the others. The user commands use the master's /api routes, which ask for no
 // password: listen on a trusted address (127.0.0.1 by default). submit
-// prints the job's id; with -wait it follows the job and exits 0 only if
-// it ends Done. Exit status 2 is a usage error.
+// prints the job's id (a number the master picks, unless -id); with -wait
+// it follows the job, warns once if no worker offers its code still after
+// a few seconds, and exits 0 only if it ends Done. status shows why a
+// queued job waits ("no worker offers CODE") and a job being cancelled.
+// Exit status 2 is a usage error.
 package main
 
 import (
@@ -37,8 +40,10 @@ func main() {
 					"line: the workers allowed in. A worker that shows no life for -lease loses its jobs to the others.",
 				Setup: serveCommand},
 			{Name: "submit", Synopsis: "[-url URL] -worker CODE [-params JSON] [-id ID] [-wait]",
-				Doc: "Submits a job and prints its id; with -wait, follows it and exits 0 only if it ends Done.", Setup: submitCommand},
-			{Name: "status", Synopsis: "[-url URL] [JOB]", Doc: "Prints every job, or JOB.", Setup: statusCommand},
+				Doc: "Submits a job and prints its id (a number the master picks, unless -id); with -wait, follows it, warns " +
+					"if no worker offers its code, and exits 0 only if it ends Done.", Setup: submitCommand},
+			{Name: "status", Synopsis: "[-url URL] [JOB]", Doc: "Prints every job, or JOB: id, worker, status, server, then " +
+				"its progress or why it waits (\"no worker offers CODE\").", Setup: statusCommand},
 			{Name: "cancel", Synopsis: "[-url URL] JOB", Doc: "Cancels a job.", Setup: cancelCommand},
 		},
 	}

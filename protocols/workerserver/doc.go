@@ -62,7 +62,9 @@
 //     Online of its process only, and its Online "{}" after a reconnection
 //     keeps them (it crashes on a job for a code it has no module for). A
 //     server that never listed its codes gets any job; one that listed
-//     none gets none.
+//     none gets none. A Queued job whose code no server (but those
+//     Stopping or Offline) offers is shown so (JobRecord.Unoffered), and
+//     the master logs it, once per code.
 //   - A worker that shows no life (no request of any kind) for
 //     Master.Lease, 90 s by default (three of the reference's 30 s pings;
 //     a running job also reports progress every 10 s), loses its jobs to

@@ -50,6 +50,12 @@ type JobRecord struct {
 	Server string `json:"server,omitempty"`
 	// Data is the data of the status that set Status.
 	Data json.RawMessage `json:"data,omitempty"`
+	// Unoffered is set, when the record is read, for a Queued job whose
+	// worker code no server offers: no server that is not Stopping or
+	// Offline offered it at its last Online that listed codes (a server
+	// that never listed them offers every code). The job waits until one
+	// does. It is not stored.
+	Unoffered bool `json:"unoffered,omitempty"`
 	// Cancelling is set when Cancel was asked while a server had the job:
 	// the job ends when the server reports it, or, should the server lose
 	// it first (a new process of it comes Online, it says Stopping or
@@ -346,8 +352,15 @@ func (m *Master) Job(id string) (JobRecord, bool) {
 			return err
 		}
 		rec, ok = row.JobRecord, true
-		rec.History, err = history(tx, bucketJobHistory, id)
-		return err
+		if rec.History, err = history(tx, bucketJobHistory, id); err != nil {
+			return err
+		}
+		if rec.Status == JobQueued {
+			codes, err := offeredCodes(tx)
+			rec.Unoffered = err == nil && !codes.offer(rec.Worker)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		s.logRead(err)

@@ -1,6 +1,7 @@
 package workerserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -447,12 +448,13 @@ func TestNewID(t *testing.T) {
 		ids = append(ids, id)
 	}
 	require.Equal(t, []string{"1", "3"}, ids, "2 is taken")
-	require.Zero(t, logs.Len())
+	require.Zero(t, logs.FilterMessageSnippet("not a decimal number").Len())
 	for _, id := range []string{"job-a", "job-b"} {
 		require.NoError(t, sv.submit(NewJob(id, "w", nil)))
 		f.waitStatus(id, JobQueued)
 	}
 	require.Equal(t, 1, logs.FilterMessageSnippet("not a decimal number").Len(), "once: %v", logs.All())
+	require.Equal(t, 1, logs.FilterMessageSnippet("no server offers").Len(), "once per code: %v", logs.All())
 	require.NoError(t, f.m.Cancel("2"))
 	require.Equal(t, laboro.StatusKilled, wait(t, sv.handle("2")).Status)
 
@@ -536,4 +538,35 @@ func TestReferenceCancelWhileWorkerDown(t *testing.T) {
 			require.Empty(t, f.m.Unfinished())
 		})
 	}
+}
+
+// A job for a code that no server offers says so in the user API.
+func TestReferenceUnofferedCode(t *testing.T) {
+	f := newFixture(t)
+	f.serve()
+	id := f.apiSubmit(`{"worker":"resize"}`)
+	f.waitStatus(id, JobQueued)
+	unoffered := func() bool { return bytes.Equal(f.apiJob(id)["unoffered"], []byte("true")) }
+	require.True(t, unoffered(), "no server at all")
+	w := newRefWorker(t, f.srv.URL, "s1")
+	require.NoError(t, w.connect())
+	require.True(t, unoffered(), "s1 offers echo and sum")
+	require.NoError(t, w.connect())
+	require.True(t, unoffered(), "nor after its reconnection")
+
+	resize := `{"startup":true,"version":"1.0.0","workers":[{"code":"resize","version":1}]}`
+	s2 := newRefWorker(t, f.srv.URL, "s2")
+	require.NoError(t, s2.serverStatus(ServerConnecting, nil))
+	require.NoError(t, s2.serverStatus(ServerOnline, &resize))
+	require.False(t, unoffered(), "s2 offers it")
+	require.NoError(t, s2.serverStatus(ServerStopping, str(`{"reason":"Process stopped externally"}`)))
+	require.NoError(t, s2.serverStatus(ServerOffline, nil))
+	require.True(t, unoffered(), "s2 is gone")
+	var list []map[string]json.RawMessage
+	resp, err := http.Get(f.srv.URL + "/api/jobs")
+	require.NoError(t, err)
+	_, a := readAnswer(t, resp)
+	require.NoError(t, json.Unmarshal(a.Data, &list))
+	require.Len(t, list, 1)
+	require.Equal(t, "true", string(list[0]["unoffered"]))
 }

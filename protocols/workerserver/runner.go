@@ -195,6 +195,7 @@ func (m *Master) Run(ctx context.Context, job laboro.Job) laboro.Result {
 // returns its row.
 func (s *session) enqueue(id string, spec JobSpec) (*jobRow, error) {
 	var row *jobRow
+	var unoffered bool
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		var err error
 		if row, err = getJob(tx, id); err != nil {
@@ -203,6 +204,11 @@ func (s *session) enqueue(id string, spec JobSpec) (*jobRow, error) {
 		if row != nil {
 			return errNoChange
 		}
+		codes, err := offeredCodes(tx)
+		if err != nil {
+			return err
+		}
+		unoffered = !codes.offer(spec.Worker)
 		seq, err := newJobSeq(tx)
 		if err != nil {
 			return err
@@ -219,14 +225,22 @@ func (s *session) enqueue(id string, spec JobSpec) (*jobRow, error) {
 	})
 	switch {
 	case errors.Is(err, errNoChange):
+		return row, nil
 	case err != nil:
 		return nil, fmt.Errorf("workerserver: queue job %q: %w", id, err)
-	case !NumericID(id):
+	}
+	if !NumericID(id) {
 		s.idWarning.Do(func() {
 			s.log.Warn("a job id is not a decimal number: a reference worker (worker-server 0.9.2) would lose "+
 				"the statuses of such a job that it had to keep for a while; take ids from Master.NewID",
 				zap.String("job", id))
 		})
+	}
+	if unoffered {
+		if _, warned := s.unoffered.LoadOrStore(spec.Worker, true); !warned {
+			s.log.Warn("no server offers the job's worker code; its jobs wait for one that does (said once per code)",
+				zap.String("job", id), zap.String("worker", spec.Worker))
+		}
 	}
 	return row, nil
 }

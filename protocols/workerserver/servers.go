@@ -23,6 +23,7 @@ type session struct {
 	outputDir string
 	lease     time.Duration // 0: none
 	idWarning sync.Once     // of a job id that is not numeric (see NumericID)
+	unoffered sync.Map      // worker codes warned of as offered by no server
 
 	// mu guards peers and expecting. It also makes one step, for the
 	// pings that take jobs, of holding a job for its server (Add, then

@@ -137,9 +137,14 @@ func allJobs(tx *bolt.Tx, withHistory bool) ([]JobRecord, error) {
 		}
 		return 0
 	})
+	codes, err := offeredCodes(tx)
+	if err != nil {
+		return nil, err
+	}
 	recs := make([]JobRecord, len(rows))
 	for i := range rows {
 		recs[i] = rows[i].JobRecord
+		recs[i].Unoffered = recs[i].Status == JobQueued && !codes.offer(recs[i].Worker)
 		if withHistory {
 			if recs[i].History, err = history(tx, bucketJobHistory, recs[i].ID); err != nil {
 				return nil, err
@@ -147,6 +152,38 @@ func allJobs(tx *bolt.Tx, withHistory bool) ([]JobRecord, error) {
 		}
 	}
 	return recs, nil
+}
+
+// offered is the worker codes that the servers offer.
+type offered struct {
+	all   bool // a server that never listed its codes offers all
+	codes map[string]bool
+}
+
+func (o offered) offer(code string) bool { return o.all || o.codes[code] }
+
+// offeredCodes returns the codes offered by the servers that are not
+// Stopping or Offline (see Master.Handler).
+func offeredCodes(tx *bolt.Tx) (offered, error) {
+	o := offered{codes: map[string]bool{}}
+	err := tx.Bucket(bucketServers).ForEach(func(k, v []byte) error {
+		var rec ServerRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("workerserver: stored server %q: %w", k, err)
+		}
+		if rec.Status == ServerStopping || rec.Status == ServerOffline {
+			return nil
+		}
+		if !listsCodes(&rec) {
+			o.all = true
+			return nil
+		}
+		for _, c := range rec.Startup.Workers {
+			o.codes[c.Code] = true
+		}
+		return nil
+	})
+	return o, err
 }
 
 func getServer(tx *bolt.Tx, id string) (*ServerRecord, error) {
