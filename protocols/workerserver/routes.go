@@ -217,7 +217,10 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 	}
 	// Still under s.mu, so that no ping takes them from the line first.
 	s.abandon(cancelled)
-	s.log.Info("server status", zap.String("server", req.id), zap.String("status", req.status), zap.Strings("cancelled", cancelled))
+	if len(cancelled) > 0 {
+		s.log.Info("jobs being cancelled that the server lost end Cancelled", zap.String("server", req.id), zap.Strings("jobs", cancelled))
+	}
+	s.log.Info("server status", zap.String("server", req.id), zap.String("status", req.status))
 	writeData(w, map[string]string{"status": req.status})
 }
 

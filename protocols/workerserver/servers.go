@@ -304,8 +304,13 @@ func (s *session) requeued(w *transport.Worker[string, JobOrder], keys []string,
 		s.logWrite(err)
 	default:
 		s.abandon(cancelled)
-		s.log.Warn("server's jobs back in line", zap.String("server", server), zap.Int("jobs", n-len(cancelled)),
-			zap.Strings("cancelled", cancelled), zap.Error(why))
+		if len(cancelled) > 0 {
+			s.log.Info("jobs being cancelled that the server lost end Cancelled", zap.String("server", server),
+				zap.Strings("jobs", cancelled), zap.Error(why))
+		}
+		if n > len(cancelled) {
+			s.log.Warn("server's jobs back in line", zap.String("server", server), zap.Int("jobs", n-len(cancelled)), zap.Error(why))
+		}
 	}
 }
 
