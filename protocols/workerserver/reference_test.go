@@ -570,3 +570,45 @@ func TestReferenceUnofferedCode(t *testing.T) {
 	require.Len(t, list, 1)
 	require.Equal(t, "true", string(list[0]["unoffered"]))
 }
+
+// A worker of this package takes job ids as numbers too, as the reference
+// does from its master.
+func TestPingDataNumericIDs(t *testing.T) {
+	var pd PingData
+	require.NoError(t, json.Unmarshal([]byte(`{"job":{"jobId":7,"worker":"sum","a":1},"cancelJobs":[3,"4"]}`), &pd))
+	require.Equal(t, PingData{Job: &JobOrder{JobID: "7", Worker: "sum", Params: params("a", "1")}, CancelJobs: []string{"3", "4"}}, pd)
+	require.NoError(t, json.Unmarshal([]byte(`{}`), &pd))
+	require.Equal(t, PingData{}, pd)
+	for _, bad := range []string{`{"job":{"worker":"sum"}}`, `{"job":{"jobId":null,"worker":"sum"}}`, `{"cancelJobs":[{}]}`, `{"job":{"jobId":[1],"worker":"s"}}`} {
+		require.Error(t, json.Unmarshal([]byte(bad), &pd), bad)
+	}
+}
+
+// The decoders of what workers and masters send: decode, encode, decode
+// gives what the first decode gave, encoded the same.
+func FuzzWire(f *testing.F) {
+	for _, seed := range []string{
+		refStartup, `{}`, `{"startup":true,"version":null,"workers":[]}`, `{"version":{"major":1},"workers":null}`,
+		`{"job":{"jobId":7,"worker":"sum","a":1},"cancelJobs":[3,"4"]}`, `{"job":{"jobId":"8","worker":"echo","ms":4000}}`,
+		`{"cancelJobs":["8"]}`, `{"job":{"jobId":1e3,"worker":"w","x":[1, 2]}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		roundTrip[Startup](t, b)
+		roundTrip[PingData](t, b)
+	})
+}
+
+func roundTrip[T any](t *testing.T, b []byte) {
+	var v1, v2 T
+	if json.Unmarshal(b, &v1) != nil {
+		return
+	}
+	e1, err := json.Marshal(v1)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(e1, &v2), "%s", e1)
+	e2, err := json.Marshal(v2)
+	require.NoError(t, err)
+	require.Equal(t, string(e1), string(e2))
+}

@@ -173,6 +173,42 @@ type PingData struct {
 	CancelJobs []string  `json:"cancelJobs,omitempty"`
 }
 
+// UnmarshalJSON reads a ping's answer. A job id may be a JSON string or a
+// number (the reference takes its master's ids as numbers); a number is
+// kept as its JSON text.
+func (p *PingData) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Job        *JobOrder         `json:"job"`
+		CancelJobs []json.RawMessage `json:"cancelJobs"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	p.Job, p.CancelJobs = raw.Job, nil
+	for _, r := range raw.CancelJobs {
+		id, err := jobID(r)
+		if err != nil {
+			return fmt.Errorf("workerserver: cancelJobs: %w", err)
+		}
+		p.CancelJobs = append(p.CancelJobs, id)
+	}
+	return nil
+}
+
+// jobID reads a job id: a JSON string (not empty), or a number as its
+// text.
+func jobID(raw json.RawMessage) (string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil && s != "" {
+		return s, nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(raw, &n); err == nil && n != "" {
+		return n.String(), nil
+	}
+	return "", fmt.Errorf("a job id is a string or a number, not %.40q", raw)
+}
+
 // JobOrder is a job handed to a worker: its id, the code to run it with,
 // and its parameters (the reference spreads them into the same object;
 // MarshalJSON and UnmarshalJSON do the same).
@@ -192,15 +228,18 @@ func (j JobOrder) MarshalJSON() ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// UnmarshalJSON reads {"jobId":…, "worker":…, …params}.
+// UnmarshalJSON reads {"jobId":…, "worker":…, …params}; the jobId may be
+// a string or a number (see PingData.UnmarshalJSON).
 func (j *JobOrder) UnmarshalJSON(b []byte) error {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	if err := json.Unmarshal(m["jobId"], &j.JobID); err != nil {
+	id, err := jobID(m["jobId"])
+	if err != nil {
 		return fmt.Errorf("workerserver: job without a jobId: %w", err)
 	}
+	j.JobID = id
 	if err := json.Unmarshal(m["worker"], &j.Worker); err != nil {
 		return fmt.Errorf("workerserver: job without a worker: %w", err)
 	}
