@@ -43,6 +43,10 @@
 // with the params as JSON on standard input, and its standard output (JSON;
 // other text is sent as a JSON string) is the Done data.
 //
+// The reference worker, worker-server 0.9.2 (Node), runs against a Master:
+// scripts/interop/workerserver.sh runs it, and reference_test.go plays it
+// byte for byte.
+//
 // # Choices
 //
 //   - A worker process that starts says Connecting, replays its cache,
