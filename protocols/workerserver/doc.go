@@ -19,7 +19,8 @@
 //	m.Open("jobs.db")
 //	ex, _ := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(256), laboro.WithConcurrency(256))
 //	go http.ListenAndServe("127.0.0.1:8080", m.Handler())
-//	h, _ := ex.Submit(ctx, workerserver.NewJob("", "resize", params))
+//	id, _ := m.NewID() // "1", "2", …: ids that any worker takes
+//	h, _ := ex.Submit(ctx, workerserver.NewJob(id, "resize", params))
 //
 // # The wire
 //

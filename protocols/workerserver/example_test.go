@@ -38,14 +38,15 @@ func ExampleMaster() {
 	defer func() { cancel(); <-ran; srv.Close(); m.Close(); ex.Close() }()
 
 	params := map[string]json.RawMessage{"word": json.RawMessage(`"hello"`)}
-	h, _ := ex.Submit(ctx, workerserver.NewJob("greeting", "shout", params))
+	id, _ := m.NewID() // a number, which the reference worker needs too
+	h, _ := ex.Submit(ctx, workerserver.NewJob(id, "shout", params))
 	res, _ := h.Wait(ctx)
 	defer res.Output.Close()
 	out, _ := res.Output.ReadAll()
-	rec, _ := m.Job("greeting")
-	fmt.Println(res.Status, rec.Status, rec.Server)
+	rec, _ := m.Job(id)
+	fmt.Println(id, res.Status, rec.Status, rec.Server)
 	fmt.Println(string(out))
 	// Output:
-	// succeeded Done w1
+	// 1 succeeded Done w1
 	// {"WORD":"HELLO"}
 }
