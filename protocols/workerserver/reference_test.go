@@ -317,6 +317,20 @@ func (f *fixture) serve() *served {
 	return sv
 }
 
+// waitInLine waits until a job's Run has put it in line (or held it for
+// a server), after which a ping may get it.
+func (f *fixture) waitInLine(id string) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		s := f.m.current()
+		if s == nil {
+			return false
+		}
+		_, ok := s.d.Lookup(id)
+		return ok
+	}, 10*time.Second, time.Millisecond, "job %q never in line", id)
+}
+
 // apiJob returns a job as the user API shows it, every member as sent.
 func (f *fixture) apiJob(id string) map[string]json.RawMessage {
 	f.t.Helper()
@@ -366,10 +380,10 @@ func TestReferenceReconnectKeepsCodes(t *testing.T) {
 
 	other, err := ex.Submit(context.Background(), NewJob("1", "resize", nil))
 	require.NoError(t, err)
-	f.waitStatus("1", JobQueued)
+	f.waitInLine("1")
 	sum, err := ex.Submit(context.Background(), NewJob("2", "sum", nil))
 	require.NoError(t, err)
-	f.waitStatus("2", JobQueued)
+	f.waitInLine("2")
 	job, _ := w.ping()
 	require.NotNil(t, job)
 	require.Equal(t, refJob{id: "2", worker: "sum"}, *job, "not the job for a code it never offered")
@@ -396,6 +410,7 @@ func TestReferenceCachesMasterChosenID(t *testing.T) {
 	f := newFixture(t)
 	f.serve()
 	id := f.apiSubmit(`{"worker":"sum","params":{"a":1,"b":2}}`)
+	f.waitInLine(id)
 	w := newRefWorker(t, f.srv.URL, "s1")
 	require.NoError(t, w.connect())
 	job, _ := w.ping()
@@ -503,6 +518,7 @@ func TestReferenceCancelWhileWorkerDown(t *testing.T) {
 			f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
 			sv := f.serve()
 			id := f.apiSubmit(`{"id":"7","worker":"echo","params":{"ms":60000}}`)
+			f.waitInLine(id)
 			w := newRefWorker(t, f.srv.URL, "s1")
 			require.NoError(t, w.connect())
 			job, _ := w.ping()
