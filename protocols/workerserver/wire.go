@@ -71,8 +71,9 @@ type WorkerCode struct {
 // worker module's from its `version` and its own from its package.json,
 // so it may come as a JSON string, a number (`version: 2`) or anything
 // else: UnmarshalJSON keeps a string as it is, null as "", and any other
-// value as its JSON text (2 becomes "2"); MarshalJSON writes a string. A
-// version is shown, never compared, so no worker is refused for its.
+// value as its JSON text (2 becomes "2"); it is written back as a JSON
+// string. A version is shown, never compared, so no worker is refused for
+// it.
 type Version string
 
 // UnmarshalJSON reads any JSON value; see Version.
