@@ -102,9 +102,14 @@ type Action struct {
 //
 // Numbering: our requests carry our parity, and each one is the smallest
 // number of our parity above every number sent or received so far on the
-// connection; a message of our parity from the peer is a reply, one of its
-// parity a request, which must be numbered above everything the peer sent
-// before.
+// connection. What the peer sends is taken as the reference takes it: an
+// OK or ERROR numbered as our outstanding request is its reply, and an OK
+// that answers nothing is dropped; a message of a request's type is a
+// request whatever its number (the reference checks neither parity nor
+// order), unless it bears the number of our outstanding request; a
+// STOP(immediate) is delivered at once whatever its number and whatever
+// else is under way. A RESET is a reply when it has our parity, a request
+// when it has the peer's.
 //
 // Order: one request of ours is outstanding at a time; the others wait in
 // the Seq, first in first out. A request of the peer is answered before
@@ -145,8 +150,11 @@ type Action struct {
 // HELLO: the first request of a connection, and of every restart, is the
 // worker's HELLO. A worker's Seq holds its other requests until a HELLO
 // has been requested (and sends that HELLO first); a foreman's Seq holds
-// its requests until it has received the HELLO, and refuses any other
-// first request.
+// its requests until it has received the HELLO. Before it, the foreman's
+// Seq delivers an UPDATE too, as the reference foreman does (whose
+// workers, reconnecting, may send an UPDATE before their HELLO, and are
+// answered OK(0xFFFF|0xFFFF), "send your HELLO"); any other first request
+// is refused.
 //
 // Errors: what the peer does wrong is a *ProtocolError, after which the
 // Seq refuses every call with the same error (the owner closes the
@@ -167,7 +175,6 @@ type Seq struct {
 
 	// The state of the current run of numbers (until a RESET).
 	hi        int64  // the largest number sent or received; -1 for none
-	peerHi    int64  // the largest number received; -1 for none
 	lastReply uint32 // the number of the last reply sent or received
 	greeted   bool   // worker: HELLO sent; foreman: HELLO received
 	out       *Message
@@ -243,8 +250,8 @@ func (s *Seq) Reply(req Header, m Message) ([]Action, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
-	i := slices.IndexFunc(s.delivered, func(h Header) bool { return h.Seq == req.Seq })
-	if i < 0 || s.delivered[i].Type != req.Type {
+	i := slices.IndexFunc(s.delivered, func(h Header) bool { return h.Seq == req.Seq && h.Type == req.Type })
+	if i < 0 {
 		return nil, fmt.Errorf("fuq: reply to %v %d, which awaits no reply", req.Type, req.Seq)
 	}
 	if m.Type == TypeReset {
@@ -262,13 +269,34 @@ func (s *Seq) Receive(m Message) ([]Action, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
-	if s.ours(m.Seq) {
+	switch {
+	case m.Type == TypeStop && m.Arg0 == StopImmediate:
+		// Honoured whatever its number, as the reference does.
+		s.notePeer(m.Seq)
+		return s.deliver(m), nil
+	case m.Type == TypeOK || m.Type == TypeError:
+		if s.out != nil && m.Seq == s.out.Seq {
+			return s.receiveReply(m)
+		}
+		if m.Type == TypeOK {
+			// The reference drops an OK that answers nothing.
+			s.notePeer(m.Seq)
+			return nil, nil
+		}
+		if s.out == nil {
+			return s.fail("%v %d answers no request", m.Type, m.Seq)
+		}
+		return s.fail("%v %d while request %d awaits its reply", m.Type, m.Seq, s.out.Seq)
+	case m.Type == TypeReset && s.ours(m.Seq):
 		return s.receiveReply(m)
+	case m.Type != TypeReset && s.out != nil && m.Seq == s.out.Seq:
+		return s.fail("%v %d answers %v %d", m.Type, m.Seq, s.out.Type, s.out.Seq)
 	}
 	return s.receiveRequest(m)
 }
 
-// receiveReply takes a message numbered with our parity.
+// receiveReply takes the reply to our outstanding request, or a RESET
+// numbered with our parity.
 func (s *Seq) receiveReply(m Message) ([]Action, error) {
 	if s.out == nil {
 		return s.fail("%v %d answers no request", m.Type, m.Seq)
@@ -310,19 +338,16 @@ func (s *Seq) receiveReply(m Message) ([]Action, error) {
 	return append(append(sends, owner...), tail...), nil
 }
 
-// receiveRequest takes a message numbered with the peer's parity.
+// receiveRequest takes a request of the peer: a message of a request's
+// type that answers nothing of ours, or a RESET of the peer's parity.
 func (s *Seq) receiveRequest(m Message) ([]Action, error) {
 	switch {
-	case int64(m.Seq) <= s.peerHi:
-		return s.fail("request %v %d after %d", m.Type, m.Seq, s.peerHi)
-	case m.Type == TypeOK || m.Type == TypeError:
-		return s.fail("%v %d is numbered as a request of the peer", m.Type, m.Seq)
 	case m.Type != TypeReset && m.Seq == 0xFFFFFFFF:
 		return s.fail("%v %d leaves no number for a RESET", m.Type, m.Seq)
 	case s.role == RoleWorker && !s.greeted:
 		return s.fail("%v %d before the worker's HELLO", m.Type, m.Seq)
-	case s.role == RoleForeman && !s.greeted && m.Type != TypeHello:
-		return s.fail("first request %v %d is not HELLO", m.Type, m.Seq)
+	case s.role == RoleForeman && !s.greeted && m.Type != TypeHello && m.Type != TypeUpdate:
+		return s.fail("first request %v %d is neither HELLO nor UPDATE", m.Type, m.Seq)
 	}
 	s.notePeer(m.Seq)
 	if s.role == RoleForeman && m.Type == TypeHello {
@@ -358,7 +383,7 @@ func (s *Seq) receiveRequest(m Message) ([]Action, error) {
 		sends, tail := s.proceed()
 		return append(append(sends, owner...), tail...), nil
 	}
-	if s.out != nil && m.Seq > s.out.Seq && !(m.Type == TypeStop && m.Arg0 == StopImmediate) {
+	if s.out != nil && m.Seq > s.out.Seq {
 		if len(s.incoming) < s.queueLen {
 			s.incoming = append(s.incoming, m)
 			return nil, nil
@@ -457,7 +482,6 @@ func (s *Seq) keep(p seqPending) {
 
 // notePeer records a number received.
 func (s *Seq) notePeer(seq uint32) {
-	s.peerHi = max(s.peerHi, int64(seq))
 	s.hi = max(s.hi, int64(seq))
 }
 
@@ -466,7 +490,7 @@ func (s *Seq) ours(seq uint32) bool { return Role(seq&1) == s.role }
 
 // restart starts a new run of numbers, as on a new connection.
 func (s *Seq) restart() {
-	s.hi, s.peerHi, s.lastReply = -1, -1, 0
+	s.hi, s.lastReply = -1, 0
 	s.greeted = false
 	s.out = nil
 	s.incoming, s.delivered = nil, nil

@@ -200,7 +200,7 @@ func TestSeqHelloFirst(t *testing.T) {
 		}},
 		{"foreman refuses another first request", RoleForeman, SeqConfig{}, []sqStep{
 			sqRq(sqJob(1)),
-			sqBad(sqAt(sqUpdate(1), 0)),
+			sqBad(sqAt(sqCancel(1), 0)),
 		}},
 		{"worker refuses a request before its HELLO", RoleWorker, SeqConfig{}, []sqStep{
 			sqRq(sqUpdate(1)),
@@ -493,24 +493,14 @@ func TestSeqProtocolErrors(t *testing.T) {
 		setup []sqStep
 		bad   Message
 	}{
-		{"reply without a request", RoleWorker, SeqConfig{}, nil, sqOK(0)},
-		{"reply after the request was answered", RoleWorker, SeqConfig{}, sqGreeted, sqOK(0)},
+		{"reply without a request", RoleWorker, SeqConfig{}, nil, sqError(CodeNoProcs, 0)},
+		{"reply after the request was answered", RoleWorker, SeqConfig{}, sqGreeted, sqError(CodeNoProcs, 0)},
 		{"reply with another number", RoleWorker, SeqConfig{}, sqSteps(sqGreeted,
-			[]sqStep{sqRq(sqUpdate(1), sqSend(sqAt(sqUpdate(1), 2)))}), sqOK(4)},
-		{"request with our parity", RoleWorker, SeqConfig{}, sqGreeted, sqAt(sqJob(1), 2)},
-		{"request with our parity, to the foreman", RoleForeman, SeqConfig{}, sqGreet, sqAt(sqUpdate(1), 3)},
-		{"OK with the peer's parity", RoleWorker, SeqConfig{}, sqGreeted, sqOK(1)},
+			[]sqStep{sqRq(sqUpdate(1), sqSend(sqAt(sqUpdate(1), 2)))}), sqError(CodeNoProcs, 4)},
+		{"request with the number of ours", RoleWorker, SeqConfig{}, sqSteps(sqGreeted,
+			[]sqStep{sqRq(sqUpdate(1), sqSend(sqAt(sqUpdate(1), 2)))}), sqAt(sqJob(1), 2)},
 		{"ERROR with the peer's parity", RoleForeman, SeqConfig{}, sqGreet, sqError(CodeOverflow, 2)},
-		{"repeated request number", RoleForeman, SeqConfig{}, sqSteps(sqGreet, []sqStep{
-			sqRcv(sqAt(sqUpdate(1), 2), sqDeliver(sqAt(sqUpdate(1), 2))),
-			sqAns(sqAt(sqUpdate(1), 2), sqOK(0), sqSend(sqOK(2))),
-		}), sqAt(sqUpdate(2), 2)},
-		{"decreasing request number", RoleForeman, SeqConfig{}, sqSteps(sqGreet, []sqStep{
-			sqRcv(sqAt(sqUpdate(1), 6), sqDeliver(sqAt(sqUpdate(1), 6))),
-		}), sqAt(sqUpdate(2), 4)},
-		{"request below the peer's own reply", RoleWorker, SeqConfig{}, sqSteps(sqGreeted,
-			sqRound(sqUpdate(1), 2)), sqAt(sqJob(1), 1)},
-		{"first request not HELLO", RoleForeman, SeqConfig{}, nil, sqAt(sqUpdate(1), 0)},
+		{"first request neither HELLO nor UPDATE", RoleForeman, SeqConfig{}, nil, sqAt(sqCancel(1), 0)},
 		{"request before the worker's HELLO", RoleWorker, SeqConfig{}, nil, sqAt(sqJob(1), 1)},
 		{"no number left for a RESET", RoleWorker, SeqConfig{}, sqGreeted, sqAt(sqJob(1), 0xFFFFFFFF)},
 		{"reply of a request's type", RoleWorker, SeqConfig{}, []sqStep{
@@ -548,6 +538,77 @@ func TestSeqProtocolErrors(t *testing.T) {
 			assert.Same(t, err, err2)
 		})
 	}
+}
+
+// What the reference accepts, the Seq accepts: the reference's
+// conversation loop (proto.Conn.ConversationLoop) checks neither parity
+// nor order, takes as the reply whatever bears the awaited number, drops
+// an OK that answers nothing, and dispatches a STOP(immediate) whatever
+// its number; its foreman answers an UPDATE that comes before the HELLO.
+func TestSeqAcceptsWhatTheReferenceAccepts(t *testing.T) {
+	stopNow := sqStop(StopImmediate)
+	sqRunCases(t, []sqCase{
+		{"an OK that answers nothing is dropped, and numbered past", RoleWorker, SeqConfig{}, sqSteps(sqGreeted,
+			[]sqStep{sqRcv(sqOK(4))},
+			sqRound(sqUpdate(1), 6),
+		)},
+		{"an OK of another number than the awaited reply is dropped", RoleWorker, SeqConfig{}, sqSteps(sqGreeted, []sqStep{
+			sqRq(sqUpdate(1), sqSend(sqAt(sqUpdate(1), 2))),
+			sqRcv(sqOK(4)),
+			sqOut(true),
+			sqRcv(sqOK(2), sqReplied(sqOK(2), sqAt(sqUpdate(1), 2))),
+		})},
+		{"an OK of the peer's parity is dropped", RoleForeman, SeqConfig{}, sqSteps(sqGreet,
+			[]sqStep{sqRcv(sqOK(2))},
+			sqRound(sqJob(1), 3),
+		)},
+		{"a request of our parity is a request", RoleWorker, SeqConfig{}, sqSteps(sqGreeted, []sqStep{
+			sqRcv(sqAt(sqJob(1), 2), sqDeliver(sqAt(sqJob(1), 2))),
+			sqAns(sqAt(sqJob(1), 2), sqOK(0), sqSend(sqOK(2))),
+		}, sqRound(sqUpdate(1), 4))},
+		{"a request numbered below an earlier one", RoleForeman, SeqConfig{}, sqSteps(sqGreet, []sqStep{
+			sqRcv(sqAt(sqUpdate(1), 6), sqDeliver(sqAt(sqUpdate(1), 6))),
+			sqAns(sqAt(sqUpdate(1), 6), sqOK(0), sqSend(sqOK(6))),
+			sqRcv(sqAt(sqUpdate(2), 4), sqDeliver(sqAt(sqUpdate(2), 4))),
+			sqAns(sqAt(sqUpdate(2), 4), sqOK(0), sqSend(sqOK(4))),
+		}, sqRound(sqJob(1), 7))},
+		{"a request repeating a number", RoleForeman, SeqConfig{}, sqSteps(sqGreet, []sqStep{
+			sqRcv(sqAt(sqUpdate(1), 2), sqDeliver(sqAt(sqUpdate(1), 2))),
+			sqAns(sqAt(sqUpdate(1), 2), sqOK(0), sqSend(sqOK(2))),
+			sqRcv(sqAt(sqUpdate(2), 2), sqDeliver(sqAt(sqUpdate(2), 2))),
+			sqAns(sqAt(sqUpdate(2), 2), sqOK(0), sqSend(sqOK(2))),
+		})},
+		{"a request below the peer's own reply", RoleWorker, SeqConfig{}, sqSteps(sqGreeted, sqRound(sqUpdate(1), 2), []sqStep{
+			sqRcv(sqAt(sqJob(1), 1), sqDeliver(sqAt(sqJob(1), 1))),
+		})},
+		{"STOP(immediate) bearing the awaited number", RoleWorker, SeqConfig{}, sqSteps(sqGreeted, []sqStep{
+			sqRq(sqUpdate(1), sqSend(sqAt(sqUpdate(1), 2))),
+			sqRcv(sqAt(stopNow, 2), sqDeliver(sqAt(stopNow, 2))),
+		})},
+		{"STOP(immediate) numbered below everything", RoleWorker, SeqConfig{}, sqSteps(sqGreeted, sqRound(sqUpdate(1), 2), []sqStep{
+			sqRcv(sqAt(sqJob(1), 5), sqDeliver(sqAt(sqJob(1), 5))),
+			sqRcv(sqAt(stopNow, 1), sqDeliver(sqAt(stopNow, 1))),
+		})},
+		{"STOP(immediate) above the awaited number is not kept waiting", RoleWorker, SeqConfig{}, sqSteps(sqGreeted, []sqStep{
+			sqRq(sqUpdate(1), sqSend(sqAt(sqUpdate(1), 2))),
+			sqRcv(sqAt(stopNow, 9), sqDeliver(sqAt(stopNow, 9))),
+		})},
+		{"STOP(immediate) before the worker's HELLO", RoleWorker, SeqConfig{}, []sqStep{
+			sqRcv(sqAt(stopNow, 0), sqDeliver(sqAt(stopNow, 0))),
+		}},
+		{"STOP(immediate) during the peer's RESET", RoleWorker, SeqConfig{}, sqSteps(sqGreeted, []sqStep{
+			sqRcv(sqAt(sqJob(1), 1), sqDeliver(sqAt(sqJob(1), 1))),
+			sqRcv(sqReset(3, 0)),
+			sqRcv(sqAt(stopNow, 5), sqDeliver(sqAt(stopNow, 5))),
+		})},
+		{"an UPDATE before the HELLO", RoleForeman, SeqConfig{}, []sqStep{
+			sqRcv(sqAt(sqUpdate(1), 40), sqDeliver(sqAt(sqUpdate(1), 40))),
+			sqRq(sqJob(1)),
+			sqAns(sqAt(sqUpdate(1), 40), sqOK(0), sqSend(sqOK(40))), // no JOB before the HELLO
+			sqRcv(sqAt(sqHello, 42), sqDeliver(sqAt(sqHello, 42))),
+			sqAns(sqAt(sqHello, 42), sqOK(0), sqSend(sqOK(42)), sqSend(sqAt(sqJob(1), 43))),
+		}},
+	})
 }
 
 func TestSeqOwnerErrors(t *testing.T) {
