@@ -202,12 +202,22 @@ func (w *fworker) answer(m Message) ([]Action, error) {
 			return nil, &ProtocolError{Msg: "HELLO without its body"}
 		}
 		w.hello(*m.Hello)
+		// The worker's own counts, as the reference foreman answers: the
+		// reference worker quits on any other answer. (Its tasks that
+		// nobody waits for get a CANCEL, and then an UPDATE.)
+		return w.l.reply(m.Header, ok(m.Hello.NumProcs, len(m.Hello.Running)))
 	case TypeUpdate:
 		if m.Update == nil {
 			return nil, &ProtocolError{Msg: "UPDATE without its body"}
 		}
 		w.complete(*m.Update)
 		w.stopRefusing() // a processor is free again
+		if !w.greeted {
+			// A reference worker that has just connected again may send
+			// an UPDATE before its HELLO; this answer, the reference
+			// foreman's, asks it for the HELLO.
+			return w.l.reply(m.Header, Message{Header: Header{Type: TypeOK, Arg0: PackOK(0xFFFF, 0xFFFF)}})
+		}
 	default:
 		return nil, unexpected(m)
 	}
@@ -301,6 +311,9 @@ func (w *fworker) replied(a Action) error {
 		}
 		f.mu.Unlock()
 		w.log.Info("worker's processors lowered by STOP", zap.Int("procs", w.procs))
+	case a.Msg.Type == TypeOK && a.Req.Type == TypeCancel:
+		// The reference worker's OK to a CANCEL counts the tasks it
+		// cancelled (ncancelled|0), not its processors: nothing to take.
 	case a.Msg.Type == TypeOK:
 		nproc, nrun := UnpackOK(a.Msg.Arg0)
 		f.mu.Lock()

@@ -145,7 +145,9 @@ func TestForemanHelloCancelsStaleTasks(t *testing.T) {
 	s := startSystem(t, &Foreman{})
 	fw := dialFake(t, s.addr)
 	stale := Task{Task: 3, JobDescription: JobDescription{JobId: 42, Name: "gone", NumTasks: 3, Command: "/bin/true"}}
-	assert.Equal(t, PackOK(2, 0), fw.hello(1, stale).Arg0, "its processors: one free, one busy with a task it will kill")
+	// The answer repeats the worker's counts, as the reference foreman's
+	// does: the reference worker quits on any other (node.checkOK).
+	assert.Equal(t, PackOK(1, 1), fw.hello(1, stale).Arg0)
 	cancel := fw.readType(TypeCancel)
 	assert.Equal(t, []TaskPair{{JobId: 42, Task: 3}}, cancel.Cancel)
 	fw.reply(cancel, Message{Header: Header{Type: TypeOK, Arg0: PackOK(1, 1)}})
@@ -196,4 +198,65 @@ func TestForemanReclaimFromAnotherWorker(t *testing.T) {
 	assert.Equal(t, "worker-3", info.Tasks[0].Worker)
 	assert.Equal(t, "done", info.Tasks[0].Status)
 	assert.Equal(t, 2, info.Tasks[0].Attempts)
+}
+
+// The reference worker answers a CANCEL with OK(ncancelled|0), the number
+// of tasks it cancelled, not its processors (node.Dispatch.onCancel): the
+// foreman takes no count from it. (It took the answer for the worker's
+// processors: a worker that had nothing left to cancel was offered no
+// task again.)
+func TestForemanTakesNoCountFromCancelReply(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	fw := dialFake(t, s.addr)
+	fw.conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fw.hello(2)
+	h, _ := s.submit("cancelled", "/bin/true", 1)
+	job := fw.readType(TypeJob)
+	fw.reply(job, Message{Header: Header{Type: TypeOK, Arg0: PackOK(1, 1)}})
+	info, _ := s.f.JobByRef(h.ID())
+	require.NoError(t, s.f.Cancel(info.JobId))
+	cancel := fw.readType(TypeCancel)
+	// The task had ended already: nothing cancelled, as the reference
+	// worker says it.
+	fw.reply(cancel, Message{Header: Header{Type: TypeOK, Arg0: PackOK(0, 0)}})
+	assert.Equal(t, laboro.StatusKilled, wait(t, h).Status)
+
+	h, _ = s.submit("after", "/bin/true", 2)
+	job = fw.readType(TypeJob)
+	require.Len(t, job.Tasks, 2, "both processors are free")
+	fw.reply(job, Message{Header: Header{Type: TypeOK, Arg0: PackOK(0, 2)}})
+	fw.update(job.Tasks[0], true, "done")
+	fw.update(job.Tasks[1], true, "done")
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+}
+
+// A reference worker that connects again may send the UPDATE of a task
+// before its HELLO (websocket.Autodial sends on the new connection at
+// once); the reference foreman records it and answers OK(0xFFFF|0xFFFF),
+// which makes the worker send its HELLO (node.Dispatch.sendUpdate). So
+// does ours. (It dropped the connection.)
+func TestForemanUpdateBeforeHello(t *testing.T) {
+	s := startSystem(t, &Foreman{})
+	a := dialFake(t, s.addr)
+	a.hello(1)
+	h, _ := s.submit("early", "/bin/true", 1)
+	job := a.readType(TypeJob)
+	a.reply(job, Message{Header: Header{Type: TypeOK, Arg0: PackOK(0, 1)}})
+	a.conn.Close()
+
+	// Its numbers go on from where they were: the reference keeps its
+	// sequencer across connections.
+	back := dialFake(t, s.addr)
+	back.hi = 38
+	reply := back.update(job.Tasks[0], true, "done")
+	assert.Equal(t, Header{Type: TypeOK, Seq: 40, Arg0: PackOK(0xFFFF, 0xFFFF)}, reply.Header)
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+	assert.Equal(t, Header{Type: TypeOK, Seq: 42, Arg0: PackOK(1, 0)}, back.hello(1).Header)
+
+	h, _ = s.submit("then", "/bin/true", 1)
+	job = back.readType(TypeJob)
+	assert.Equal(t, uint32(43), job.Seq)
+	back.reply(job, Message{Header: Header{Type: TypeOK, Arg0: PackOK(0, 1)}})
+	back.update(job.Tasks[0], true, "done")
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
 }
