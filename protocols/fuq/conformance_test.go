@@ -18,12 +18,17 @@ import (
 // The Foreman passes laboro's Runner checks, with real workers over
 // loopback TCP running real processes: two Workers of two processors, and
 // a grace of 200 ms for the tasks of a lost worker.
-func TestForemanConformance(t *testing.T) {
+func TestForemanConformance(t *testing.T) { conformance(t, false) }
+
+// The same over the reference's transport: HTTPS and a websocket.
+func TestForemanConformanceWeb(t *testing.T) { conformance(t, true) }
+
+func conformance(t *testing.T, web bool) {
 	dir := t.TempDir()
 	logDir := filepath.Join(dir, "logs")
 	require.NoError(t, os.Mkdir(logDir, 0o755))
 	laborotest.Runner(t, laborotest.Harness{
-		Start: startFuq,
+		Start: func(t *testing.T) laborotest.System { return startFuq(t, web) },
 		// A fuq job of one task, whose command is the script; fuq runs
 		// it as "<script> 1".
 		Job: func(id, script string) laboro.Job {
@@ -50,9 +55,10 @@ type fuqSystem struct {
 	workers map[int]context.CancelFunc // by the Foreman's worker id
 	lastID  int
 	running sync.WaitGroup
+	web     *fuq.WebDialer // how workers join, over the reference's transport; nil over TCP
 }
 
-func startFuq(t *testing.T) laborotest.System {
+func startFuq(t *testing.T, web bool) laborotest.System {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -61,7 +67,14 @@ func startFuq(t *testing.T) laborotest.System {
 		ctx: ctx, workers: map[int]context.CancelFunc{},
 	}
 	served := make(chan struct{})
-	go func() { s.f.Serve(ctx, ln); close(served) }()
+	if web {
+		pki := fuq.NewTestPKI(t)
+		secret := []byte("conformance")
+		s.web = &fuq.WebDialer{URL: "https://" + s.addr, TLS: pki.Client, Auth: secret}
+		go func() { s.f.ServeWeb(ctx, ln, fuq.WebConfig{Auth: secret, TLS: pki.Server}); close(served) }()
+	} else {
+		go func() { s.f.Serve(ctx, ln); close(served) }()
+	}
 	s.startWorker()
 	s.startWorker()
 	return laborotest.System{
@@ -77,7 +90,12 @@ func startFuq(t *testing.T) laborotest.System {
 
 // startWorker starts a Worker and waits until the Foreman has it.
 func (s *fuqSystem) startWorker() {
-	w := &fuq.Worker{Addr: s.addr, Procs: 2, SpoolDir: s.t.TempDir(), Reconnect: 50 * time.Millisecond, Timeout: 5 * time.Second}
+	w := &fuq.Worker{Procs: 2, SpoolDir: s.t.TempDir(), Reconnect: 50 * time.Millisecond, Timeout: 5 * time.Second}
+	if s.web != nil {
+		w.Web = s.web
+	} else {
+		w.Addr = s.addr
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	s.running.Go(func() { w.Run(ctx) })
 	// Workers start one at a time and do not reconnect here: the next

@@ -66,8 +66,9 @@ type JobInfo struct {
 type WorkerInfo struct {
 	ID      int
 	Addr    string
-	Free    int // processors free, as it last said
-	Running int // tasks it runs
+	Node    string // the name its login got (ServeWeb); "" over plain TCP
+	Free    int    // processors free, as it last said
+	Running int    // tasks it runs
 }
 
 // NewJob returns the laboro.Job of a fuq job: numTasks tasks, each running
@@ -425,7 +426,7 @@ func (f *Foreman) Workers() []WorkerInfo {
 	var infos []WorkerInfo
 	for w := range f.workers {
 		held := w.held()
-		infos = append(infos, WorkerInfo{ID: w.id, Addr: w.addr, Free: max(0, w.procs-held), Running: held})
+		infos = append(infos, WorkerInfo{ID: w.id, Addr: w.addr, Node: w.node, Free: max(0, w.procs-held), Running: held})
 	}
 	sort.Slice(infos, func(a, b int) bool { return infos[a].ID < infos[b].ID })
 	return infos

@@ -28,6 +28,7 @@ type fworker struct {
 	id   int
 	addr string
 	name string
+	node string // the name its /hello got, over a websocket
 	log  *zap.Logger
 	dw   *transport.Worker[TaskPair, Task]
 
@@ -78,23 +79,39 @@ func (w *fworker) held() int { return len(w.dw.Held()) }
 // alone would count twice a task whose UPDATE waits behind a JOB's reply.)
 func (w *fworker) free() int { return max(0, w.procs-w.held()) }
 
-func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
-	timeout := f.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+// timeout is the Foreman's Timeout or its default.
+func (f *Foreman) timeout() time.Duration {
+	if f.Timeout <= 0 {
+		return DefaultTimeout
 	}
+	return f.Timeout
+}
+
+// serveConn serves a worker on a plain TCP connection.
+func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
+	f.serveMsgConn(ctx, newStreamConn(conn, f.timeout()), conn.RemoteAddr().String(), "")
+}
+
+// serveMsgConn serves a worker on conn, of either transport, until the
+// connection ends or ctx does; it closes conn. node is the worker's name
+// from its login, if it logged in.
+func (f *Foreman) serveMsgConn(ctx context.Context, conn msgConn, addr, node string) {
+	timeout := f.timeout()
 	f.mu.Lock()
 	f.nextWorker++
 	w := &fworker{
-		f: f, id: f.nextWorker, addr: conn.RemoteAddr().String(), kick: make(chan struct{}, 1),
+		f: f, id: f.nextWorker, addr: addr, node: node, kick: make(chan struct{}, 1),
 		backoff: transport.Backoff{Min: refusedMin, Max: refusedMax}, cancelled: map[TaskPair]bool{},
 	}
 	w.name = fmt.Sprintf("worker-%d", w.id)
 	w.log = f.Logger.With(zap.String("worker", w.name), zap.String("addr", w.addr))
+	if node != "" {
+		w.log = w.log.With(zap.String("node", node))
+	}
 	w.dw = f.d.Join(w.name, w.cancelTasks)
 	f.workers[w] = true
 	f.mu.Unlock()
-	w.l = newLink(conn, RoleForeman, f.Seq, f.MaxBody, timeout, w.log)
+	w.l = newLink(conn, RoleForeman, f.Seq, f.MaxBody, w.log)
 	defer w.l.close()
 	var err error
 	defer func() { f.drop(w, err) }()

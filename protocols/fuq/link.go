@@ -1,30 +1,27 @@
 package fuq
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// DefaultTimeout bounds a write to the peer, and the wait for the first
-// message of a connection.
+// DefaultTimeout bounds a write to the peer, each read once a message has
+// begun, and the wait for the first message of a connection.
 const DefaultTimeout = 30 * time.Second
 
 // link is one connection, driven by the goroutine that owns its Seq: a
 // reader goroutine decodes messages into in, and the owner writes the
 // messages that the Seq's actions ask for. Only the owner touches the Seq.
 type link struct {
-	conn    net.Conn
-	seq     *Seq
-	in      chan received
-	done    chan struct{} // closed when the reader has returned
-	timeout time.Duration
-	log     *zap.Logger
-	out     []byte
+	conn msgConn
+	seq  *Seq
+	in   chan received
+	done chan struct{} // closed when the reader has returned
+	log  *zap.Logger
+	out  []byte
 }
 
 // received is one message read, or the error that ended reading.
@@ -33,14 +30,8 @@ type received struct {
 	err error
 }
 
-func newLink(conn net.Conn, role Role, cfg SeqConfig, maxBody int, timeout time.Duration, log *zap.Logger) *link {
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	l := &link{
-		conn: conn, seq: NewSeq(role, cfg), in: make(chan received, 16), done: make(chan struct{}),
-		timeout: timeout, log: log,
-	}
+func newLink(conn msgConn, role Role, cfg SeqConfig, maxBody int, log *zap.Logger) *link {
+	l := &link{conn: conn, seq: NewSeq(role, cfg), in: make(chan received, 16), done: make(chan struct{}), log: log}
 	go l.read(maxBody)
 	return l
 }
@@ -49,9 +40,8 @@ func newLink(conn net.Conn, role Role, cfg SeqConfig, maxBody int, timeout time.
 // carries the error.
 func (l *link) read(maxBody int) {
 	defer close(l.done)
-	r := bufio.NewReader(l.conn)
 	for {
-		m, err := ReadMessage(r, maxBody)
+		m, err := l.conn.readMessage(maxBody)
 		l.in <- received{m, err}
 		if err != nil {
 			return
@@ -62,7 +52,7 @@ func (l *link) read(maxBody int) {
 // close closes the connection and waits for the reader, draining what it
 // still had to say.
 func (l *link) close() {
-	l.conn.Close()
+	l.conn.close()
 	for {
 		select {
 		case <-l.in:
@@ -72,14 +62,13 @@ func (l *link) close() {
 	}
 }
 
-// send writes one message, within the link's timeout.
+// send writes one message, within the connection's timeout.
 func (l *link) send(m Message) error {
 	var err error
 	if l.out, err = m.AppendBinary(l.out[:0]); err != nil {
 		return err
 	}
-	l.conn.SetWriteDeadline(time.Now().Add(l.timeout))
-	if _, err := l.conn.Write(l.out); err != nil {
+	if err := l.conn.writeMessage(l.out); err != nil {
 		return err
 	}
 	l.log.Debug("sent", zap.Stringer("type", m.Type), zap.Uint32("seq", m.Seq), zap.Uint32("arg0", m.Arg0))

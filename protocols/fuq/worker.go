@@ -56,8 +56,12 @@ var ErrStopped = errors.New("fuq: worker stopped by the foreman")
 //
 // Set the fields before Run; a Worker runs one session at a time.
 type Worker struct {
-	// Addr is the foreman's host:port; required.
+	// Addr is the foreman's host:port, for the plain TCP conversation of
+	// the spec; exactly one of Addr and Web is set.
 	Addr string
+	// Web joins a foreman over HTTPS and a websocket, as the reference's
+	// workers do (a real fuqsrv foreman, or Foreman.ServeWeb).
+	Web *WebDialer
 	// Procs is the number of processors offered; 0 means runtime.NumCPU.
 	Procs int
 	// SpoolDir keeps the UPDATEs that wait for a connection; required. It
@@ -85,6 +89,7 @@ type workerState struct {
 	maxProcs int         // lowered by STOP
 	logMode  os.FileMode // of the task logs: 0666 less the umask
 	spooled  []spooled
+	web      *webClient // when the foreman is reached through Web
 	done     chan finished
 	tasks    sync.WaitGroup
 	handle   func(Action) ([]Action, error) // the current session's
@@ -112,8 +117,8 @@ type spooled struct {
 // and their UPDATEs are not sent). A dropped connection is not an error:
 // the worker connects again.
 func (w *Worker) Run(ctx context.Context) error {
-	if w.Addr == "" || w.SpoolDir == "" {
-		return errors.New("fuq: Worker needs Addr and SpoolDir")
+	if (w.Addr == "") == (w.Web == nil) || w.SpoolDir == "" {
+		return errors.New("fuq: Worker needs SpoolDir, and one of Addr and Web")
 	}
 	procs := w.Procs
 	if procs <= 0 {
@@ -122,6 +127,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	log := w.Logger
 	if log == nil {
 		log = zap.NewNop()
+	}
+	timeout := w.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	var web *webClient
+	if w.Web != nil {
+		var err error
+		if web, err = newWebClient(w.Web, procs, timeout, log); err != nil {
+			return err
+		}
+		log = log.With(zap.String("foreman", w.Web.URL))
+	} else {
+		log = log.With(zap.String("foreman", w.Addr))
 	}
 	if err := os.MkdirAll(w.SpoolDir, 0o700); err != nil {
 		return err
@@ -139,7 +158,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	s := &workerState{
 		w: w, log: log, ex: ex, running: map[TaskPair]Task{}, maxProcs: procs, logMode: logMode,
-		done: make(chan finished, procs),
+		web: web, done: make(chan finished, procs),
 	}
 	defer func() {
 		ex.Close() // kills what still runs
@@ -165,6 +184,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			return ErrStopped
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, ErrAuth):
+			return err
 		case errors.Is(err, errSessionWorked):
 			backoff.Reset()
 		}
@@ -228,14 +249,13 @@ func (s *workerState) session(ctx context.Context) error {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	d := net.Dialer{Timeout: timeout}
-	conn, err := d.DialContext(ctx, "tcp", s.w.Addr)
+	conn, err := s.dial(ctx, timeout)
 	if err != nil {
 		return err
 	}
-	l := newLink(conn, RoleWorker, s.w.Seq, s.w.MaxBody, timeout, s.log.With(zap.String("foreman", s.w.Addr)))
+	l := newLink(conn, RoleWorker, s.w.Seq, s.w.MaxBody, s.log)
 	defer l.close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	stop := context.AfterFunc(ctx, func() { conn.close() })
 	defer stop()
 	for i := range s.spooled {
 		s.spooled[i].sent = false
@@ -281,6 +301,20 @@ func (s *workerState) session(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// dial connects to the foreman, over TCP or through its login and a
+// websocket.
+func (s *workerState) dial(ctx context.Context, timeout time.Duration) (msgConn, error) {
+	if s.web != nil {
+		return s.web.dial(ctx)
+	}
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", s.w.Addr)
+	if err != nil {
+		return nil, err
+	}
+	return newStreamConn(conn, timeout), nil
 }
 
 // hello announces the free processors and the running tasks; it is the
