@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/protocols/fuq/fuqtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -190,4 +191,66 @@ func zombie(pid int) bool {
 	}
 	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 	return len(fields) > 0 && fields[0] == "Z"
+}
+
+// fuq-foreman -web serves workers over HTTPS and a websocket beside its
+// plain TCP listener: a worker joining with -foreman (the secret from a
+// fuqsrv.conf-style file; the foreman's from the environment) and one with
+// -connect share a job; a worker with a wrong secret stops with status 1;
+// a half-given -web or a -foreman without a secret is a usage error.
+func TestWeb(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	pki := fuqtest.NewPKI(t)
+	dir := t.TempDir()
+	const secret = "JZ/ib5B35Ejb1JNnFWsWkaHxuwq8O0ts+NOOzycTAm8"
+	conf := filepath.Join(dir, "fuqsrv.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("# as the reference writes it\nforeman localhost\nport 5429\nauth "+secret+"\n"), 0o600))
+	wrong := filepath.Join(dir, "wrong")
+	require.NoError(t, os.WriteFile(wrong, []byte("not-the-secret\n"), 0o600))
+	control := filepath.Join(dir, "control.sock")
+
+	foreman := e2e.Start(t, []string{"FUQ_AUTH=" + secret}, foremanBin, "-listen", "127.0.0.1:0", "-web", "127.0.0.1:0",
+		"-tls-cert", filepath.Join(pki.Dir, "fuq.crt"), "-tls-key", filepath.Join(pki.Dir, "fuq.key"), "-control", control)
+	web := foreman.Await(t, regexp.MustCompile(`serving.*"web": "([^"]+)"`), 20*time.Second)
+	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), time.Second)
+	ws := e2e.Start(t, nil, workerBin, "-foreman", web, "-ca", filepath.Join(pki.Dir, "ca.crt"), "-auth-file", conf,
+		"-node", "webnode", "-np", "2", "-spool", filepath.Join(dir, "spool-web"))
+	tcp := e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "1", "-spool", filepath.Join(dir, "spool-tcp"))
+	foreman.Await(t, regexp.MustCompile(`worker joined.*"node": "(webnode:\d+:1)"`), 20*time.Second)
+
+	task := filepath.Join(dir, "task.sh")
+	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\necho task $1\nsleep 0.2\n"), 0o755))
+	out, err := exec.Command(foremanBin, "submit", "-control", control, "-wait", "-name", "w", "-command", task,
+		"-tasks", "9", "-wd", dir, "-logdir", dir).Output()
+	require.NoError(t, err, "%s\nforeman:\n%s", out, foreman.Log())
+	assert.Contains(t, string(out), "succeeded\tdone 9/9")
+	assert.Len(t, logs(t, dir), 9)
+
+	bad := e2e.Start(t, nil, workerBin, "-foreman", web, "-ca", filepath.Join(pki.Dir, "ca.crt"), "-auth-file", wrong,
+		"-spool", filepath.Join(dir, "spool-bad"))
+	assert.Equal(t, 1, bad.Wait(t, 30*time.Second), bad.Log())
+	assert.Contains(t, bad.Log(), "the foreman refused the login")
+	assert.NotContains(t, foreman.Log(), secret)
+	assert.NotContains(t, foreman.Log(), "not-the-secret")
+
+	for _, args := range [][]string{
+		{"-web", "127.0.0.1:0", "-control", filepath.Join(dir, "c2.sock")},
+		{"-tls-cert", "x", "-control", filepath.Join(dir, "c3.sock")},
+	} {
+		err := exec.Command(foremanBin, args...).Run()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v", args)
+		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+	}
+	noSecret := exec.Command(workerBin, "-foreman", web, "-spool", filepath.Join(dir, "spool-none"))
+	noSecret.Env = append(os.Environ(), "FUQ_AUTH=")
+	err = noSecret.Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 2, ee.ExitCode())
+
+	require.NoError(t, exec.Command(foremanBin, "stop", "-control", control, "0").Run())
+	for _, w := range []*e2e.Process{ws, tcp} {
+		assert.Equal(t, 0, w.Wait(t, 30*time.Second), w.Log())
+	}
 }

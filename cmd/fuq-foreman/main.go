@@ -1,11 +1,17 @@
 // Command fuq-foreman runs fuq jobs on the workers that connect to it, and
 // is also how a user submits jobs to it and follows them.
 //
-//	fuq-foreman [serve] [-listen ADDR] [-control SOCKET] [-grace D] [-log LEVEL]
+//	fuq-foreman [serve] [-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-grace D] [-log LEVEL]
 //	fuq-foreman submit [-wait] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]
 //	fuq-foreman status [-tasks] [JOB]
 //	fuq-foreman cancel JOB
 //	fuq-foreman stop N|now                                                   STOP(N) to every worker
+//
+// serve takes workers of this project on -listen (plain TCP, the spec's
+// conversation), and with -web also the reference's workers (fuqsrv
+// -dispatch) over HTTPS and a websocket, with the certificate and key of
+// -tls-cert and -tls-key and the shared secret of -auth-file (the secret
+// alone, or the reference's fuqsrv.conf) or of $FUQ_AUTH.
 //
 // The running foreman serves the other commands on a Unix socket
 // (-control, $XDG_RUNTIME_DIR/fuq-foreman.sock or /tmp/fuq-foreman-UID.sock
@@ -30,8 +36,10 @@ func main() {
 			"them: the running foreman serves the other commands on a Unix socket readable by its user only.",
 		Default: "serve",
 		Commands: []cli.Subcommand{
-			{Name: "serve", Synopsis: "[-listen ADDR] [-control SOCKET] [-grace D] [-log LEVEL]",
-				Doc: "Serves workers on -listen and the other commands on -control, until interrupted.", Setup: serveCommand},
+			{Name: "serve", Synopsis: "[-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-grace D] [-log LEVEL]",
+				Doc: "Serves workers on -listen (plain TCP) and, with -web, the reference's workers over HTTPS and a " +
+					"websocket (the shared secret from -auth-file, or $" + fuq.AuthEnv + "); and the other commands on " +
+					"-control, until interrupted.", Setup: serveCommand},
 			{Name: "submit", Synopsis: "[-wait] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]",
 				Doc: "Submits a job of N tasks, each running CMD <task number>, and prints its id; with -wait, waits for " +
 					"it and exits 0 only if every task succeeded.", Setup: submitCommand},
@@ -53,11 +61,19 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
 	listen := c.Flags.String("listen", ":7720", "address workers connect to")
 	grace := c.Flags.Duration("grace", fuq.DefaultGrace, "how long a vanished worker's tasks wait for it")
+	var web webFlags
+	c.Flags.StringVar(&web.listen, "web", "", "address the reference's workers connect to, over HTTPS (off by default)")
+	c.Flags.StringVar(&web.cert, "tls-cert", "", "the HTTPS certificate (PEM), with -web")
+	c.Flags.StringVar(&web.key, "tls-key", "", "the HTTPS certificate's key (PEM), with -web")
+	c.Flags.StringVar(&web.auth, "auth-file", "", "the shared secret, alone or as fuqsrv.conf's auth line (default $"+fuq.AuthEnv+"), with -web")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	return func(ctx context.Context, args []string) error {
 		if len(args) > 0 {
 			return cli.Usagef("unexpected argument %q", args[0])
 		}
-		return serve(ctx, *listen, *control, *grace, logFlag.Logger())
+		if err := web.check(); err != nil {
+			return err
+		}
+		return serve(ctx, *listen, *control, *grace, web, logFlag.Logger())
 	}
 }

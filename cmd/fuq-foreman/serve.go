@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -12,12 +13,56 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/fuq"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 )
 
+// webFlags are serve's flags for the reference's workers.
+type webFlags struct {
+	listen, cert, key, auth string
+}
+
+// check refuses a half-given -web.
+func (w webFlags) check() error {
+	if w.listen == "" {
+		if w.cert != "" || w.key != "" || w.auth != "" {
+			return cli.Usagef("-tls-cert, -tls-key and -auth-file go with -web")
+		}
+		return nil
+	}
+	if w.cert == "" || w.key == "" {
+		return cli.Usagef("-web needs -tls-cert and -tls-key: the reference's workers speak HTTPS only")
+	}
+	return nil
+}
+
+// config loads the certificate and the secret.
+func (w webFlags) config() (fuq.WebConfig, error) {
+	auth, err := fuq.LoadAuth(w.auth)
+	if errors.Is(err, fuq.ErrNoAuth) {
+		return fuq.WebConfig{}, cli.Usagef("-web needs the shared secret: -auth-file FILE, or $%s", fuq.AuthEnv)
+	}
+	if err != nil {
+		return fuq.WebConfig{}, err
+	}
+	cert, err := tls.LoadX509KeyPair(w.cert, w.key)
+	if err != nil {
+		return fuq.WebConfig{}, err
+	}
+	return fuq.WebConfig{Auth: auth, TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}, nil
+}
+
 // serve runs the foreman until ctx ends.
-func serve(ctx context.Context, listen, control string, grace time.Duration, log *zap.Logger) error {
+func serve(ctx context.Context, listen, control string, grace time.Duration, web webFlags, log *zap.Logger) error {
+	var wcfg fuq.WebConfig
+	if web.listen != "" {
+		var err error
+		if wcfg, err = web.config(); err != nil {
+			return err
+		}
+	}
 	f := &fuq.Foreman{Grace: grace, Logger: log}
 	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(64), laboro.WithConcurrency(64),
 		laboro.WithBufferSize(1024), laboro.WithLogger(log))
@@ -29,19 +74,40 @@ func serve(ctx context.Context, listen, control string, grace time.Duration, log
 	if err != nil {
 		return err
 	}
+	var wln net.Listener
+	if web.listen != "" {
+		if wln, err = net.Listen("tcp", web.listen); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	cl, err := listenControl(control)
 	if err != nil {
 		ln.Close()
+		if wln != nil {
+			wln.Close()
+		}
 		return err
 	}
 	defer os.Remove(control)
-	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("control", control))
+	fields := []zap.Field{zap.String("addr", ln.Addr().String()), zap.String("control", control)}
+	if wln != nil {
+		fields = append(fields, zap.String("web", "https://"+wln.Addr().String()))
+	}
+	log.Info("serving", fields...)
 	hs := &http.Server{Handler: (&fuq.Control{Foreman: f, Executor: ex}).Handler(), ReadHeaderTimeout: 10 * time.Second}
 	controlled := make(chan error, 1)
 	go func() { controlled <- hs.Serve(cl) }()
 	defer func() { hs.Close(); <-controlled }()
-	err = f.Serve(ctx, ln)
-	if errors.Is(err, context.Canceled) {
+	// The listeners serve until ctx ends, or until one of them fails,
+	// which ends the other.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return f.Serve(gctx, ln) })
+	if wln != nil {
+		g.Go(func() error { return f.ServeWeb(gctx, wln, wcfg) })
+	}
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		log.Info("stopped by a signal")
 		return nil
 	}

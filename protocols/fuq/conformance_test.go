@@ -12,6 +12,7 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/laborotest"
 	"github.com/laboro-go/laboro/protocols/fuq"
+	"github.com/laboro-go/laboro/protocols/fuq/fuqtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -68,7 +69,7 @@ func startFuq(t *testing.T, web bool) laborotest.System {
 	}
 	served := make(chan struct{})
 	if web {
-		pki := fuq.NewTestPKI(t)
+		pki := fuqtest.NewPKI(t)
 		secret := []byte("conformance")
 		s.web = &fuq.WebDialer{URL: "https://" + s.addr, TLS: pki.Client, Auth: secret}
 		go func() { s.f.ServeWeb(ctx, ln, fuq.WebConfig{Auth: secret, TLS: pki.Server}); close(served) }()

@@ -109,6 +109,24 @@ func ReadAuth(path string) ([]byte, error) {
 	return secret, nil
 }
 
+// ErrNoAuth is returned by LoadAuth when neither the file nor the
+// environment gives a secret.
+var ErrNoAuth = errors.New("fuq: no shared secret: give a file or set " + AuthEnv)
+
+// LoadAuth returns the shared secret: from file (see ReadAuth), or, when
+// file is "", from the environment variable AuthEnv. Neither gives
+// ErrNoAuth. (A secret never comes from a command line, which other users
+// of the machine can read.)
+func LoadAuth(file string) ([]byte, error) {
+	if file != "" {
+		return ReadAuth(file)
+	}
+	if s := strings.TrimSpace(os.Getenv(AuthEnv)); s != "" {
+		return []byte(s), nil
+	}
+	return nil, ErrNoAuth
+}
+
 // sameSecret compares two secrets in time that depends on neither.
 func sameSecret(a, b []byte) bool {
 	ha, hb := sha256.Sum256(a), sha256.Sum256(b)

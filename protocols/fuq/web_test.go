@@ -23,6 +23,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/protocols/fuq/fuqtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -33,7 +34,7 @@ const testSecret = "JZ/ib5B35Ejb1JNnFWsWkaHxuwq8O0ts+NOOzycTAm8"
 
 // serveWeb starts ServeWeb for the system's Foreman, over TLS, beside its
 // TCP listener, and returns its URL.
-func (s *system) serveWeb(pki TestPKI, ping time.Duration) string {
+func (s *system) serveWeb(pki fuqtest.PKI, ping time.Duration) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(s.t, err)
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -49,7 +50,7 @@ func (s *system) serveWeb(pki TestPKI, ping time.Duration) string {
 }
 
 // webWorker starts a Worker that joins the foreman at url with secret.
-func (s *system) webWorker(url string, pki TestPKI, procs int, secret string) (*Worker, <-chan error) {
+func (s *system) webWorker(url string, pki fuqtest.PKI, procs int, secret string) (*Worker, <-chan error) {
 	w := &Worker{
 		Web:   &WebDialer{URL: url, TLS: pki.Client, Auth: []byte(secret), Node: "node-a"},
 		Procs: procs, SpoolDir: s.t.TempDir(), Reconnect: 50 * time.Millisecond, Timeout: 5 * time.Second,
@@ -70,12 +71,12 @@ type refWorker struct {
 	base   string
 	client *http.Client
 	jar    *cookiejar.Jar
-	tls    *TestPKI
+	tls    *fuqtest.PKI
 	c      *websocket.Conn
 	hi     int64
 }
 
-func newRefWorker(t *testing.T, base string, pki TestPKI) *refWorker {
+func newRefWorker(t *testing.T, base string, pki fuqtest.PKI) *refWorker {
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	tr := &http.Transport{TLSClientConfig: pki.Client, DisableCompression: true}
@@ -202,7 +203,7 @@ func unhex(t *testing.T, s string) []byte {
 // websocket carries one message in each binary websocket message (the
 // HELLO and OK of the project's wire vectors).
 func TestWebReferenceWorker(t *testing.T) {
-	pki := NewTestPKI(t)
+	pki := fuqtest.NewPKI(t)
 	s := startSystem(t, &Foreman{})
 	base := s.serveWeb(pki, 0)
 	r := newRefWorker(t, base, pki)
@@ -255,7 +256,7 @@ func TestWebReferenceWorker(t *testing.T) {
 // The login and the websocket refuse what the reference refuses, with its
 // status codes; the secret and the cookies are never logged.
 func TestWebRefusals(t *testing.T) {
-	pki := NewTestPKI(t)
+	pki := fuqtest.NewPKI(t)
 	s := startSystem(t, &Foreman{})
 	base := s.serveWeb(pki, 0)
 	r := newRefWorker(t, base, pki)
@@ -318,7 +319,7 @@ func TestWebRefusals(t *testing.T) {
 
 // A message whose body is over the limit ends the websocket, as over TCP.
 func TestWebOversizedMessage(t *testing.T) {
-	pki := NewTestPKI(t)
+	pki := fuqtest.NewPKI(t)
 	s := startSystem(t, &Foreman{MaxBody: 1024})
 	base := s.serveWeb(pki, 0)
 	r := newRefWorker(t, base, pki)
@@ -346,7 +347,7 @@ func TestWebOversizedMessage(t *testing.T) {
 // Our worker and our foreman over TLS and a websocket: a job of several
 // tasks on two workers, then a job cancelled while its tasks run.
 func TestWebWorkerAndForeman(t *testing.T) {
-	pki := NewTestPKI(t)
+	pki := fuqtest.NewPKI(t)
 	s := startSystem(t, &Foreman{})
 	base := s.serveWeb(pki, 100*time.Millisecond) // pings too, all along
 	s.webWorker(base, pki, 2, testSecret)
@@ -397,7 +398,7 @@ type scriptedWebForeman struct {
 	cookie atomic.Value
 }
 
-func startScriptedWebForeman(t *testing.T, pki TestPKI, procs int) *scriptedWebForeman {
+func startScriptedWebForeman(t *testing.T, pki fuqtest.PKI, procs int) *scriptedWebForeman {
 	f := &scriptedWebForeman{t: t, conns: make(chan *websocket.Conn, 4)}
 	mux := http.NewServeMux()
 	mux.HandleFunc(HelloPath, func(w http.ResponseWriter, r *http.Request) {
@@ -445,7 +446,7 @@ func startScriptedWebForeman(t *testing.T, pki TestPKI, procs int) *scriptedWebF
 // a new login, and a STOP(immediate) numbered below what came before
 // honoured (the reference honours it whatever its number).
 func TestWebWorkerAgainstReferenceForeman(t *testing.T) {
-	pki := NewTestPKI(t)
+	pki := fuqtest.NewPKI(t)
 	f := startScriptedWebForeman(t, pki, 2)
 	f.refuse.Store(1)
 	dir := t.TempDir()

@@ -1,4 +1,10 @@
-package fuq
+// Package fuqtest holds what tests of fuq's HTTPS transport need: a
+// certificate authority and a certificate for localhost, made on the spot.
+//
+//	pki := fuqtest.NewPKI(t)
+//	go f.ServeWeb(ctx, ln, fuq.WebConfig{Auth: secret, TLS: pki.Server})
+//	w := &fuq.Worker{Web: &fuq.WebDialer{URL: "https://" + ln.Addr().String(), TLS: pki.Client, Auth: secret}}
+package fuqtest
 
 import (
 	"crypto/ecdsa"
@@ -18,18 +24,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestPKI is a certificate authority and a certificate it signed for
+// PKI is a certificate authority and a certificate it signed for
 // localhost and 127.0.0.1, made for one test, as the reference's users
-// make theirs with openssl. Files holds their PEM files in a temporary
-// directory: ca.crt, fuq.crt, fuq.key.
-type TestPKI struct {
+// make theirs with openssl. Dir holds their PEM files: ca.crt, fuq.crt
+// and fuq.key. The configurations are fresh: a caller may change them.
+type PKI struct {
 	Server *tls.Config // the certificate, to serve HTTPS
 	Client *tls.Config // the CA as RootCAs
 	Dir    string
 }
 
-// NewTestPKI makes a TestPKI in t.TempDir().
-func NewTestPKI(t testing.TB) TestPKI {
+// NewPKI makes a PKI, its files in t.TempDir(); it fails t on an error.
+func NewPKI(t testing.TB) PKI {
 	t.Helper()
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -57,7 +63,7 @@ func NewTestPKI(t testing.TB) TestPKI {
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	require.NoError(t, err)
 
-	p := TestPKI{Dir: t.TempDir()}
+	p := PKI{Dir: t.TempDir()}
 	write := func(name, typ string, der []byte) {
 		require.NoError(t, os.WriteFile(filepath.Join(p.Dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
 	}
