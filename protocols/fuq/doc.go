@@ -51,7 +51,7 @@
 //     free processors is answered ERROR(no procs), and its tasks go back
 //     to the front of the foreman's line. That worker is offered no more
 //     until it reports a task's end (UPDATE), or after a wait that
-//     doubles from 250 ms to 10 s, so that a worker never stays without
+//     doubles from 20 ms to 10 s, so that a worker never stays without
 //     work whatever it said. (The reference foreman drops the connection.)
 //   - A worker runs a task as "Command <task number>" in WorkingDir, with
 //     standard output and error in LoggingDir/<Name>_<Task>.log

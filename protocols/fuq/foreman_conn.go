@@ -14,9 +14,12 @@ import (
 )
 
 // The waits before a worker that answered a JOB with ERROR(no procs) is
-// offered tasks again, unless it reports a task's end first.
+// offered tasks again, unless it reports a task's end first. The first is
+// short: the reference's worker refuses the JOB that follows the OK to an
+// UPDATE whenever that OK has not yet been handled on its side, which
+// takes it a moment.
 const (
-	refusedMin = 250 * time.Millisecond
+	refusedMin = 20 * time.Millisecond
 	refusedMax = 10 * time.Second
 )
 
@@ -29,8 +32,15 @@ type fworker struct {
 	addr string
 	name string
 	node string // the name its /hello got, over a websocket
-	log  *zap.Logger
-	dw   *transport.Worker[TaskPair, Task]
+	// single: one task to a JOB. The reference's worker (which joins
+	// over a websocket) takes a JOB's tasks one by one, runs those it
+	// took, and answers ERROR(no procs) at the first it has no processor
+	// for, without saying how many it took; it often has one processor
+	// fewer than its last OK said, for a moment after each UPDATE. A JOB
+	// of one task is taken whole or not at all.
+	single bool
+	log    *zap.Logger
+	dw     *transport.Worker[TaskPair, Task]
 
 	// procs is its processors, free and busy, as it last said. Written by
 	// the connection's goroutine with the Foreman's mutex held.
@@ -100,7 +110,7 @@ func (f *Foreman) serveMsgConn(ctx context.Context, conn msgConn, addr, node str
 	f.mu.Lock()
 	f.nextWorker++
 	w := &fworker{
-		f: f, id: f.nextWorker, addr: addr, node: node, kick: make(chan struct{}, 1),
+		f: f, id: f.nextWorker, addr: addr, node: node, single: node != "", kick: make(chan struct{}, 1),
 		backoff: transport.Backoff{Min: refusedMin, Max: refusedMax}, cancelled: map[TaskPair]bool{},
 	}
 	w.name = fmt.Sprintf("worker-%d", w.id)
@@ -170,6 +180,9 @@ func (w *fworker) dispatch() error {
 		free := w.free()
 		if free == 0 {
 			return nil // it reports each end: then
+		}
+		if w.single {
+			free = 1 // the next JOB follows this one's reply
 		}
 		// Taken with f.mu held, as the tasks of a job are added: a JOB
 		// carries as many of a new job's tasks as fit, not the first one

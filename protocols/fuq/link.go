@@ -1,6 +1,7 @@
 package fuq
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -71,7 +72,8 @@ func (l *link) send(m Message) error {
 	if err := l.conn.writeMessage(l.out); err != nil {
 		return err
 	}
-	l.log.Debug("sent", zap.Stringer("type", m.Type), zap.Uint32("seq", m.Seq), zap.Uint32("arg0", m.Arg0))
+	// arg0 as sent: a body's length is set by the encoding.
+	l.log.Debug("sent", zap.Stringer("type", m.Type), zap.Uint32("seq", m.Seq), zap.Uint32("arg0", binary.LittleEndian.Uint32(l.out[12:])))
 	return nil
 }
 

@@ -245,12 +245,102 @@ func TestWebReferenceWorker(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 
 	h, _ := s.submit("ref", "/bin/true", 2)
-	job := r.readType(TypeJob)
-	require.Len(t, job.Tasks, 2)
-	r.reply(job, Message{Header: Header{Type: TypeOK, Arg0: PackOK(2, 2)}})
-	assert.Equal(t, PackOK(3, 1), r.update(job.Tasks[0], true, "done").Arg0)
-	assert.Equal(t, PackOK(4, 0), r.update(job.Tasks[1], true, "done").Arg0)
+	job1 := r.readType(TypeJob)
+	require.Len(t, job1.Tasks, 1, "one task to a JOB over the websocket")
+	r.reply(job1, Message{Header: Header{Type: TypeOK, Arg0: PackOK(3, 1)}})
+	job2 := r.readType(TypeJob)
+	require.Len(t, job2.Tasks, 1)
+	r.reply(job2, Message{Header: Header{Type: TypeOK, Arg0: PackOK(2, 2)}})
+	assert.Equal(t, PackOK(3, 1), r.update(job1.Tasks[0], true, "done").Arg0)
+	assert.Equal(t, PackOK(4, 0), r.update(job2.Tasks[0], true, "done").Arg0)
 	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+}
+
+// refDispatch answers JOBs as the reference worker's node.Dispatch does:
+// its processors are procs less the tasks in its list, which keeps a task
+// that has ended until the OK to its UPDATE has come back and been
+// handled; it takes a JOB's tasks in order while it has a processor, and
+// keeps those it took when it answers ERROR(no procs, nproc|nrun).
+type refDispatch struct {
+	procs int
+	tasks []TaskPair
+}
+
+func (d *refDispatch) answer(r *refWorker, job Message) {
+	for _, t := range job.Tasks {
+		if len(d.tasks) == d.procs {
+			r.reply(job, Message{Header: Header{Type: TypeError, Code: CodeNoProcs, Arg0: PackOK(0, uint16(len(d.tasks)))}})
+			return
+		}
+		d.tasks = append(d.tasks, TaskPair{JobId: t.JobDescription.JobId, Task: t.Task})
+	}
+	r.reply(job, Message{Header: Header{Type: TypeOK, Arg0: PackOK(uint16(d.procs-len(d.tasks)), uint16(len(d.tasks)))}})
+}
+
+// record drops a task that has ended from the list, as the reference
+// worker does once the OK to its UPDATE is handled.
+func (d *refDispatch) record(p TaskPair) {
+	d.tasks = slices.DeleteFunc(d.tasks, func(q TaskPair) bool { return q == p })
+}
+
+// The reference worker keeps the tasks of a JOB it took before it ran
+// out of processors, and its ERROR(no procs) does not say which: a JOB
+// over the websocket carries one task, taken whole or refused whole, so
+// that no task runs there while the foreman offers it to others. (The
+// foreman sent a JOB of two tasks after a refusal; the reference worker
+// ran the first, and the foreman gave both to the next worker.)
+func TestWebReferenceWorkerKeepsPartOfAJob(t *testing.T) {
+	pki := fuqtest.NewPKI(t)
+	s := startSystem(t, &Foreman{})
+	base := s.serveWeb(pki, 0)
+	r := newRefWorker(t, base, pki)
+	resp, _ := r.login(testSecret)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	r.connect()
+	d := &refDispatch{procs: 2}
+	r.request(Message{Header: Header{Type: TypeHello}, Hello: &Hello{NumProcs: 2, Running: []Task{}}})
+
+	a, _ := s.submit("a", "/bin/true", 2)
+	var aTasks []Task
+	for len(aTasks) < 2 {
+		job := r.readType(TypeJob)
+		d.answer(r, job)
+		aTasks = append(aTasks, job.Tasks...)
+	}
+	b, _ := s.submit("b", "/bin/true", 2)
+	require.Eventually(t, func() bool { info, ok := s.f.JobByRef(b.ID()); return ok && info.Pending == 2 }, 10*time.Second, time.Millisecond)
+
+	// A task ends: the JOB right after the OK finds it still listed, and
+	// is refused.
+	r.update(aTasks[0], true, "done")
+	d.answer(r, r.readType(TypeJob))
+	d.record(pairs(aTasks)[0])
+	// The other ends: the JOB after it finds one processor free.
+	r.update(aTasks[1], true, "done")
+	job := r.readType(TypeJob)
+	d.answer(r, job)
+	d.record(pairs(aTasks)[1])
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, a).Status)
+
+	// Every task the worker took is the worker's for the foreman.
+	require.Len(t, job.Tasks, 1)
+	for len(d.tasks) < 2 {
+		d.answer(r, r.readType(TypeJob))
+	}
+	info, _ := s.f.JobByRef(b.ID())
+	for _, ti := range info.Tasks {
+		assert.Equal(t, TaskRunning, ti.State, "task %d", ti.Task)
+		assert.Equal(t, "worker-1", ti.Worker, "task %d", ti.Task)
+	}
+	for _, p := range slices.Clone(d.tasks) {
+		r.update(Task{Task: p.Task, JobDescription: JobDescription{JobId: p.JobId}}, true, "done")
+		d.record(p)
+	}
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, b).Status)
+	info, _ = s.f.JobByRef(b.ID())
+	for _, ti := range info.Tasks {
+		assert.Equal(t, 1, ti.Attempts, "task %d ran once", ti.Task)
+	}
 }
 
 // The login and the websocket refuse what the reference refuses, with its
