@@ -99,18 +99,19 @@ func (f *Foreman) timeout() time.Duration {
 
 // serveConn serves a worker on a plain TCP connection.
 func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
-	f.serveMsgConn(ctx, newStreamConn(conn, f.timeout()), conn.RemoteAddr().String(), "")
+	f.serveMsgConn(ctx, newStreamConn(conn, f.timeout()), conn.RemoteAddr().String(), "", false)
 }
 
 // serveMsgConn serves a worker on conn, of either transport, until the
 // connection ends or ctx does; it closes conn. node is the worker's name
-// from its login, if it logged in.
-func (f *Foreman) serveMsgConn(ctx context.Context, conn msgConn, addr, node string) {
+// from its login, if it logged in; single is set for a websocket, over
+// which the reference's workers come (see fworker.single).
+func (f *Foreman) serveMsgConn(ctx context.Context, conn msgConn, addr, node string, single bool) {
 	timeout := f.timeout()
 	f.mu.Lock()
 	f.nextWorker++
 	w := &fworker{
-		f: f, id: f.nextWorker, addr: addr, node: node, single: node != "", kick: make(chan struct{}, 1),
+		f: f, id: f.nextWorker, addr: addr, node: node, single: single, kick: make(chan struct{}, 1),
 		backoff: transport.Backoff{Min: refusedMin, Max: refusedMax}, cancelled: map[TaskPair]bool{},
 	}
 	w.name = fmt.Sprintf("worker-%d", w.id)

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,13 +51,14 @@ const (
 
 // Limits of the login, as the reference's where it has one.
 const (
-	maxCookieLen  = 128      // the reference's MaxCookieLength
-	maxHelloBody  = 64 << 10 // a /hello request
-	maxHelloReply = 64 << 10 // a /hello answer
-	cookieAge     = 14 * 24 * time.Hour
-	maxCookies    = 4096        // logins remembered; the oldest go first
-	cookieBytes   = 16          // random bytes of a cookie or session key
-	closeWait     = time.Second // for the close frame of a websocket
+	maxCookieLen    = 128      // the reference's MaxCookieLength
+	maxHelloBody    = 64 << 10 // a /hello request
+	maxHelloReply   = 64 << 10 // a /hello answer
+	cookieAge       = 14 * 24 * time.Hour
+	maxNames        = 4096        // node:pid prefixes numbered; past that, numbering starts over
+	cookieBytes     = 16          // random bytes of a session key
+	maxNameInCookie = 48          // bytes of a worker's name kept in its cookie
+	closeWait       = time.Second // for the close frame of a websocket
 )
 
 // ErrAuth is returned (wrapped) by Worker.Run when the foreman refuses the
@@ -134,7 +137,7 @@ func sameSecret(a, b []byte) bool {
 }
 
 // randomToken returns cookieBytes random bytes in the reference's
-// encoding (base64, standard alphabet, no padding).
+// encoding (base64, standard alphabet, no padding): a session key.
 func randomToken() string {
 	b := make([]byte, cookieBytes)
 	rand.Read(b) // never fails
@@ -424,12 +427,6 @@ type WebConfig struct {
 	PingInterval time.Duration
 }
 
-// webNode is a worker's login, found by its cookie.
-type webNode struct {
-	name    string
-	expires time.Time
-}
-
 // webServer serves the reference's workers for a Foreman.
 type webServer struct {
 	f       *Foreman
@@ -441,8 +438,6 @@ type webServer struct {
 	mu      sync.Mutex
 	closing bool
 	conns   sync.WaitGroup
-	cookies map[string]webNode
-	order   []string       // cookies, oldest first
 	names   map[string]int // logins by node:pid, for unique names
 }
 
@@ -465,8 +460,7 @@ func (f *Foreman) ServeWeb(ctx context.Context, ln net.Listener, cfg WebConfig) 
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &webServer{f: f, cfg: cfg, timeout: timeout, session: randomToken(), ctx: sctx,
-		cookies: map[string]webNode{}, names: map[string]int{}}
+	s := &webServer{f: f, cfg: cfg, timeout: timeout, session: randomToken(), ctx: sctx, names: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc(HelloPath, s.hello)
 	mux.HandleFunc(PersistentPath, s.persistent)
@@ -525,16 +519,10 @@ func (s *webServer) hello(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusUnauthorized, "access not authorized")
 		return
 	}
-	cookie, name := randomToken(), s.register(h)
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookie, Path: "/", Expires: time.Now().Add(cookieAge), HttpOnly: true})
-	s.mu.Lock()
-	s.cookies[cookie] = webNode{name: name, expires: time.Now().Add(cookieAge)}
-	s.order = append(s.order, cookie)
-	for len(s.order) > maxCookies {
-		delete(s.cookies, s.order[0])
-		s.order = s.order[1:]
-	}
-	s.mu.Unlock()
+	name := s.register(h)
+	expires := time.Now().Add(cookieAge)
+	cookie := makeCookie(s.cfg.Auth, name, expires)
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookie, Path: "/", Expires: expires, HttpOnly: true})
 	log.Info("worker logged in", zap.String("name", name), zap.Int("nproc", h.NumProc))
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(helloReply{Name: name, Session: s.session, Cookie: cookie})
@@ -546,7 +534,7 @@ func (s *webServer) register(h helloRequest) string {
 	prefix := h.Node + ":" + strconv.Itoa(h.Pid)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.names[prefix]; !ok && len(s.names) >= maxCookies {
+	if _, ok := s.names[prefix]; !ok && len(s.names) >= maxNames {
 		clear(s.names) // numbers may repeat after that many nodes: names are for people
 	}
 	s.names[prefix]++
@@ -571,23 +559,19 @@ func (s *webServer) persistent(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot validate cookie", http.StatusUnauthorized)
 		return
 	}
-	s.mu.Lock()
-	node, known := s.cookies[c.Value]
-	if known && time.Now().After(node.expires) {
-		delete(s.cookies, c.Value)
-		known = false
-	}
-	closing := s.closing
-	if known && !closing {
-		s.conns.Add(1)
-	}
-	s.mu.Unlock()
-	switch {
-	case !known:
+	name, known := checkCookie(s.cfg.Auth, c.Value, time.Now())
+	if !known {
 		log.Info("websocket refused: unknown cookie")
 		http.Error(w, "cannot validate cookie", http.StatusForbidden)
 		return
-	case closing:
+	}
+	s.mu.Lock()
+	closing := s.closing
+	if !closing {
+		s.conns.Add(1)
+	}
+	s.mu.Unlock()
+	if closing {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
@@ -598,7 +582,53 @@ func (s *webServer) persistent(w http.ResponseWriter, r *http.Request) {
 		log.Info("websocket refused", zap.Error(err))
 		return
 	}
-	s.f.serveMsgConn(s.ctx, newWebConn(conn, s.timeout, s.cfg.PingInterval, log), r.RemoteAddr, node.name)
+	s.f.serveMsgConn(s.ctx, newWebConn(conn, s.timeout, s.cfg.PingInterval, log), r.RemoteAddr, name, true)
+}
+
+// makeCookie returns the cookie of a login: the worker's name and the
+// cookie's expiry, signed with a key drawn from the shared secret. The
+// reference keeps its cookies in its database, so that its workers come
+// back after it restarts; a signed cookie needs no storage for that: a
+// foreman started again with the same secret knows it. It is base64
+// (URL alphabet, no padding) of id (8 random bytes), expiry (8, Unix
+// seconds), MAC (16: HMAC-SHA-256, cut) and the name (up to
+// maxNameInCookie bytes); at most 107 characters, below the reference's
+// limit of 128.
+func makeCookie(secret []byte, name string, expires time.Time) string {
+	if len(name) > maxNameInCookie {
+		name = name[:maxNameInCookie]
+	}
+	b := make([]byte, 32, 32+len(name))
+	rand.Read(b[:8])
+	binary.BigEndian.PutUint64(b[8:16], uint64(expires.Unix()))
+	b = append(b, name...)
+	copy(b[16:32], cookieMAC(secret, b[:16], b[32:]))
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// checkCookie returns the worker's name in cookie, and whether the cookie
+// is one of makeCookie's for this secret that has not expired at now.
+func checkCookie(secret []byte, cookie string, now time.Time) (string, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(cookie)
+	if err != nil || len(b) < 32 || len(b) > 32+maxNameInCookie {
+		return "", false
+	}
+	if !hmac.Equal(b[16:32], cookieMAC(secret, b[:16], b[32:])) {
+		return "", false
+	}
+	if now.Unix() > int64(binary.BigEndian.Uint64(b[8:16])) {
+		return "", false
+	}
+	return string(b[32:]), true
+}
+
+// cookieMAC signs a cookie's id, expiry and name.
+func cookieMAC(secret, idExpires, name []byte) []byte {
+	key := sha256.Sum256(append([]byte("laboro fuq cookie\x00"), secret...))
+	m := hmac.New(sha256.New, key[:])
+	m.Write(idExpires)
+	m.Write(name)
+	return m.Sum(nil)[:16]
 }
 
 // httpError answers as the reference does: "<code> <text>".

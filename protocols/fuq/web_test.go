@@ -217,7 +217,7 @@ func TestWebReferenceWorker(t *testing.T) {
 	assert.Equal(t, "/", c.Path)
 	assert.True(t, c.HttpOnly)
 	assert.WithinDuration(t, time.Now().Add(14*24*time.Hour), c.Expires, time.Minute)
-	assert.Len(t, c.Value, 22, "16 random bytes, base64 without padding, as the reference's")
+	assert.LessOrEqual(t, len(c.Value), maxCookieLen, "within the reference's limit")
 	var reply map[string]string
 	require.NoError(t, json.Unmarshal(body, &reply))
 	assert.Equal(t, []string{"Cookie", "Name", "Session"}, slices.Sorted(maps.Keys(reply)))
@@ -432,6 +432,46 @@ func TestWebOversizedMessage(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, time.Millisecond)
+}
+
+// A cookie is signed with a key drawn from the secret: a foreman started
+// again with the same secret takes the cookies of the one before, as the
+// reference's does (it keeps them in its database), so that the
+// reference's workers, which never log in again, come back after it.
+func TestWebCookieOutlivesTheForeman(t *testing.T) {
+	pki := fuqtest.NewPKI(t)
+	first := startSystem(t, &Foreman{})
+	r := newRefWorker(t, first.serveWeb(pki, 0), pki)
+	resp, _ := r.login(testSecret)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	cookie := resp.Cookies()[0].Value
+	name, ok := checkCookie([]byte(testSecret), cookie, time.Now())
+	assert.True(t, ok)
+	assert.Equal(t, "refnode:4242:1", name)
+
+	again := startSystem(t, &Foreman{})
+	r.base = again.serveWeb(pki, 0)
+	_, resp, err := r.dial(http.Header{"Cookie": {CookieName + "=" + cookie}})
+	require.NoError(t, err, "the cookie of the foreman before")
+	assert.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	require.Eventually(t, func() bool {
+		ws := again.f.Workers()
+		return len(ws) == 1 && ws[0].Node == "refnode:4242:1"
+	}, 10*time.Second, time.Millisecond)
+
+	_, ok = checkCookie([]byte("another secret"), cookie, time.Now())
+	assert.False(t, ok, "another secret")
+	_, ok = checkCookie([]byte(testSecret), cookie, time.Now().Add(cookieAge+time.Minute))
+	assert.False(t, ok, "expired")
+	b := []byte(cookie)
+	b[len(b)-1] ^= 1
+	_, ok = checkCookie([]byte(testSecret), string(b), time.Now())
+	assert.False(t, ok, "altered")
+	long := makeCookie([]byte(testSecret), strings.Repeat("n", 500), time.Now().Add(time.Hour))
+	assert.LessOrEqual(t, len(long), maxCookieLen)
+	name, ok = checkCookie([]byte(testSecret), long, time.Now())
+	assert.True(t, ok)
+	assert.Equal(t, strings.Repeat("n", maxNameInCookie), name)
 }
 
 // Our worker and our foreman over TLS and a websocket: a job of several
