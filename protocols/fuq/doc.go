@@ -14,9 +14,16 @@
 // sequence-number state machine (Seq, seq.go) start no goroutines and do
 // no I/O.
 //
+// The messages travel over either of two transports, the same codec and
+// Seq over both (conn.go, web.go): the spec's plain TCP stream
+// (Foreman.Serve, Worker.Addr), or the reference's HTTPS and websocket
+// (Foreman.ServeWeb, Worker.Web), over which our foreman serves the
+// reference's workers and our worker joins the reference's foreman.
+//
 //	f := &fuq.Foreman{}
 //	ex, _ := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(16), laboro.WithConcurrency(16))
 //	go f.Serve(ctx, ln)                       // workers connect here
+//	go f.ServeWeb(ctx, wln, fuq.WebConfig{Auth: secret, TLS: tlsConfig}) // and the reference's here
 //	h, _ := ex.Submit(ctx, fuq.NewJob("sweep", "/opt/bin/sim", 500, "/data", "/data/logs"))
 //	res, _ := h.Wait(ctx)                     // once all 500 tasks have ended
 //
@@ -39,8 +46,78 @@
 // suggests; the reference is what interoperates). STOP's arg0 is the
 // number of processors to give up, 0 for all, 0xFFFFFFFF to stop at once.
 //
+// Over TCP, messages follow one another on the stream. Waiting for the
+// next message has no deadline (the spec has nothing to keep a quiet
+// connection alive; TCP keepalive finds a dead peer); once a message has
+// begun, every read has Timeout, so a peer that stalls inside a message
+// fails.
+//
+// # The reference's transport: HTTPS and a websocket
+//
+// The reference speaks only this (its workers with fuqsrv -dispatch); it
+// is not in the spec, and follows the reference's code:
+//
+//   - A worker logs in with POST /hello, JSON {"auth", "node", "pid",
+//     "session", "nproc"} (the reference also knows "unique_name" and
+//     "tags"): auth is the shared secret of the reference's config (auth
+//     line of fuqsrv.conf), compared in constant time; a session other
+//     than "" must be the foreman's. The answer is {"Name", "Session",
+//     "Cookie"} (Go field names, a json.Encoder's line), Name being
+//     node:pid:n, and a cookie fuq_foreman_auth (Path /, HttpOnly, 14
+//     days). A wrong secret gets 403 "403 access forbidden", another
+//     foreman's session 401, a malformed body 400. Our worker stops with
+//     ErrAuth on 401 or 403.
+//   - Then GET /node/persistent with the cookie becomes the websocket (no
+//     cookie or one over 128 bytes: 401; one the foreman does not know:
+//     403; any other method: 405). Our worker logs in again once when
+//     its cookie is refused; the reference's never logs in again, and so
+//     our cookie is not a random key kept in a database, as the
+//     reference's, but signed (HMAC-SHA-256, with a key drawn from the
+//     secret) over the worker's name and the cookie's expiry: a foreman
+//     started again with the same secret takes it, and the reference's
+//     workers come back to it.
+//   - Each fuq message is one binary websocket message (a text message,
+//     or bytes after the message, end the connection). A websocket
+//     message longer than the header and MaxBody is refused, as a body
+//     is. HTTP/1.1 only, as a websocket needs.
+//   - Each end pings the other every 60 s (the reference's heartbeat: a
+//     fifth of its 5-minute timeout; it closes the connection after two
+//     pings unanswered) and answers pings at once. A peer from which
+//     nothing came for PingInterval plus Timeout is dead; once a message
+//     has begun, it must come whole within Timeout.
+//   - The reference's worker keeps its sequence numbers across the
+//     connections it makes (its first HELLO after a reconnect may be
+//     numbered 64), and may send the UPDATE of a task before its HELLO on
+//     the new connection; our foreman records the UPDATE and answers it
+//     OK(0xFFFF|0xFFFF), as the reference foreman does, which makes the
+//     worker send its HELLO.
+//   - A JOB over the websocket carries one task. The reference's worker
+//     takes a JOB's tasks one by one while it has a processor, runs the
+//     ones it took, and answers ERROR(no procs, nproc|nrun) at the first
+//     it has none for, without saying which it took; and it frees the
+//     processor of a task only once it has handled the OK to that task's
+//     UPDATE, so the JOB that follows that OK is often refused. A JOB of
+//     one task is taken whole or refused whole. Over TCP a JOB carries as
+//     many tasks as the worker has free processors.
+//
 // # Where the code follows the reference rather than the spec
 //
+//   - Sequence numbers are checked as loosely as the reference checks
+//     them (its proto.Conn checks neither parity nor order): a message of
+//     a request's type is a request whatever its number, unless it bears
+//     the number of our request awaiting its reply; an OK that answers
+//     nothing is dropped; a STOP(immediate) is honoured whatever its
+//     number. Our own numbers follow the spec: each request's is the
+//     smallest of our parity above every number sent or received, so
+//     they move past the reference's, which skips (after HELLO 0, its
+//     JOB is numbered 3). An ERROR that answers nothing, a request before
+//     the worker's HELLO (at the foreman, other than UPDATE; at the
+//     worker, any), or a RESET out of turn end the connection.
+//   - The OK to a HELLO repeats the worker's counts, OK(NumProcs|number
+//     of Running), as the reference foreman's does: the reference worker
+//     quits on any other answer.
+//   - The reference worker answers a CANCEL with OK(ncancelled|0); the
+//     foreman takes no processor count from the OK to a CANCEL.
 //   - The worker speaks first: HELLO {NumProcs: free processors, Running:
 //     the tasks it still runs}, answered OK(nproc|nrun). The spec's table
 //     has the foreman send OK(0) first; the reference worker does not wait
@@ -68,7 +145,7 @@
 //     does: the reference foreman frees a processor only on UPDATE. Our
 //     foreman drops the UPDATE of a task it cancelled.
 //   - STOP(immediate) is not answered: the worker ends at once, killing its
-//     tasks, as the reference exits.
+//     tasks, as the reference exits (after answering OK).
 //
 // # Losing nothing
 //
