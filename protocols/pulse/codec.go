@@ -71,11 +71,34 @@ var ErrTooLarge = errors.New("pulse: length over the limit")
 // ProtocolError reports bytes that break the protocol: a message protobuf
 // cannot decode, or an enum value that has no meaning in the numbering
 // (INVALID = 0 in LaterNumbering, or a number past the last value in
-// either). AppendMessage refuses an unknown enum value in a Go message
-// with one too.
-type ProtocolError struct{ Msg string }
+// either), whose *EnumError is then in Err. AppendMessage refuses an
+// unknown enum value in a Go message with one too.
+type ProtocolError struct {
+	Msg string
+	Err error // the cause, if any: an *EnumError for an unknown enum value read
+}
 
 func (e *ProtocolError) Error() string { return "pulse: protocol error: " + e.Msg }
+
+// Unwrap returns Err.
+func (e *ProtocolError) Unwrap() error { return e.Err }
+
+// EnumError is the cause (ProtocolError.Err) of an enum value read that
+// has no meaning in the numbering it was read in. Value is the number as
+// it was on the wire: a peer that speaks the other numbering sends
+// numbers that one numbering lacks (0, which the later numbering calls
+// INVALID, is the spec's PULSE_REGISTER, CTRL_ERR_OK, …), so a caller may
+// tell what it would mean there.
+type EnumError struct {
+	Message   string    // "WorkerPulse", "PulseResponse", "ControlMsg" or "WorkerResponse"
+	Field     string    // "type" or "error"
+	Value     int32     // the number on the wire
+	Numbering Numbering // the numbering it was read in
+}
+
+func (e *EnumError) Error() string {
+	return fmt.Sprintf("%s with %s %d, unknown in the %v numbering", e.Message, e.Field, e.Value, e.Numbering)
+}
 
 // Codec encodes and decodes the four messages in one numbering, with
 // limits. The zero value is the spec numbering with default limits. A
@@ -373,8 +396,8 @@ func (c Codec) ReadExtra(r io.Reader, w io.Writer, n uint64) error {
 // translated from c.Numbering to the spec's numbering of the Go constants.
 // An enum value without a meaning in c.Numbering — INVALID (0, which is
 // also what an absent enum field decodes as) in LaterNumbering, a number
-// past the last value in either — is a *ProtocolError, as are bytes
-// protobuf cannot decode. In LaterNumbering an optional field read as 0 is
+// past the last value in either — is a *ProtocolError whose Err is an
+// *EnumError; bytes protobuf cannot decode are a *ProtocolError too. In LaterNumbering an optional field read as 0 is
 // left unset. They apply the readers' limits too: more than
 // Limits.MaxMessage bytes, or an ExtraSize over Limits.MaxExtra (returned
 // with the message), give ErrTooLarge.
@@ -393,7 +416,8 @@ func (c Codec) unmarshal(b []byte, m proto.Message, what string) error {
 }
 
 func unknownEnum(what, field string, w int32, n Numbering) error {
-	return &ProtocolError{Msg: fmt.Sprintf("%s with %s %d, unknown in the %v numbering", what, field, w, n)}
+	e := &EnumError{Message: what, Field: field, Value: w, Numbering: n}
+	return &ProtocolError{Msg: e.Error(), Err: e}
 }
 
 // DecodePulse parses a WorkerPulse.

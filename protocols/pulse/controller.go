@@ -76,6 +76,11 @@ func (t Task) open() (io.ReadCloser, int64, error) {
 // given to that worker, confirmed with GET_STATUS, gets the worker a
 // RESTART, and the worker is removed.
 //
+// A pulse that makes sense only in the numbering the Controller does not
+// speak (a REGISTER of the other numbering, read as a pulse from worker
+// 0, …) is logged once per peer process with a hint, as is a pulse from a
+// worker id the Controller never gave.
+//
 // When a job ends while a worker runs its task (Executor.Cancel, the
 // job's Timeout, which the Executor applies, or Executor.Close), the
 // controller sends that worker RESTART and removes it; a result of that
@@ -100,10 +105,11 @@ type Controller struct {
 	// Logger; nil means none.
 	Logger *zap.Logger
 
-	once  sync.Once
-	log   *zap.Logger
-	d     *transport.Dispatcher[uint64, Task] // keyed by task_id
-	tasks atomic.Uint64                       // the last task_id given
+	once   sync.Once
+	log    *zap.Logger
+	d      *transport.Dispatcher[uint64, Task] // keyed by task_id
+	tasks  atomic.Uint64                       // the last task_id given
+	logged onceSet                             // what was logged once per peer
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -276,11 +282,19 @@ func (c *Controller) servePulse(ctx context.Context, conn net.Conn) {
 	conn.SetDeadline(time.Now().Add(c.timeout()))
 	p, err := c.Codec.ReadPulse(conn)
 	var resp pulsepb.PulseResponse
+	var ee *EnumError
 	switch {
 	case err == nil:
+		if what := c.foreignPulse(p); what != "" {
+			c.mismatch(conn, what)
+		}
 		resp = c.pulse(ctx, p)
-	case isUnknownEnum(err):
-		c.log.Warn("pulse of an unknown type", zap.Error(err))
+	case errors.As(err, &ee):
+		if what := c.foreignType(ee.Value); what != "" {
+			c.mismatch(conn, what)
+		} else {
+			c.log.Warn("pulse of an unknown type", zap.Error(err))
+		}
 		resp.Error = pulsepb.ControllerError_CTRL_ERR_UNKNOWN_TYPE
 	default:
 		c.log.Warn("bad pulse", zap.Error(err))
@@ -312,6 +326,7 @@ func (c *Controller) pulse(ctx context.Context, p *pulsepb.WorkerPulse) pulsepb.
 	}
 	w := c.workers[p.WorkerId]
 	if w == nil {
+		c.unknownWorker(p)
 		return pulsepb.PulseResponse{Error: pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID}
 	}
 	switch p.Type {
@@ -335,6 +350,68 @@ func (c *Controller) pulse(ctx context.Context, p *pulsepb.WorkerPulse) pulsepb.
 	}
 	w.wake()
 	return pulsepb.PulseResponse{Error: pulsepb.ControllerError_CTRL_ERR_OK}
+}
+
+// foreignPulse returns what a pulse read is in the numbering the
+// controller does not speak, when it makes sense only there; "" when it
+// makes sense in the controller's.
+func (c *Controller) foreignPulse(p *pulsepb.WorkerPulse) string {
+	n := c.Codec.Numbering
+	wire, ok := c.Codec.toWire(int32(p.Type), pulseTypes, true)
+	if !ok {
+		return ""
+	}
+	here, there := wireName(pulseTypeNames, n, wire), wireName(pulseTypeNames, n.other(), wire)
+	switch {
+	case p.Type != pulsepb.PulseType_PULSE_REGISTER && p.WorkerId == 0:
+		// No worker is given 0: it is what a REGISTER carries.
+		return fmt.Sprintf("%s from worker 0, an id no worker is given (type %d: %s in the %v numbering)", here, wire, there, n.other())
+	case p.Type == pulsepb.PulseType_PULSE_REGISTER && (p.WorkerId != 0 || p.TaskId != 0):
+		// A worker registers without an id or a task.
+		return fmt.Sprintf("%s of worker %d running task %d (type %d: %s in the %v numbering)", here, p.WorkerId, p.TaskId, wire, there, n.other())
+	}
+	return ""
+}
+
+// foreignType returns what a pulse of the wire type v, unknown in the
+// controller's numbering, is in the other numbering; "" when it is
+// unknown there too.
+func (c *Controller) foreignType(v int32) string {
+	n := c.Codec.Numbering
+	if !knownIn(pulseTypeNames, n.other(), v) {
+		return ""
+	}
+	return fmt.Sprintf("a pulse of type %d, %s in the %v numbering (%s in the %v numbering)",
+		v, wireName(pulseTypeNames, n, v), n, wireName(pulseTypeNames, n.other(), v), n.other())
+}
+
+// mismatch logs, once per peer process, a pulse that makes sense only in
+// the other numbering.
+func (c *Controller) mismatch(conn net.Conn, what string) {
+	peer := peerKey(conn)
+	if !c.logged.first("numbering " + peer) {
+		c.log.Debug("a pulse that makes sense only in the other numbering", zap.String("pulse", what), zap.String("peer", peer))
+		return
+	}
+	c.log.Warn("a pulse that makes sense only in the other numbering", zap.String("pulse", what),
+		zap.String("peer", peer), zap.String("hint", numberingHint(c.Codec.Numbering, "worker")))
+}
+
+// unknownWorker logs, once per worker id, a pulse from a worker the
+// controller does not know, which it answers UNKNOWN_ID. c.mu is held.
+func (c *Controller) unknownWorker(p *pulsepb.WorkerPulse) {
+	id := p.WorkerId
+	if id == 0 || !c.logged.first("worker "+strconv.FormatUint(id, 10)) {
+		return // worker 0: foreignPulse has told
+	}
+	if id <= c.nextID {
+		c.log.Info("pulse from a worker removed; answered UNKNOWN_ID: it should register again",
+			zap.Uint64("worker", id), zap.Stringer("type", p.Type))
+		return
+	}
+	c.log.Warn("pulse from a worker this controller never registered; answered UNKNOWN_ID", zap.Uint64("worker", id),
+		zap.Stringer("type", p.Type), zap.String("hint", "a worker of an earlier controller registers again; if it does not, "+
+			numberingHint(c.Codec.Numbering, "worker")))
 }
 
 var (
@@ -630,11 +707,4 @@ func (c *Controller) restart(ctx context.Context, w *cworker, why error) {
 	c.mu.Lock()
 	c.remove(w, fmt.Errorf("RESTART: %w", why))
 	c.mu.Unlock()
-}
-
-// isUnknownEnum reports whether a decode error is an enum value that the
-// numbering does not know.
-func isUnknownEnum(err error) bool {
-	var pe *ProtocolError
-	return errors.As(err, &pe) && bytes.Contains([]byte(pe.Msg), []byte(" unknown in the "))
 }

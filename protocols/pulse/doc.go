@@ -59,4 +59,23 @@
 //   - A result that no job waits for any more (the task had ended on the
 //     worker when its job ended) is still fetched, so that the worker is
 //     free, and thrown away.
+//
+// # Two numberings that do not understand each other
+//
+// The spec's numbering and the reference's later one share their numbers
+// with other meanings, so a peer that speaks the other numbering is
+// mostly misread rather than refused: the later REGISTER (2) is the
+// spec's FETCH_ME, read as a FETCH_ME from worker 0 and answered
+// UNKNOWN_ID (2), which the later worker reads as UNKNOWN_TYPE; the
+// spec's REGISTER (0) is INVALID in the later numbering, answered
+// UNKNOWN_TYPE (2), which the spec's worker reads as UNKNOWN_ID. Neither
+// reference says why. The Controller logs a pulse that makes sense only in
+// the other numbering (a pulse from worker 0, which no worker is given; a
+// REGISTER naming a worker and a task; a type only the other numbering
+// has) once per peer process (its pid, from SO_PEERCRED), and a pulse
+// from a worker id it never gave once per id, each with a hint. The
+// Worker logs, once until it registers, an answer that makes sense only
+// in the other numbering (UNKNOWN_TYPE to a pulse of a type both have,
+// UNKNOWN_ID to a REGISTER, an error number its numbering lacks). The
+// answers themselves are those of the spec.
 package pulse

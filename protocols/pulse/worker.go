@@ -182,9 +182,12 @@ type workerRun struct {
 	outDir   string
 	ex       *laboro.Executor
 
-	// registered is true while the controller knows this worker's id.
-	// Only Run's goroutine uses it.
+	// registered is true while the controller knows this worker's id;
+	// hinted, once an answer that makes sense only in the other numbering
+	// has been logged, until the next registration. Only Run's goroutine
+	// uses them.
 	registered bool
+	hinted     bool
 
 	wg   sync.WaitGroup // the socket's accept loop and connections, task waiters
 	kick chan struct{}  // a task ended: pulse FETCH_ME now
@@ -318,6 +321,7 @@ func (r *workerRun) register(ctx context.Context) (uint64, error) {
 		resp, err := r.exchange(ctx, &pulsepb.WorkerPulse{
 			Type: pulsepb.PulseType_PULSE_REGISTER, NextPulse: r.announce,
 		})
+		r.checkNumbering(pulsepb.PulseType_PULSE_REGISTER, resp, err)
 		if err == nil {
 			switch id := resp.GetWorkerId(); {
 			case resp.GetError() != pulsepb.ControllerError_CTRL_ERR_OK:
@@ -326,7 +330,7 @@ func (r *workerRun) register(ctx context.Context) (uint64, error) {
 				err = errors.New("pulse: REGISTER answered OK without a worker_id")
 			default:
 				r.w.id.Store(id)
-				r.registered = true
+				r.registered, r.hinted = true, false
 				r.log.Info("registered", zap.Uint64("worker", id))
 				return id, nil
 			}
@@ -394,6 +398,7 @@ func (r *workerRun) pulses(ctx context.Context, id uint64, restart <-chan struct
 		resp, err := r.exchange(ctx, &pulsepb.WorkerPulse{
 			Type: typ, WorkerId: id, TaskId: task, NextPulse: r.announce,
 		})
+		r.checkNumbering(typ, resp, err)
 		next := r.interval()
 		switch {
 		case err != nil:
@@ -421,6 +426,45 @@ func (r *workerRun) pulses(ctx context.Context, id uint64, restart <-chan struct
 		failures = 0
 		t.Reset(next)
 	}
+}
+
+// checkNumbering logs, once until the next registration, an answer to a
+// pulse of type sent that makes sense only if the controller speaks the
+// other numbering: one whose error is unknown in the worker's (a spec
+// CTRL_ERR_OK, 0, is INVALID in the later numbering), UNKNOWN_TYPE to a
+// pulse of a type both numberings have (the spec's UNKNOWN_ID is the
+// later UNKNOWN_TYPE), or UNKNOWN_ID to a REGISTER, which names no id (a
+// spec controller reads a later REGISTER as a FETCH_ME from worker 0; a
+// later one answers the spec's REGISTER, INVALID to it, UNKNOWN_TYPE,
+// which is the spec's UNKNOWN_ID).
+func (r *workerRun) checkNumbering(sent pulsepb.PulseType, resp *pulsepb.PulseResponse, err error) {
+	n := r.codec.Numbering
+	var answer string
+	var ee *EnumError
+	switch {
+	case errors.As(err, &ee):
+		if !knownIn(controllerErrorNames, n.other(), ee.Value) {
+			return
+		}
+		answer = fmt.Sprintf("error %d, %s in the %v numbering", ee.Value,
+			wireName(controllerErrorNames, n.other(), ee.Value), n.other())
+	case err != nil:
+		return
+	case resp.GetError() == pulsepb.ControllerError_CTRL_ERR_UNKNOWN_TYPE,
+		resp.GetError() == pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID && sent == pulsepb.PulseType_PULSE_REGISTER:
+		wire, _ := r.codec.toWire(int32(resp.GetError()), controllerErrors, false)
+		answer = fmt.Sprintf("%s (error %d: %s in the %v numbering)", wireName(controllerErrorNames, n, wire), wire,
+			wireName(controllerErrorNames, n.other(), wire), n.other())
+	default:
+		return
+	}
+	if r.hinted {
+		return
+	}
+	r.hinted = true
+	r.log.Warn("an answer that makes sense only in the other numbering",
+		zap.String("pulse", wireName(pulseTypeNames, SpecNumbering, int32(sent))), zap.String("answer", answer),
+		zap.String("hint", numberingHint(n, "controller")))
 }
 
 // interval returns the time until the next regular pulse: 1/2 to 3/4 of
