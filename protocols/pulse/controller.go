@@ -29,6 +29,10 @@ const DefaultAttempts = 3
 // (TASK_FAILED) on its last attempt; the last worker's words follow it.
 var ErrTaskFailed = errors.New("pulse: task failed")
 
+// ErrBusy is matched by the error of a task whose last attempt a worker
+// answered BUSY: the workers it was given to stayed busy.
+var ErrBusy = errors.New("pulse: the workers stayed busy")
+
 // Task is the contents of a pulse task, carried in laboro.Job.Payload;
 // see NewTask and NewTaskFile. Its zero value is an empty task.
 type Task struct {
@@ -71,10 +75,10 @@ func (t Task) open() (io.ReadCloser, int64, error) {
 // worker that fails (FAILED, or an exchange that fails), leaves
 // (SHUTDOWN) or falls silent past its next_pulse is removed, and its task
 // goes back to the front of the line. A task that a worker could not
-// complete (TASK_FAILED) goes back too; a task given out Attempts times
-// without a result fails. A pulse whose task_id disagrees with the task
-// given to that worker, confirmed with GET_STATUS, gets the worker a
-// RESTART, and the worker is removed.
+// complete (TASK_FAILED) or would not take (BUSY) goes back too; a task
+// given out Attempts times without a result fails. A pulse whose task_id
+// disagrees with the task given to that worker, confirmed with
+// GET_STATUS, gets the worker a RESTART, and the worker is removed.
 //
 // A pulse that makes sense only in the numbering the Controller does not
 // speak (a REGISTER of the other numbering, read as a pulse from worker
@@ -97,8 +101,8 @@ type Controller struct {
 	// Timeout bounds each exchange; 0 means 10 s.
 	Timeout time.Duration
 	// Attempts is how many times a task may be given to a worker without
-	// a result (TASK_FAILED, or the worker lost) before it fails; 0 means
-	// DefaultAttempts.
+	// a result (TASK_FAILED, BUSY, or the worker lost) before it fails; 0
+	// means DefaultAttempts.
 	Attempts int
 	// OutputDir receives the results as files; "" means os.TempDir.
 	OutputDir string
@@ -585,12 +589,20 @@ func (c *Controller) setTask(ctx context.Context, w *cworker, t *transport.Ticke
 		c.remove(w, fmt.Errorf("SET_TASK failed: %v", errOr(err, resp)))
 	case resp.Error == pulsepb.WorkerError_WORKER_ERR_BUSY:
 		// Busy with something we do not know of: the task goes back for
-		// another worker, and this one is asked what it runs. No task is
-		// offered to it again before its next pulse: a worker that stays
-		// busy would otherwise be asked in a tight loop.
+		// another worker, and this one is asked what it runs. The
+		// hand-out counts as an attempt: a worker may stay busy for good
+		// (the reference worker of the spec's numbering never leaves
+		// PROCESSING after its first task), and the task must not be
+		// offered to it forever. No task is offered to it again before its
+		// next pulse: it would otherwise be asked in a tight loop.
 		w.task = nil
-		w.dw.Release(t)
-		c.log.Info("worker busy; the task goes to another", zap.Uint64("worker", w.id), zap.Uint64("task", t.Key))
+		if w.dw.Retry(t, fmt.Errorf("%w: worker %d answered BUSY to task %d", ErrBusy, w.id, t.Key)) {
+			if settled(t) {
+				c.log.Warn("worker busy; the task was given out too many times: it fails", zap.Uint64("worker", w.id), zap.Uint64("task", t.Key))
+			} else {
+				c.log.Info("worker busy; the task goes to another", zap.Uint64("worker", w.id), zap.Uint64("task", t.Key))
+			}
+		}
 		w.ready, w.confirm = false, true
 	case resp.Error != pulsepb.WorkerError_WORKER_ERR_OK:
 		c.remove(w, fmt.Errorf("SET_TASK answered %v", resp.Error))

@@ -225,10 +225,10 @@ func TestControllerTaskFlow(t *testing.T) {
 	}
 }
 
-// BUSY sends the task to another worker; TASK_FAILED too, until Attempts
-// workers have failed it; NO_FETCH changes nothing.
+// BUSY sends the task to another worker; TASK_FAILED too; each counts as
+// an attempt, until Attempts have been made; NO_FETCH changes nothing.
 func TestControllerBusyAndFailures(t *testing.T) {
-	tc := startController(t, Codec{}, func(c *Controller) { c.Attempts = 2 })
+	tc := startController(t, Codec{}, func(c *Controller) { c.Attempts = 3 })
 	busy := tc.worker(t)
 	busy.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
 		if m.Type == pulsepb.ControlType_CTRL_GET_STATUS {
@@ -252,8 +252,8 @@ func TestControllerBusyAndFailures(t *testing.T) {
 	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failing.received().Type)
 	failing.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
 	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.received().Type)
-	// The task comes back to it (the busy worker stays busy): a second
-	// failure is the last one allowed.
+	// The task comes back to it (the busy worker stays busy): after BUSY
+	// and a first failure, a second failure is the last one allowed.
 	failing.pulse(pulsepb.PulseType_PULSE_OK, 0)
 	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failing.received().Type)
 	failing.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {

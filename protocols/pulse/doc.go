@@ -43,11 +43,18 @@
 //     cross a SET_TASK or a FETCH. A disagreement is confirmed with
 //     GET_STATUS before the worker gets RESTART and is removed.
 //   - BUSY: the task goes to another worker, and the busy one is asked
-//     with GET_STATUS what it runs (RESTART if it is not ours).
+//     with GET_STATUS what it runs (RESTART if it is not ours); it is
+//     offered no task before its next pulse. The hand-out counts as an
+//     attempt (see TASK_FAILED): the reference worker of the spec's
+//     numbering (commit d6e222d) never leaves PROCESSING after its first
+//     task and answers BUSY forever, and a task must not wait for it
+//     forever. A task whose last attempt was answered BUSY fails with an
+//     error that matches ErrBusy ("the workers stayed busy") and
+//     transport.ErrAttempts.
 //   - TASK_FAILED: the task goes back to the front of the line, for the
 //     next free worker (which may be the same one); once it has been
-//     given out Controller.Attempts times (a worker lost counts too), the
-//     job fails with an error that matches ErrTaskFailed and
+//     given out Controller.Attempts times (a worker lost, or BUSY, counts
+//     too), the job fails with an error that matches ErrTaskFailed and
 //     transport.ErrAttempts and ends with the last worker's words.
 //   - A worker is dead when no pulse arrives within its next_pulse (60 s
 //     when it announces 0); its task goes to another.

@@ -2,6 +2,7 @@ package pulse
 
 import (
 	"context"
+	"crypto/md5"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -10,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/protocols/pulse/pulsepb"
 	"github.com/laboro-go/laboro/transport"
 	"github.com/stretchr/testify/assert"
@@ -247,4 +250,198 @@ func TestWorkerLogsANumberingMismatch(t *testing.T) {
 			assert.Contains(t, fields["hint"], tt.hint)
 		})
 	}
+}
+
+// specRefWorker plays the reference C++ worker of the spec's numbering
+// (commit d6e222d), byte for byte: SET_TASK solves the task (its MD5) at
+// once, pulsing FETCH_ME before it answers, and the worker stays
+// PROCESSING for good: every later SET_TASK is answered BUSY. Its answers
+// carry the task_id it had when the message came.
+type specRefWorker struct {
+	t    *testing.T
+	dir  string
+	id   uint64
+	ln   net.Listener
+	got  chan pulsepb.ControlType
+	quit chan struct{}
+	done chan struct{}
+
+	mu         sync.Mutex
+	task       uint64 // current_task_id
+	processing bool
+	fetch      []byte // fetch_data
+	setTasks   int    // the SET_TASKs it answered
+}
+
+// startSpecRefWorker registers a specRefWorker with the controller in dir
+// and has it listen on its socket.
+func startSpecRefWorker(t *testing.T, dir string) *specRefWorker {
+	answer := refPulse(t, dir, specRegister)
+	w := &specRefWorker{t: t, dir: dir, got: make(chan pulsepb.ControlType, 64), quit: make(chan struct{}), done: make(chan struct{})}
+	b, err := hex.DecodeString(answer)
+	require.NoError(t, err)
+	require.Len(t, b, 2, "OK (left out) and a worker_id: %s", answer)
+	require.Equal(t, byte(0x10), b[0], "OK (left out) and a worker_id: %s", answer)
+	w.id = uint64(b[1])
+	w.ln, err = net.Listen("unix", filepath.Join(dir, strconv.FormatUint(w.id, 10)+".sock"))
+	require.NoError(t, err)
+	go w.serve()
+	t.Cleanup(func() { close(w.quit); w.ln.Close(); <-w.done })
+	return w
+}
+
+// pulse sends PULSE_OK (1) with the current task, as the reference does
+// every 30 to 45 s.
+func (w *specRefWorker) pulse() string {
+	w.mu.Lock()
+	task := w.task
+	w.mu.Unlock()
+	return refPulse(w.t, w.dir, refMsg(1, w.id, task, 60))
+}
+
+func (w *specRefWorker) serve() {
+	defer close(w.done)
+	for {
+		conn, err := w.ln.Accept()
+		if err != nil {
+			return
+		}
+		typ := w.answer(conn)
+		conn.Close()
+		select {
+		case w.got <- typ:
+		case <-w.quit:
+			return
+		}
+	}
+}
+
+// answer reads one ControlMsg and its extra bytes and answers as the
+// reference does.
+func (w *specRefWorker) answer(conn net.Conn) pulsepb.ControlType {
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	m, err := Codec{}.ReadControl(conn)
+	if err != nil {
+		return -1
+	}
+	extra := make([]byte, m.ExtraSize)
+	if _, err := io.ReadFull(conn, extra); err != nil {
+		return -1
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cur := w.task // response.set_task_id(current_task_id), before the switch
+	var resp string
+	var out []byte
+	switch m.Type {
+	case pulsepb.ControlType_CTRL_SET_TASK:
+		w.setTasks++
+		if w.processing {
+			resp = refMsg(2, cur) // WORKER_ERR_BUSY = 2
+			break
+		}
+		w.task, w.processing = m.GetTaskId(), true
+		sum := md5.Sum(extra)
+		w.fetch = sum[:]
+		// SetFetchData pulses FETCH_ME (2) before the answer is sent.
+		refPulse(w.t, w.dir, refMsg(2, w.id, w.task, 60))
+		resp = refMsg(0, cur)
+	case pulsepb.ControlType_CTRL_FETCH:
+		if len(w.fetch) == 0 {
+			resp = refMsg(1, cur) // WORKER_ERR_NO_FETCH = 1
+			break
+		}
+		resp, out = refMsg(0, cur, uint64(len(w.fetch))), w.fetch
+	default: // GET_STATUS, RESTART: OK
+		resp = refMsg(0, cur)
+	}
+	conn.Write(append(refFrame(w.t, resp), out...))
+	return m.Type
+}
+
+// next returns the next control message the worker answered.
+func (w *specRefWorker) next(timeout <-chan time.Time) pulsepb.ControlType {
+	w.t.Helper()
+	select {
+	case typ := <-w.got:
+		return typ
+	case <-timeout:
+		w.t.Fatal("no control message in time")
+		return -1
+	}
+}
+
+// The reference worker of the spec's numbering solves one task, then
+// answers BUSY forever. Each BUSY counts as an attempt, so the next task
+// is offered to it Attempts times, no more, and then fails with an error
+// that says the workers stayed busy.
+func TestControllerTaskFailsWhenTheWorkersStayBusy(t *testing.T) {
+	const attempts = 3
+	tc := startController(t, Codec{}, func(c *Controller) { c.Attempts = attempts })
+	w := startSpecRefWorker(t, tc.c.Dir)
+	timeout := time.After(20 * time.Second)
+	first, second := tc.submit(t, "first task"), tc.submit(t, "second task")
+
+	// The reference pulses OK only after 30 to 45 s; this one at once.
+	assert.Equal(t, "", w.pulse(), "OK, left out")
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.next(timeout))
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, w.next(timeout))
+	res, out := result(t, first)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	sum := md5.Sum([]byte("first task"))
+	assert.Equal(t, string(sum[:]), out)
+
+	// The second task: SET_TASK answered BUSY, GET_STATUS (what does it
+	// run?), and again at every pulse, until the attempts run out.
+	for done := false; !done; {
+		select {
+		case <-second.Done():
+			done = true
+		case typ := <-w.got:
+			switch typ {
+			case pulsepb.ControlType_CTRL_SET_TASK:
+			case pulsepb.ControlType_CTRL_GET_STATUS:
+				assert.Equal(t, "", w.pulse())
+			default:
+				t.Fatalf("unexpected %v", typ)
+			}
+		case <-timeout:
+			t.Fatal("the task is still offered")
+		}
+	}
+	res, _ = result(t, second)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorIs(t, res.Err, ErrBusy)
+	assert.ErrorIs(t, res.Err, transport.ErrAttempts)
+	assert.ErrorContains(t, res.Err, "the workers stayed busy")
+	w.mu.Lock()
+	assert.Equal(t, 1+attempts, w.setTasks, "the first task, and the second Attempts times")
+	w.mu.Unlock()
+	tc.logged(t, "worker busy; the task was given out too many times: it fails", 1)
+	assert.Equal(t, []uint64{w.id}, tc.c.Workers(), "the worker stays")
+}
+
+// A task a worker answers BUSY goes to another worker that is free.
+func TestControllerBusyTaskGoesToAnotherWorker(t *testing.T) {
+	tc := startController(t, Codec{}, func(c *Controller) { c.Attempts = 3 })
+	busy := startSpecRefWorker(t, tc.c.Dir)
+	timeout := time.After(20 * time.Second)
+	first := tc.submit(t, "first task")
+	busy.pulse()
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, busy.next(timeout))
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, busy.next(timeout))
+	res, _ := result(t, first)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+
+	second := tc.submit(t, "second task")
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, busy.next(timeout))
+	assert.Equal(t, pulsepb.ControlType_CTRL_GET_STATUS, busy.next(timeout))
+	free := startSpecRefWorker(t, tc.c.Dir)
+	free.pulse()
+	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, free.next(timeout))
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, free.next(timeout))
+	res, out := result(t, second)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	sum := md5.Sum([]byte("second task"))
+	assert.Equal(t, string(sum[:]), out)
 }
