@@ -166,3 +166,42 @@ func TestUsage(t *testing.T) {
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 	}
 }
+
+// A controller that cannot serve says why and ends at once with status 1,
+// whether it has a folder of tasks or one on standard input: a -dir it
+// cannot create, one too long for a socket, a main.sock it cannot bind,
+// one where a controller already answers.
+func TestCannotServe(t *testing.T) {
+	controllerBin, _ := build(t)
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	notSocket := socketDir(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(notSocket, "main.sock", "x"), 0o700))
+	busy := socketDir(t)
+	e2e.Start(t, nil, controllerBin, "-dir", busy)
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(busy, "main.sock")); return err == nil }, 20*time.Second, 10*time.Millisecond)
+	writeTasks(t, filepath.Join(base, "in"), []int{10})
+
+	for _, tc := range []struct {
+		name, dir, says string
+	}{
+		{"a file in the way", filepath.Join(file, "ctl"), "not a directory"},
+		{"too long", filepath.Join(base, strings.Repeat("d", 100)), "too long for Unix sockets"},
+		{"main.sock not a socket", notSocket, "main.sock"},
+		{"in use", busy, "a controller already answers on this socket"},
+	} {
+		for _, in := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/in=%v", tc.name, in), func(t *testing.T) {
+				args := []string{"-dir", tc.dir}
+				if in {
+					args = append(args, "-in", filepath.Join(base, "in"), "-out", filepath.Join(t.TempDir(), "out"))
+				}
+				p := e2e.Start(t, nil, controllerBin, args...)
+				require.Equal(t, 1, p.Wait(t, 10*time.Second))
+				assert.Contains(t, p.Log(), "pulse-controller: cannot serve workers: ")
+				assert.Contains(t, p.Log(), tc.says)
+			})
+		}
+	}
+}

@@ -9,7 +9,9 @@
 // RESULTS under the same name; without it, standard input is one task and
 // its result goes to standard output. The controller ends when every task
 // has its result: status 0 when all succeeded, 1 otherwise, 2 for a usage
-// error.
+// error. It ends at once with status 1 when it cannot serve on DIR (the
+// directory cannot be created, the socket cannot be bound, or another
+// controller answers there).
 package main
 
 import (
@@ -26,7 +28,7 @@ func main() {
 		"Hands tasks to pulse workers and collects their results. Workers register on DIR/main.sock. With -in, "+
 			"every file of the folder TASKS is a task, and its result is written to RESULTS under the same name; "+
 			"without it, standard input is one task and its result goes to standard output. Exit status: 0 when "+
-			"every task succeeded, 1 otherwise, 2 for a usage error.")
+			"every task succeeded, 1 otherwise (and at once when it cannot serve on DIR), 2 for a usage error.")
 	ctl := &pulse.Controller{}
 	c.Flags.StringVar(&ctl.Dir, "dir", pulse.DefaultDir, "directory of the sockets")
 	later := c.Flags.Bool("later", false, "speak the reference's later enum numbering (INVALID = 0)")

@@ -13,21 +13,41 @@ import (
 	"github.com/laboro-go/laboro/protocols/pulse"
 )
 
-// run serves workers until every task has its result.
-func run(ctx context.Context, c *pulse.Controller, in, out string) error {
+// run serves workers until every task has its result. It fails at once
+// when it cannot serve them, and as soon as serving fails.
+func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
+	ln, err := c.Listen()
+	if err != nil {
+		return fmt.Errorf("cannot serve workers: %w", err)
+	}
 	ex, err := laboro.New(laboro.WithRunner(c), laboro.WithPoolSize(1024), laboro.WithConcurrency(1024),
 		laboro.WithBufferSize(1024), laboro.WithLogger(c.Logger))
 	if err != nil {
+		ln.Close()
 		return err
 	}
 	defer ex.Close()
-	serveCtx, stopServing := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- c.Serve(serveCtx) }()
-	defer func() { stopServing(); <-served }()
+	// The work ends when serving does, with serving's error.
+	work, failed := context.WithCancelCause(ctx)
+	defer failed(nil)
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := c.ServeListener(serveCtx, ln); serveCtx.Err() == nil {
+			failed(fmt.Errorf("serving workers failed: %w", err))
+		}
+	}()
+	defer func() {
+		stopServing()
+		<-served
+		if ctx.Err() == nil && context.Cause(work) != work.Err() {
+			err = context.Cause(work) // not an interruption
+		}
+	}()
 
 	if in == "" {
-		return one(ctx, ex)
+		return one(work, ex)
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
@@ -55,7 +75,7 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) error {
 		Workers: func() int { return len(c.Workers()) },
 		Command: func(job laboro.Job) string { return filepath.Join(in, job.ID) },
 	}
-	sum, err := batch.Run(ctx, ex, jobs)
+	sum, err := batch.Run(work, ex, jobs)
 	if err != nil {
 		return err
 	}

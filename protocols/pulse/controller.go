@@ -218,23 +218,26 @@ func (c *Controller) Workers() []uint64 {
 	return ids
 }
 
-// Serve listens on <Dir>/main.sock until ctx ends, then closes it, waits
-// for every exchange it started, and forgets every worker (their tasks go
-// back in line, for the next Serve). It returns ctx.Err(), or the error
-// that ended listening. main.sock appears only once it accepts
-// connections. A socket file left by a controller that died is replaced;
-// one that answers is not.
+// Serve is Listen, then ServeListener: it serves on <Dir>/main.sock until
+// ctx ends. It returns at once with Listen's error when it cannot listen.
 func (c *Controller) Serve(ctx context.Context) error {
-	c.init()
-	ln, path, err := c.listen()
+	ln, err := c.Listen()
 	if err != nil {
 		return err
 	}
-	defer os.Remove(path)
-	c.log.Info("serving", zap.String("socket", path), zap.Stringer("numbering", c.Codec.Numbering))
+	return c.ServeListener(ctx, ln)
+}
+
+// ServeListener answers the workers' pulses on ln, a listener from Listen,
+// until ctx ends; then it closes ln, waits for every exchange it started,
+// and forgets every worker (their tasks go back in line, for the next
+// Serve). It returns ctx.Err(), or the error that ended listening.
+func (c *Controller) ServeListener(ctx context.Context, ln net.Listener) error {
+	c.init()
+	c.log.Info("serving", zap.Stringer("socket", ln.Addr()), zap.Stringer("numbering", c.Codec.Numbering))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err = transport.Serve(ctx, ln, c.servePulse)
+	err := transport.Serve(ctx, ln, c.servePulse)
 	cancel() // the workers' goroutines end
 	c.mu.Lock()
 	for _, w := range c.workers {
@@ -247,26 +250,44 @@ func (c *Controller) Serve(ctx context.Context) error {
 
 var errStopped = errors.New("the controller stopped")
 
-// listen listens on a temporary name in the directory, then renames it
-// main.sock, so that main.sock never exists before it accepts connections
-// (a worker or test that sees the file can connect) nor with a wider mode
-// than 0600.
-func (c *Controller) listen() (net.Listener, string, error) {
-	if err := os.MkdirAll(c.dir(), 0o700); err != nil {
-		return nil, "", err
+// ErrInUse is matched by Listen's error when a controller already
+// answers on main.sock.
+var ErrInUse = errors.New("pulse: a controller already answers on this socket")
+
+// maxSocketPath is the longest path a Unix socket may have (sun_path
+// holds 108 bytes with the NUL on Linux, 104 elsewhere; the shorter is
+// checked).
+const maxSocketPath = 103
+
+// Listen creates Dir (mode 0700) if it is missing and listens on
+// <Dir>/main.sock, for ServeListener. It fails at once when the
+// controller cannot serve there: the directory cannot be created, a
+// socket path in it would be too long, the socket cannot be bound, or a
+// controller already answers on main.sock (ErrInUse). main.sock appears
+// only once it accepts connections (a worker that sees the file can
+// connect), with mode 0600; one left by a controller that died is
+// replaced. Closing the listener removes main.sock.
+func (c *Controller) Listen() (net.Listener, error) {
+	dir := c.dir()
+	path := filepath.Join(dir, "main.sock")
+	// It listens on a temporary name, then renames it main.sock.
+	tmp := filepath.Join(dir, ".main-"+strconv.Itoa(os.Getpid())+".sock")
+	if len(tmp) > maxSocketPath {
+		return nil, fmt.Errorf("pulse: the directory %s is too long for Unix sockets (%s would be %d bytes, at most %d)", dir, tmp, len(tmp), maxSocketPath)
 	}
-	path := filepath.Join(c.dir(), "main.sock")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("pulse: create the socket directory: %w", err)
+	}
 	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		conn.Close()
-		return nil, "", fmt.Errorf("pulse: a controller already answers on %s", path)
+		return nil, fmt.Errorf("%w: %s", ErrInUse, path)
 	}
-	tmp := filepath.Join(c.dir(), ".main-"+strconv.Itoa(os.Getpid())+".sock")
 	os.Remove(tmp) // left by a controller of this pid that died
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
-		return nil, "", err
+		return nil, fmt.Errorf("pulse: listen in %s: %w", dir, err)
 	}
-	ln.SetUnlinkOnClose(false) // the file is renamed; Serve removes it
+	ln.SetUnlinkOnClose(false) // the file is renamed; Close removes it
 	err = os.Chmod(tmp, 0o600)
 	if err == nil {
 		err = os.Rename(tmp, path) // replaces a stale main.sock
@@ -274,9 +295,24 @@ func (c *Controller) listen() (net.Listener, string, error) {
 	if err != nil {
 		ln.Close()
 		os.Remove(tmp)
-		return nil, "", err
+		return nil, fmt.Errorf("pulse: listen on %s: %w", path, err)
 	}
-	return ln, path, nil
+	return &mainListener{UnixListener: ln, path: path}, nil
+}
+
+// mainListener listens on main.sock, and removes it when closed.
+type mainListener struct {
+	*net.UnixListener
+	path string
+	once sync.Once
+}
+
+func (l *mainListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+
+func (l *mainListener) Close() error {
+	err := l.UnixListener.Close()
+	l.once.Do(func() { os.Remove(l.path) })
+	return err
 }
 
 // servePulse is one connection on main.sock: a WorkerPulse, a

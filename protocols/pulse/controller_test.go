@@ -396,6 +396,7 @@ func TestControllerSocketFile(t *testing.T) {
 	defer cancel()
 	other := &Controller{Dir: tc.c.Dir}
 	err := other.Serve(ctx)
+	assert.ErrorIs(t, err, ErrInUse)
 	assert.ErrorContains(t, err, "already answers")
 
 	dir := shortDir(t)

@@ -85,4 +85,10 @@
 // in the other numbering (UNKNOWN_TYPE to a pulse of a type both have,
 // UNKNOWN_ID to a REGISTER, an error number its numbering lacks). The
 // answers themselves are those of the spec.
+//
+// # Serving
+//
+// Controller.Listen makes the directory and binds main.sock, and fails
+// at once when it cannot (ErrInUse when a controller answers there);
+// ServeListener serves on it; Serve is the two together.
 package pulse
