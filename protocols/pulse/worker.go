@@ -74,7 +74,9 @@ var (
 // stops listening on its old socket (the file is removed) and registers
 // again, with the running task left running and its outcome offered
 // under the new id. A pulse answered UNKNOWN_TYPE or FAILED is logged and
-// the worker goes on. A pulse that fails (no connection, no answer) is
+// the worker goes on. An answer that makes sense only if the controller
+// speaks the other numbering (see the package documentation) is logged
+// too, once until the worker registers, with a hint. A pulse that fails (no connection, no answer) is
 // logged and sent again after Retry, doubling with every further failure
 // up to 30 s, but never later than the regular pulse would be; an attempt
 // to register that fails is repeated the same way. These follow the
