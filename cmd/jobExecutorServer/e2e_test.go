@@ -359,8 +359,9 @@ func TestFullBufferStopAndPoll(t *testing.T) {
 }
 
 // exit with a job running, two queued and one blocked on the full buffer:
-// every commander gets its message, commands during the drain are refused,
-// and the server ends with status 0 once the running job is delivered.
+// the exit commander is answered at once; every other commander gets its
+// message, commands during the drain are refused, and the server ends with
+// status 0 once the running job is delivered.
 func TestExitDrains(t *testing.T) {
 	s := startServer(t, "0", "2", "1")
 	running := s.start(t, append([]string{"issueJob"}, gate("finished")...)...)
@@ -375,29 +376,60 @@ func TestExitDrains(t *testing.T) {
 	blocked := s.start(t, "issueJob", "echo", "four")
 	blocked.quiet(t, 300*time.Millisecond)
 
-	exit := s.start(t, "exit")
+	out, stderr, code := s.run(t, "exit")
+	assert.Equal(t, "SERVER TERMINATED\n", out, "answered while job_1 runs; stderr %q", stderr)
+	assert.Equal(t, 0, code)
 	for _, c := range append(queued, blocked) {
 		out, _, code := c.wait(t)
 		assert.Equal(t, "SERVER TERMINATED BEFORE EXECUTION\n", out)
 		assert.Equal(t, 1, code)
 	}
-	for _, cmd := range [][]string{{"poll"}, {"issueJob", "echo", "late"}, {"setConcurrency", "4"}} {
+	for _, cmd := range [][]string{{"poll"}, {"issueJob", "echo", "late"}, {"setConcurrency", "4"}, {"exit"}} {
 		out, stderr, code := s.run(t, cmd...)
 		assert.Empty(t, out, "%v", cmd)
 		assert.Contains(t, stderr, "server is terminating", "%v", cmd)
 		assert.Equal(t, 1, code, "%v", cmd)
 	}
-	exit.quiet(t, 200*time.Millisecond) // the running job holds the exit
+	select {
+	case <-s.eof:
+		t.Fatal("the server ended before job_1 was delivered")
+	default:
+	}
 
 	s.open(t)
-	out, _, code := running.wait(t)
+	out, _, code = running.wait(t)
 	assert.Equal(t, "-----job_1 output start-----\nfinished\n-----job_1 output end-----\n", out)
-	assert.Equal(t, 0, code)
-	out, _, code = exit.wait(t)
-	assert.Equal(t, "SERVER TERMINATED\n", out)
 	assert.Equal(t, 0, code)
 	require.NoError(t, s.wait(t), "the server ends with status 0")
 	assert.Empty(t, s.outputsLeft(t))
+}
+
+// What the student test scripts do: a long job, exit, then the job is
+// killed. exit is answered at once, the killed job's commander gets its
+// (empty) output, and the server ends.
+func TestExitThenStopLongJob(t *testing.T) {
+	s := startServer(t, "0", "8", "4")
+	long := s.start(t, "issueJob", "sleep", "1000")
+	assert.Equal(t, "JOB <job_1, sleep 1000> SUBMITTED\n", long.next(t))
+	pid := 0 // the job's, from its <pid>.output
+	require.Eventually(t, func() bool {
+		for _, f := range s.outputsLeft(t) {
+			if n, err := strconv.Atoi(strings.TrimSuffix(f, ".output")); err == nil {
+				pid = n
+			}
+		}
+		return pid != 0
+	}, 10*time.Second, 10*time.Millisecond)
+
+	out, stderr, code := s.run(t, "exit")
+	assert.Equal(t, "SERVER TERMINATED\n", out, "stderr %q", stderr)
+	assert.Equal(t, 0, code)
+
+	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
+	out, _, code = long.wait(t)
+	assert.Equal(t, "-----job_1 output start-----\n-----job_1 output end-----\n", out)
+	assert.Equal(t, 1, code, "a job killed by a signal")
+	require.NoError(t, s.wait(t), "the server ends with status 0")
 }
 
 // openFiles counts a process's open file descriptors.

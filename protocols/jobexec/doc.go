@@ -18,11 +18,18 @@
 // is the command line as typed, each argument shell-quoted when it needs
 // to be, so that it can be pasted back into a shell.
 //
-// After an exit command the server takes no new command (each is refused
-// with a reason); queued jobs, and submitters still blocked on a full
-// buffer, get "SERVER TERMINATED BEFORE EXECUTION"; running jobs finish and
-// their outputs are delivered; then the exit commander is answered and
-// Serve returns ErrServerTerminated.
+// An exit command is answered "SERVER TERMINATED" at once, as the student
+// servers of the same assignment answer it. The server then drains: it
+// takes no new command (each is refused with a reason); queued jobs, and
+// submitters still blocked on a full buffer, get "SERVER TERMINATED BEFORE
+// EXECUTION" (the queued ones end before the answer is sent, so none
+// starts after it); running jobs finish and their outputs are
+// delivered; then Serve returns ErrServerTerminated and jobExecutorServer
+// ends. The specification asks for the answer "before the server ends" and
+// for the end "after the running jobs have finished and their outputs have
+// been returned": both hold. Answering after the drain would hold an exit
+// commander for as long as the longest job, and a script that runs exit and
+// then stops its long job would wait forever.
 //
 // A commander that goes away does not disturb the server. If its job was
 // still blocked on a full buffer, the job is dropped; if it was queued or
@@ -31,10 +38,11 @@
 //
 // # Limits
 //
-// A connection must deliver its request within Server.RequestTimeout; a
-// frame longer than the reader's limit is refused before allocation; a
-// connection that breaks the protocol gets a refusal frame, when it can
-// still be written, and is closed. None of these affect other connections.
+// A connection must deliver its request within Server.RequestTimeout, and
+// take each frame of the answer within Server.WriteTimeout; a frame longer
+// than the reader's limit is refused before allocation; a connection that
+// breaks the protocol gets a refusal frame, when it can still be written,
+// and is closed. None of these affect other connections.
 //
 // # The wire, version 1
 //

@@ -26,8 +26,11 @@ const (
 // DefaultRequestTimeout is how long a commander has to send its command.
 const DefaultRequestTimeout = 10 * time.Second
 
+// DefaultWriteTimeout bounds each write to a commander unless configured.
+const DefaultWriteTimeout = 30 * time.Second
+
 // ErrServerTerminated is returned by Serve after an exit command has been
-// carried out: every job was drained and the exit commander was answered.
+// carried out: the exit commander was answered and every job was drained.
 var ErrServerTerminated = errors.New("jobexec: server terminated")
 
 // Server serves commanders over TCP, running their jobs with an Executor.
@@ -45,17 +48,21 @@ type Server struct {
 	// RequestTimeout bounds how long a commander may take to send its
 	// command; 0 means DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// WriteTimeout bounds each write to a commander: one that reads nothing
+	// for that long is taken as gone (its job's output is discarded); 0
+	// means DefaultWriteTimeout.
+	WriteTimeout time.Duration
 
 	mu       sync.Mutex
 	draining bool
 	jobs     sync.WaitGroup // issueJob exchanges still delivering
-	exited   chan struct{}  // closed once an exit command has been answered
+	exit     chan struct{}  // closed once an exit command has been answered
 	once     sync.Once
 }
 
 func (s *Server) init() {
 	s.once.Do(func() {
-		s.exited = make(chan struct{})
+		s.exit = make(chan struct{})
 		if s.Logger == nil {
 			s.Logger = zap.NewNop()
 		}
@@ -64,31 +71,43 @@ func (s *Server) init() {
 
 // Serve accepts commanders on ln until ctx ends or an exit command has
 // been carried out, then closes ln and waits for every connection it
-// started: when ctx ends while jobs run, close the Executor to end them. It
-// returns ErrServerTerminated after an exit command, ctx.Err() when ctx
-// ended, or the listener's error. Serve is called once.
+// started: when ctx ends while jobs run, close the Executor to end them.
+// After an exit command it goes on accepting, refusing every command, until
+// the drain is done. It returns ErrServerTerminated after an exit command,
+// ctx.Err() when ctx ended, or the listener's error. Serve is called once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.init()
 	if s.Executor == nil {
 		return errors.New("jobexec: Server.Executor is nil")
 	}
-	// Accepting ends on exit or when ctx ends; the connections live on
-	// ctx, so that those waiting for their jobs get them after an exit.
+	// Accepting ends once an exit has been drained, or when ctx ends; the
+	// connections live on ctx, so that those waiting for their jobs get
+	// them during the drain.
 	accepting, stopAccepting := context.WithCancel(ctx)
 	defer stopAccepting()
-	var watcher sync.WaitGroup
-	watcher.Go(func() {
+	drained := make(chan struct{})
+	var drainer sync.WaitGroup
+	drainer.Go(func() {
 		select {
-		case <-s.exited:
-			stopAccepting()
+		case <-s.exit:
 		case <-accepting.Done():
+			return
 		}
+		// The exit commander has its answer and the queued jobs are
+		// terminated; running jobs finish and reach their commanders.
+		if err := s.Executor.Shutdown(ctx); err != nil {
+			return // ctx ended: Serve returns ctx.Err()
+		}
+		s.jobs.Wait()
+		close(drained)
+		stopAccepting()
 	})
 	err := transport.Serve(accepting, ln, func(_ context.Context, conn net.Conn) { s.serveConn(ctx, conn) })
 	stopAccepting()
-	watcher.Wait()
+	drainer.Wait()
 	select {
-	case <-s.exited:
+	case <-drained:
+		s.Logger.Info("drained after an exit command")
 		return ErrServerTerminated
 	default:
 	}
@@ -100,11 +119,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // exchange is one commander's connection, seen by the server.
 type exchange struct {
-	conn net.Conn
-	w    *bufio.Writer
-	log  *zap.Logger
-	err  error  // the first write error: the commander is gone
-	buf  []byte // scratch for the line being built
+	conn    net.Conn
+	w       *bufio.Writer
+	timeout time.Duration // for each write
+	log     *zap.Logger
+	err     error  // the first write error: the commander is gone
+	buf     []byte // scratch for the line being built
 }
 
 // watch returns a context that ends when the commander goes away (it sends
@@ -136,7 +156,18 @@ var errCommanderGone = errors.New("commander gone")
 
 func (x *exchange) send(t FrameType, payload []byte) {
 	if x.err == nil {
+		// The buffer may flush inside WriteFrame, so the deadline is set
+		// for every frame.
+		x.conn.SetWriteDeadline(time.Now().Add(x.timeout))
 		x.err = WriteFrame(x.w, t, payload)
+	}
+}
+
+// flush sends what is buffered.
+func (x *exchange) flush() {
+	if x.err == nil {
+		x.conn.SetWriteDeadline(time.Now().Add(x.timeout))
+		x.err = x.w.Flush()
 	}
 }
 
@@ -147,9 +178,7 @@ func (x *exchange) line(format string, args ...any) {
 
 func (x *exchange) exit(code int) {
 	x.send(FrameExit, ExitPayload(code))
-	if x.err == nil {
-		x.err = x.w.Flush()
-	}
+	x.flush()
 	if x.err != nil {
 		x.log.Info("commander gone before the end of the exchange", zap.Error(x.err))
 	}
@@ -162,7 +191,11 @@ func (x *exchange) refuse(format string, args ...any) {
 
 func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
-	x := &exchange{conn: conn, w: bufio.NewWriter(conn), log: s.Logger.With(zap.Stringer("peer", conn.RemoteAddr()))}
+	x := &exchange{conn: conn, w: bufio.NewWriter(conn), timeout: s.WriteTimeout,
+		log: s.Logger.With(zap.Stringer("peer", conn.RemoteAddr()))}
+	if x.timeout <= 0 {
+		x.timeout = DefaultWriteTimeout
+	}
 	timeout := s.RequestTimeout
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
@@ -214,7 +247,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	case "poll":
 		s.poll(x, q.Args)
 	case "exit":
-		s.terminate(ctx, x)
+		s.terminate(x)
 	default:
 		x.refuse("unknown command %q", q.Command)
 	}
@@ -246,10 +279,7 @@ func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
 		return
 	}
 	x.line("JOB <%s, %s> SUBMITTED", h.ID(), job)
-	// The commander reads SUBMITTED while its job waits and runs.
-	if x.err == nil {
-		x.err = x.w.Flush()
-	}
+	x.flush() // the commander reads SUBMITTED while its job waits and runs
 	select {
 	case <-h.Done():
 	case <-watched.Done():
@@ -382,15 +412,16 @@ func (s *Server) poll(x *exchange, args []string) {
 }
 
 // terminate carries out exit: queued and blocked jobs end as terminated
-// before execution, running ones finish and reach their commanders, then
-// this commander is answered and Serve returns.
-func (s *Server) terminate(ctx context.Context, x *exchange) {
-	if err := s.Executor.Shutdown(ctx); err != nil {
-		x.refuse("shutdown: %v", err)
-		return
-	}
-	s.jobs.Wait()
+// before execution, this commander is answered at once, and Serve drains
+// the running jobs (their outputs reach their commanders), then returns.
+func (s *Server) terminate(x *exchange) {
+	// An ended context makes Shutdown start the drain without waiting for
+	// it, so that no queued job starts after the answer.
+	started, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Executor.Shutdown(started)
 	x.line(msgTerminated)
 	x.exit(0)
-	close(s.exited)
+	x.log.Info("exit command answered; draining")
+	close(s.exit)
 }

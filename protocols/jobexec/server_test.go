@@ -1,6 +1,7 @@
 package jobexec
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -42,7 +43,7 @@ func startServer(t testing.TB, token string, opts ...laboro.Option) *testServer 
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	core, logs := observer.New(zap.InfoLevel)
-	srv := &Server{Executor: ex, Token: token, RequestTimeout: 300 * time.Millisecond, Logger: zap.New(core)}
+	srv := &Server{Executor: ex, Token: token, RequestTimeout: 300 * time.Millisecond, WriteTimeout: time.Second, Logger: zap.New(core)}
 	ts := &testServer{ex: ex, addr: ln.Addr().String(), dir: dir, logs: logs, served: make(chan error, 1)}
 	go func() { ts.served <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
@@ -163,47 +164,104 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 	wg.Wait()
 }
 
+// exit is answered at once, while a job runs; then the server drains: the
+// queued and blocked jobs' commanders are told, commands are refused, and
+// Serve returns once the running job's output has reached its commander.
 func TestExitDrains(t *testing.T) {
 	ts := startServer(t, "", laboro.WithBufferSize(1), laboro.WithPoolSize(1))
+	gate := filepath.Join(t.TempDir(), "gate")
 	type answer struct {
-		out string
-		err error
+		out  string
+		code int
+		err  error
 	}
-	running := make(chan answer, 1)
-	go func() {
-		out, _, err := ts.do(t, "", "issueJob", "sh", "-c", "sleep 0.5; echo done")
-		running <- answer{out, err}
-	}()
+	issue := func(args ...string) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			out, code, err := ts.do(t, "", "issueJob", args...)
+			ch <- answer{out, code, err}
+		}()
+		return ch
+	}
+	running := issue("sh", "-c", "while [ ! -e "+gate+" ]; do sleep 0.01; done; echo done")
 	require.Eventually(t, func() bool { return ts.ex.Stats().Running == 1 }, 10*time.Second, time.Millisecond)
-	queued := make(chan answer, 1)
-	go func() {
-		out, _, err := ts.do(t, "", "issueJob", "echo", "never")
-		queued <- answer{out, err}
-	}()
+	queued := issue("echo", "never")
 	require.Eventually(t, func() bool { return ts.ex.Stats().Queued == 1 }, 10*time.Second, time.Millisecond)
-	blocked := make(chan answer, 1)
-	go func() {
-		out, _, err := ts.do(t, "", "issueJob", "echo", "blocked")
-		blocked <- answer{out, err}
-	}()
+	blocked := issue("echo", "blocked")
 	require.Eventually(t, func() bool { return ts.ex.Stats().Blocked == 1 }, 10*time.Second, time.Millisecond)
 
-	out, code, err := ts.do(t, "", "exit")
-	require.NoError(t, err)
-	assert.Equal(t, 0, code)
-	assert.Equal(t, "SERVER TERMINATED\n", out)
-
-	a := <-running
-	require.NoError(t, a.err)
-	assert.Equal(t, "JOB <job_1, sh -c 'sleep 0.5; echo done'> SUBMITTED\n-----job_1 output start-----\ndone\n-----job_1 output end-----\n", a.out)
-	a = <-queued
+	exit := make(chan answer, 1)
+	go func() {
+		out, code, err := ts.do(t, "", "exit")
+		exit <- answer{out, code, err}
+	}()
+	select {
+	case a := <-exit:
+		require.NoError(t, a.err)
+		assert.Equal(t, 0, a.code)
+		assert.Equal(t, "SERVER TERMINATED\n", a.out)
+	case <-time.After(10 * time.Second):
+		t.Fatal("exit is not answered while a job runs")
+	}
+	a := <-queued
 	assert.Equal(t, "JOB <job_2, echo never> SUBMITTED\nSERVER TERMINATED BEFORE EXECUTION\n", a.out)
+	assert.Equal(t, 1, a.code)
 	a = <-blocked
 	assert.Equal(t, "SERVER TERMINATED BEFORE EXECUTION\n", a.out)
+	for _, cmd := range [][]string{{"poll"}, {"exit"}, {"issueJob", "echo", "late"}} {
+		_, _, err := ts.do(t, "", cmd[0], cmd[1:]...)
+		require.ErrorIs(t, err, ErrRefused, "%v during the drain", cmd)
+		assert.Contains(t, err.Error(), "server is terminating")
+	}
+	select {
+	case err := <-ts.served:
+		t.Fatalf("Serve returned before the running job was delivered: %v", err)
+	default:
+	}
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	a = <-running
+	require.NoError(t, a.err)
+	assert.Equal(t, "JOB <job_1, sh -c 'while [ ! -e "+gate+" ]; do sleep 0.01; done; echo done'> SUBMITTED\n-----job_1 output start-----\ndone\n-----job_1 output end-----\n", a.out)
 	select {
 	case err := <-ts.served:
 		assert.ErrorIs(t, err, ErrServerTerminated)
 		ts.served <- err // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the drain")
+	}
+}
+
+// A commander that reads nothing while its job's output is sent costs the
+// server only that exchange: the write deadline passes, the output is
+// discarded, and an exit still drains.
+func TestServerWriteDeadline(t *testing.T) {
+	ts := startServer(t, "")
+	conn, err := net.Dial("tcp", ts.addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	p, err := Request{Command: "issueJob", Args: []string{"head", "-c", "50000000", "/dev/zero"}}.AppendBinary(nil)
+	require.NoError(t, err)
+	require.NoError(t, WriteFrame(conn, FrameRequest, p))
+	// Read up to SUBMITTED only.
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(conn)
+	for {
+		f, err := ReadFrame(r, 0)
+		require.NoError(t, err)
+		if f.Type == FrameLine {
+			require.Contains(t, string(f.Payload), "SUBMITTED")
+			break
+		}
+	}
+	require.Eventually(t, func() bool { return ts.logged("commander gone before the end of the exchange") }, 20*time.Second, 10*time.Millisecond)
+	out, _, err := ts.do(t, "", "exit")
+	require.NoError(t, err)
+	assert.Equal(t, "SERVER TERMINATED\n", out)
+	select {
+	case err := <-ts.served:
+		assert.ErrorIs(t, err, ErrServerTerminated)
+		ts.served <- err
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after exit")
 	}
