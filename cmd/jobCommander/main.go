@@ -1,11 +1,13 @@
 // Command jobCommander sends one command to a jobExecutorServer and prints
 // its answer.
 //
-//	jobCommander serverName portNum issueJob|setConcurrency|stop|poll|exit [args…]
+//	jobCommander [-ack-timeout D] serverName portNum issueJob|setConcurrency|stop|poll|exit [args…]
 //
 // Its exit status is the job's own for issueJob (1 when the job did not run
 // or did not exit normally), 0 for a command carried out, 1 when the server
-// refused the command or could not be reached, 2 for a usage error, 130
+// refused the command, could not be reached, or is not a laboro
+// jobExecutorServer (no acknowledgement within -ack-timeout, or an answer
+// in another protocol), 2 for a usage error, 130
 // when interrupted (the server is not disturbed: a job already submitted
 // runs on). Set LABORO_TOKEN when the server requires one.
 package main
@@ -23,25 +25,25 @@ import (
 var commands = map[string]bool{"issueJob": true, "setConcurrency": true, "stop": true, "poll": true, "exit": true}
 
 func main() {
-	c := cli.New("jobCommander", "serverName portNum issueJob <job>|setConcurrency <N>|stop <jobID>|poll|exit",
+	c := cli.New("jobCommander", "[-ack-timeout D] serverName portNum issueJob <job>|setConcurrency <N>|stop <jobID>|poll|exit",
 		"Sends one command to a jobExecutorServer and prints its answer. The exit status of issueJob is the job's own. "+
 			"Set LABORO_TOKEN when the server requires one.")
-	args := os.Args[1:]
-	var cmd []string
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		cmd, args = args, nil // everything after the server is the command's, flags included
-	}
-	c.Main(args, func(ctx context.Context, _ []string) error {
+	ackTimeout := c.Flags.Duration("ack-timeout", jobexec.DefaultAckTimeout,
+		"how long the server may take to acknowledge the command (and to answer any command but issueJob)")
+	// Flags end at serverName: what follows is the command's, flags included.
+	c.Main(os.Args[1:], func(ctx context.Context, cmd []string) error {
 		switch {
 		case len(cmd) < 3:
 			return cli.Usagef("serverName, portNum and a command are required")
 		case !commands[cmd[2]]:
 			return cli.Usagef("unknown command %q", cmd[2])
+		case *ackTimeout <= 0:
+			return cli.Usagef("-ack-timeout %v: must be positive", *ackTimeout)
 		}
 		if port, err := strconv.Atoi(cmd[1]); err != nil || port < 1 || port > 65535 {
 			return cli.Usagef("portNum %q: must be a number from 1 to 65535", cmd[1])
 		}
-		client := &jobexec.Client{Addr: net.JoinHostPort(cmd[0], cmd[1]), Token: os.Getenv("LABORO_TOKEN")}
+		client := &jobexec.Client{Addr: net.JoinHostPort(cmd[0], cmd[1]), Token: os.Getenv("LABORO_TOKEN"), AckTimeout: *ackTimeout}
 		code, err := client.Do(ctx, cmd[2], cmd[3:], os.Stdout)
 		switch {
 		case ctx.Err() != nil:

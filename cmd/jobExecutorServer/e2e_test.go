@@ -432,6 +432,54 @@ func TestExitThenStopLongJob(t *testing.T) {
 	require.NoError(t, s.wait(t), "the server ends with status 0")
 }
 
+// A jobCommander pointed at something that is not a laboro
+// jobExecutorServer says so and ends with status 1, within a few seconds,
+// however the peer takes the request: silence (as the student servers
+// do), closing, or bytes of another protocol.
+func TestCommanderNotServer(t *testing.T) {
+	_, commander := build(t)
+	peers := map[string]func(net.Conn){
+		"silent": func(c net.Conn) { io.Copy(io.Discard, c) },
+		"closes": func(c net.Conn) { c.Read(make([]byte, 64)) },
+		"http": func(c net.Conn) {
+			c.Read(make([]byte, 64))
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"))
+		},
+	}
+	for name, peer := range peers {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer ln.Close()
+			wg.Go(func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					wg.Go(func() {
+						defer c.Close()
+						c.SetDeadline(time.Now().Add(30 * time.Second))
+						peer(c)
+					})
+				}
+			})
+			_, port, _ := net.SplitHostPort(ln.Addr().String())
+			start := time.Now()
+			cmd := exec.Command(commander, "localhost", port, "issueJob", "sleep", "1000")
+			cmd.WaitDelay = time.Second
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "%s", out)
+			assert.Equal(t, 1, ee.ExitCode())
+			assert.Contains(t, string(out), "jobCommander: jobexec: not a laboro jobExecutorServer: localhost:"+port)
+			assert.Less(t, time.Since(start), 15*time.Second, "the default acknowledgement timeout is 5 s")
+		})
+	}
+}
+
 // openFiles counts a process's open file descriptors.
 func openFiles(t *testing.T, pid int) int {
 	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -591,17 +639,21 @@ func TestHelpAndVersion(t *testing.T) {
 	for _, flag := range []string{"-listen", "-dir", "-log", "-request-timeout"} {
 		assert.Contains(t, string(out), flag)
 	}
+	out, err = exec.Command(commander, "--help").Output()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "-ack-timeout")
 }
 
 func TestCommanderUsage(t *testing.T) {
 	_, commander := build(t)
-	for _, args := range [][]string{{}, {"localhost"}, {"localhost", "7856"}, {"localhost", "x", "poll"}, {"localhost", "0", "poll"}, {"localhost", "7856", "frobnicate"}} {
+	for _, args := range [][]string{{}, {"localhost"}, {"localhost", "7856"}, {"localhost", "x", "poll"}, {"localhost", "0", "poll"}, {"localhost", "7856", "frobnicate"},
+		{"-ack-timeout", "0s", "localhost", "7856", "poll"}, {"-ack-timeout", "soon", "localhost", "7856", "poll"}} {
 		out, err := exec.Command(commander, args...).CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 		assert.True(t, strings.HasPrefix(string(out), "jobCommander: "), "%v: %s", args, out)
-		assert.Contains(t, string(out), "\nusage: jobCommander serverName portNum", "%v", args)
+		assert.Contains(t, string(out), "\nusage: jobCommander [-ack-timeout D] serverName portNum", "%v", args)
 	}
 	// No server there: status 1 and a reason.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

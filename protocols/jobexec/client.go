@@ -14,8 +14,24 @@ import (
 // the error's text says why.
 var ErrRefused = errors.New("jobexec: command refused")
 
+// ErrNotServer is wrapped by Client.Do when the peer did not answer as a
+// jobExecutorServer of this project does: it did not acknowledge the
+// request within Client.AckTimeout, closed the connection without a word,
+// or sent something that is not this protocol (another program's wire, an
+// HTTP server). The error's text says which.
+var ErrNotServer = errors.New("jobexec: not a laboro jobExecutorServer")
+
+// DefaultAckTimeout is how long a Client waits for the server to
+// acknowledge its request unless configured.
+const DefaultAckTimeout = 5 * time.Second
+
+// errBeforeAck is how do tells Do that the server refused a request of
+// version 2 before acknowledging it: a server that predates FrameAck.
+var errBeforeAck = errors.New("refused before the acknowledgement")
+
 // Client sends one command per call to a jobExecutorServer. Its zero value
-// is not usable: set Addr.
+// is not usable: set Addr. It holds no state between calls and is safe for
+// concurrent use.
 type Client struct {
 	// Addr is the server's host:port; the host is resolved by name.
 	Addr string
@@ -23,6 +39,11 @@ type Client struct {
 	Token string
 	// DialTimeout bounds connecting; 0 means 10 s.
 	DialTimeout time.Duration
+	// AckTimeout bounds sending the request and receiving the server's
+	// acknowledgement of it; for every command but issueJob (whose answer
+	// waits for its job) it bounds each read of the answer too, unless the
+	// server predates the acknowledgement. 0 means DefaultAckTimeout.
+	AckTimeout time.Duration
 	// MaxFrame bounds a frame from the server; 0 means DefaultMaxFrame.
 	MaxFrame int
 }
@@ -31,38 +52,97 @@ type Client struct {
 // commander prints it: each line with its newline, job output as it
 // arrives. It returns the exit status the server gave (for issueJob, the
 // job's own exit status), or an error: the server refused (ErrRefused),
-// the connection failed, or the server broke the protocol.
+// the peer is not a jobExecutorServer of this project (ErrNotServer), the
+// connection failed, or the server broke the protocol; ctx.Err() when ctx
+// ended first.
+//
+// The request asks for an acknowledgement (version 2). A server from
+// before the acknowledgement refuses that version at once; Do then sends
+// the command again as version 1, on a new connection (the refused request
+// did nothing).
 func (c *Client) Do(ctx context.Context, command string, args []string, out io.Writer) (int, error) {
-	timeout := c.DialTimeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
+	code, err := c.do(ctx, Version, command, args, out)
+	if errors.Is(err, errBeforeAck) {
+		code, err = c.do(ctx, 1, command, args, out)
 	}
-	d := net.Dialer{Timeout: timeout}
+	return code, err
+}
+
+// do runs one exchange with a request of the given version.
+func (c *Client) do(ctx context.Context, version int, command string, args []string, out io.Writer) (int, error) {
+	payload, err := Request{Version: version, Token: c.Token, Command: command, Args: args}.AppendBinary(nil)
+	if err != nil {
+		return 0, err
+	}
+	dialTimeout := c.DialTimeout
+	if dialTimeout <= 0 {
+		dialTimeout = 10 * time.Second
+	}
+	timeout := c.AckTimeout
+	if timeout <= 0 {
+		timeout = DefaultAckTimeout
+	}
+	d := net.Dialer{Timeout: dialTimeout}
 	conn, err := d.DialContext(ctx, "tcp", c.Addr)
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	// Closing, unlike a deadline, is not undone by the next SetReadDeadline.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-
-	payload, err := Request{Token: c.Token, Command: command, Args: args}.AppendBinary(nil)
-	if err != nil {
+	fail := func(err error) (int, error) {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
 		return 0, err
 	}
-	if err := WriteFrame(conn, FrameRequest, payload); err != nil {
-		return 0, err
+
+	w := bufio.NewWriter(conn)
+	conn.SetWriteDeadline(time.Now().Add(timeout))
+	err = WriteFrame(w, FrameRequest, payload)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
+		return fail(fmt.Errorf("jobexec: sending the request: %w", err))
 	}
 	r := bufio.NewReader(conn)
+	acked := version < 2 // version 1 has no acknowledgement
+	if !acked {
+		conn.SetReadDeadline(time.Now().Add(timeout))
+		f, err := ReadFrame(r, c.MaxFrame)
+		switch {
+		case err == nil && f.Type == FrameAck:
+			acked = true
+		case err == nil && f.Type == FrameRefusal:
+			return 0, errBeforeAck
+		case err == nil:
+			return fail(fmt.Errorf("%w: %s answered with a %v frame before acknowledging the request", ErrNotServer, c.Addr, f.Type))
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			return fail(fmt.Errorf("%w: %s closed the connection without acknowledging the request: %w", ErrNotServer, c.Addr, err))
+		case isTimeout(err):
+			return fail(fmt.Errorf("%w: %s did not acknowledge the request within %v: %w", ErrNotServer, c.Addr, timeout, err))
+		default:
+			return fail(fmt.Errorf("%w: %s does not speak this protocol: %w", ErrNotServer, c.Addr, err))
+		}
+	}
+	// An issueJob answer waits for the job, which may take hours: after
+	// the acknowledgement only TCP keepalive (on by default) watches the
+	// connection. Other commands are answered at once, except by a server
+	// from before the acknowledgement, whose exit waits for the drain.
+	deadline := version >= 2 && command != "issueJob"
 	var refusal error
 	buf := make([]byte, 0, 512) // lines and output chunks are read into it
 	for {
+		if deadline {
+			conn.SetReadDeadline(time.Now().Add(timeout))
+		} else {
+			conn.SetReadDeadline(time.Time{})
+		}
 		f, err := readFrame(r, c.MaxFrame, buf)
 		if err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			return 0, fmt.Errorf("jobexec: reading the answer: %w", err)
+			return fail(fmt.Errorf("jobexec: reading the answer: %w", err))
 		}
 		switch f.Type {
 		case FrameLine:
@@ -86,4 +166,10 @@ func (c *Client) Do(ctx context.Context, command string, args []string, out io.W
 			return 0, err
 		}
 	}
+}
+
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -8,10 +8,14 @@ import (
 	"io"
 )
 
-// Wire constants of version 1.
+// Wire constants.
 const (
-	// Version is the request format this package speaks.
-	Version = 1
+	// Version is the newest request format this package speaks. A request
+	// of version 2 or later is acknowledged with FrameAck as soon as it is
+	// read; version 1 is the same request without the acknowledgement.
+	Version = 2
+	// MinVersion is the oldest request format a Server accepts.
+	MinVersion = 1
 	// HeaderSize is the length of a frame header.
 	HeaderSize = 5
 	// DefaultMaxFrame is the largest payload a reader accepts unless told
@@ -26,9 +30,10 @@ const (
 // FrameType says what a frame carries.
 type FrameType byte
 
-// The frame types of version 1.
+// The frame types; doc.go says what each carries.
 const (
 	FrameRequest FrameType = 'Q'
+	FrameAck     FrameType = 'A' // only in answer to a request of version 2 or later
 	FrameLine    FrameType = 'L'
 	FrameOutput  FrameType = 'O'
 	FrameRefusal FrameType = 'R'
@@ -37,7 +42,7 @@ const (
 
 func (t FrameType) valid() bool {
 	switch t {
-	case FrameRequest, FrameLine, FrameOutput, FrameRefusal, FrameExit:
+	case FrameRequest, FrameAck, FrameLine, FrameOutput, FrameRefusal, FrameExit:
 		return true
 	}
 	return false
@@ -143,6 +148,9 @@ func readFrame(r io.Reader, max int, buf []byte) (Frame, error) {
 
 // Request is a commander's command.
 type Request struct {
+	// Version is the request format, MinVersion to Version; 0 means Version.
+	// A server acknowledges a request of version 2 or later (FrameAck).
+	Version int
 	// Token is the shared secret, "" when none is configured.
 	Token string
 	// Command is one of issueJob, setConcurrency, stop, poll, exit.
@@ -156,7 +164,14 @@ func (q Request) AppendBinary(b []byte) ([]byte, error) {
 	if 2+len(q.Args) > MaxRequestStrings {
 		return b, protocolErrorf("request has %d arguments, at most %d", len(q.Args), MaxRequestStrings-2)
 	}
-	b = append(b, Version)
+	v := q.Version
+	if v == 0 {
+		v = Version
+	}
+	if v < MinVersion || v > Version {
+		return b, protocolErrorf("request version %d, this package speaks %d to %d", v, MinVersion, Version)
+	}
+	b = append(b, byte(v))
 	b = binary.AppendUvarint(b, uint64(2+len(q.Args)))
 	for _, s := range append([]string{q.Token, q.Command}, q.Args...) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
@@ -168,12 +183,13 @@ func (q Request) AppendBinary(b []byte) ([]byte, error) {
 // ParseRequest decodes a request payload. Every count and length is checked
 // against what the payload still holds before anything is allocated.
 func ParseRequest(p []byte) (Request, error) {
-	if len(p) == 0 || p[0] != Version {
+	if !knownVersion(p) {
 		if len(p) == 0 {
 			return Request{}, protocolErrorf("empty request")
 		}
-		return Request{}, protocolErrorf("request version %d, want %d", p[0], Version)
+		return Request{}, protocolErrorf("request version %d, want %d to %d", p[0], MinVersion, Version)
 	}
+	version := int(p[0])
 	p = p[1:]
 	count, n := binary.Uvarint(p)
 	if n <= 0 {
@@ -200,12 +216,22 @@ func ParseRequest(p []byte) (Request, error) {
 	if len(p) != 0 {
 		return Request{}, protocolErrorf("%d bytes after the last string", len(p))
 	}
-	q := Request{Token: strs[0], Command: strs[1]}
+	q := Request{Version: version, Token: strs[0], Command: strs[1]}
 	if len(strs) > 2 {
 		q.Args = strs[2:]
 	}
 	return q, nil
 }
+
+// knownVersion reports whether request payload p starts with a version
+// this package speaks.
+func knownVersion(p []byte) bool {
+	return len(p) > 0 && p[0] >= MinVersion && p[0] <= Version
+}
+
+// wantsAck reports whether request payload p is of a version that this
+// package speaks and that asks for FrameAck.
+func wantsAck(p []byte) bool { return knownVersion(p) && p[0] >= 2 }
 
 // ExitPayload encodes an exit status.
 func ExitPayload(code int) []byte {

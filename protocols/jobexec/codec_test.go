@@ -84,18 +84,36 @@ func TestWriteFrameRefusesOversizedPayload(t *testing.T) {
 
 func TestRequestRoundTrip(t *testing.T) {
 	tests := []Request{
-		{Command: "poll"},
-		{Token: "s3cret", Command: "issueJob", Args: []string{"sh", "-c", `echo "a   b"`}},
-		{Command: "issueJob", Args: []string{"grep", "two words", "", "ünïcödé", "x\x00y"}},
-		{Command: "setConcurrency", Args: []string{"4"}},
+		{Version: Version, Command: "poll"},
+		{Version: Version, Token: "s3cret", Command: "issueJob", Args: []string{"sh", "-c", `echo "a   b"`}},
+		{Version: Version, Command: "issueJob", Args: []string{"grep", "two words", "", "ünïcödé", "x\x00y"}},
+		{Version: MinVersion, Command: "setConcurrency", Args: []string{"4"}},
 	}
 	for _, q := range tests {
 		p, err := q.AppendBinary(nil)
 		require.NoError(t, err)
+		assert.Equal(t, byte(q.Version), p[0])
 		got, err := ParseRequest(p)
 		require.NoError(t, err)
 		assert.Equal(t, q, got)
 	}
+	p, err := Request{Command: "poll"}.AppendBinary(nil)
+	require.NoError(t, err)
+	assert.Equal(t, byte(Version), p[0], "version 0 means the newest")
+	_, err = Request{Version: Version + 1, Command: "poll"}.AppendBinary(nil)
+	assert.Error(t, err)
+}
+
+// The bytes of a version 1 request, as commanders from before the
+// acknowledgement send them, still decode.
+func TestParseRequestVersion1(t *testing.T) {
+	p := []byte{1, 3, 0, 4, 's', 't', 'o', 'p', 5, 'j', 'o', 'b', '_', '1'}
+	q, err := ParseRequest(p)
+	require.NoError(t, err)
+	assert.Equal(t, Request{Version: 1, Command: "stop", Args: []string{"job_1"}}, q)
+	assert.False(t, wantsAck(p))
+	p[0] = 2
+	assert.True(t, wantsAck(p))
 }
 
 func TestParseRequestRefusesMalformedInput(t *testing.T) {
@@ -103,7 +121,8 @@ func TestParseRequestRefusesMalformedInput(t *testing.T) {
 	require.NoError(t, err)
 	tests := map[string][]byte{
 		"empty":               {},
-		"wrong version":       append([]byte{2}, good[1:]...),
+		"version 0":           append([]byte{0}, good[1:]...),
+		"version too new":     append([]byte{Version + 1}, good[1:]...),
 		"count beyond data":   binary.AppendUvarint([]byte{Version}, 1<<40),
 		"count below two":     {Version, 1, 0},
 		"length beyond data":  append(binary.AppendUvarint([]byte{Version, 2}, 1<<40), 'x'),

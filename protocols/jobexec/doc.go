@@ -44,10 +44,22 @@
 // breaks the protocol gets a refusal frame, when it can still be written,
 // and is closed. None of these affect other connections.
 //
-// # The wire, version 1
+// A Client gives up with ErrNotServer when the peer does not acknowledge
+// its request within Client.AckTimeout (5 s), closes without a word, or
+// answers in another protocol: a student jobExecutorServer (each has a C
+// wire of its own; they take our request's first bytes for a length and
+// wait for more, or close), an HTTP server, anything else. Only the
+// acknowledgement is timed: an issueJob's answer may come hours later,
+// when its job ends; every other command is answered at once, so each read
+// of its answer has the same deadline.
+//
+// # The wire, version 2
 //
 // A commander opens a TCP connection, sends one request frame, and reads
-// frames until an exit frame, after which either side closes.
+// frames until an exit frame, after which either side closes. The server
+// answers a request of version 2 with an acknowledgement frame first, as
+// soon as it has read it and before anything that may wait (an issueJob
+// on a full buffer), then the answer proper.
 //
 // Every frame is a 5-byte header — the payload's length as a big-endian
 // uint32, then the frame type — followed by the payload:
@@ -62,6 +74,9 @@
 // Frame types:
 //
 //	'Q' request   commander → server: the command, see below
+//	'A' ack       server → commander: the request was read; empty payload.
+//	              Sent only for a request of version 2 or later, as the
+//	              first frame; a refusal may follow it
 //	'L' line      server → commander: one line of console text, without its
 //	              newline ("JOB <job_1, ls -l> SUBMITTED", "CONCURRENCY SET
 //	              AT 2", "-----job_1 output start-----", …)
@@ -71,11 +86,22 @@
 //	'X' exit      server → commander: the commander's exit status, a
 //	              big-endian int32; the last frame of every exchange
 //
-// A request's payload is the version byte (1), then a list of strings, each
+// A request's payload is the version byte (2), then a list of strings, each
 // a uvarint length and its bytes: the shared token ("" when none is
 // configured), the command ("issueJob", "setConcurrency", "stop", "poll",
 // "exit") and its arguments as the user typed them, boundaries kept, so
 // that `issueJob sh -c 'echo "a   b"'` reaches the server as three words.
 // A request holds at most MaxRequestStrings strings, and no string may
 // claim more bytes than the payload has left.
+//
+// # Version 1, and older commanders and servers
+//
+// Version 1 is version 2 without the acknowledgement: a request whose
+// version byte is 1 gets the same answer, with no 'A' frame, which a
+// commander from before version 2 would take for a broken protocol. A
+// server from before version 2 refuses a version 2 request at once, with a
+// refusal frame and no acknowledgement; a Client that sees a refusal before
+// the acknowledgement sends its command again, as version 1, on a new
+// connection (the refused request did nothing), and then waits as a version
+// 1 commander does: such a server answers exit only after the drain.
 package jobexec

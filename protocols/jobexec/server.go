@@ -205,6 +205,13 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	if err == nil && f.Type != FrameRequest {
 		err = protocolErrorf("expected a request frame, got %v", f.Type)
 	}
+	if err == nil && wantsAck(f.Payload) {
+		// At once, before anything that may wait (an issueJob on a full
+		// buffer): the commander learns that a jobExecutorServer has its
+		// request, and times out only on this.
+		x.send(FrameAck, nil)
+		x.flush()
+	}
 	var q Request
 	if err == nil {
 		q, err = ParseRequest(f.Payload)

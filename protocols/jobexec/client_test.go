@@ -1,0 +1,238 @@
+package jobexec
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// peer is a scripted server on a loopback port: each connection is handed
+// to script, in a goroutine of its own, after the request has been read.
+type peer struct {
+	addr     string
+	requests chan Request // every request read, in order
+}
+
+func startPeer(t *testing.T, script func(conn net.Conn, q Request)) *peer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &peer{addr: ln.Addr().String(), requests: make(chan Request, 16)}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(30 * time.Second))
+				f, err := ReadFrame(conn, 0)
+				if err != nil {
+					return
+				}
+				q, _ := ParseRequest(f.Payload)
+				p.requests <- q
+				script(conn, q)
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	return p
+}
+
+// frames is the bytes of the given frames.
+func frames(fs ...Frame) []byte {
+	var b bytes.Buffer
+	for _, f := range fs {
+		WriteFrame(&b, f.Type, f.Payload)
+	}
+	return b.Bytes()
+}
+
+// A peer that is not a jobExecutorServer of this project gets a clear
+// error within AckTimeout, whatever it does with the request; before the
+// acknowledgement a commander would wait forever on the silent ones.
+func TestClientNotServer(t *testing.T) {
+	const ackTimeout = 300 * time.Millisecond
+	scripts := map[string]func(conn net.Conn, q Request){
+		// What the student servers stegiks/System-Programming-Project-2 and
+		// ConstArc/jobExecutor do with our request: read it as a length of
+		// their own wire and wait for bytes that never come.
+		"silent": func(conn net.Conn, _ Request) { io.Copy(io.Discard, conn) },
+		// DimitrisChrysos/jobExecutorServer-…: its controller thread dies
+		// on the request and the connection closes with nothing sent.
+		"closes": func(net.Conn, Request) {},
+		// An HTTP server answering what it cannot parse.
+		"http": func(conn net.Conn, _ Request) {
+			conn.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"))
+		},
+		// stegiks's reply to exit on its own wire: a little-endian length
+		// that counts itself, then the text.
+		"another wire": func(conn net.Conn, _ Request) {
+			msg := "SERVER TERMINATED"
+			conn.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(4+len(msg))), msg...))
+		},
+		// Frames of this protocol, but not as a server of this version
+		// answers a version 2 request: a line before the acknowledgement.
+		"no acknowledgement": func(conn net.Conn, _ Request) {
+			conn.Write(frames(Frame{FrameLine, []byte("CONCURRENCY SET AT 2")}, Frame{FrameExit, ExitPayload(0)}))
+		},
+	}
+	for name, script := range scripts {
+		t.Run(name, func(t *testing.T) {
+			p := startPeer(t, script)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var out bytes.Buffer
+			start := time.Now()
+			_, err := (&Client{Addr: p.addr, AckTimeout: ackTimeout}).Do(ctx, "setConcurrency", []string{"2"}, &out)
+			require.ErrorIs(t, err, ErrNotServer)
+			assert.Contains(t, err.Error(), p.addr)
+			assert.Less(t, time.Since(start), 10*ackTimeout)
+			assert.Empty(t, out.String())
+			assert.Len(t, p.requests, 1, "one request, no retry")
+		})
+	}
+}
+
+// An HTTP server on the port: no hang, ErrNotServer.
+func TestClientHTTPServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello") }))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := (&Client{Addr: srv.Listener.Addr().String(), AckTimeout: 300 * time.Millisecond}).Do(ctx, "issueJob", []string{"ls"}, io.Discard)
+	require.ErrorIs(t, err, ErrNotServer)
+}
+
+// The exact bytes a server from before the acknowledgement answers to a
+// version 2 request; the Client then speaks version 1 to it, and waits as
+// long as it takes for an issueJob's SUBMITTED (such a server sends
+// nothing while the job waits for a place in a full buffer) and for exit's
+// answer (it answers once the running jobs are done).
+func TestClientOlderServer(t *testing.T) {
+	const ackTimeout = 100 * time.Millisecond
+	p := startPeer(t, func(conn net.Conn, q Request) {
+		if q.Version != 1 {
+			conn.Write(frames(Frame{FrameRefusal, []byte("bad request: jobexec: request version 2, want 1")}, Frame{FrameExit, ExitPayload(1)}))
+			return
+		}
+		switch q.Command {
+		case "setConcurrency":
+			conn.Write(frames(Frame{FrameLine, []byte("CONCURRENCY SET AT " + q.Args[0])}, Frame{FrameExit, ExitPayload(0)}))
+		case "issueJob":
+			<-time.After(5 * ackTimeout) // blocked on a full buffer, longer than the ack timeout
+			conn.Write(frames(Frame{FrameLine, []byte("JOB <job_1, true> SUBMITTED")},
+				Frame{FrameLine, []byte("-----job_1 output start-----")}, Frame{FrameLine, []byte("-----job_1 output end-----")}, Frame{FrameExit, ExitPayload(0)}))
+		case "exit":
+			<-time.After(5 * ackTimeout) // draining
+			conn.Write(frames(Frame{FrameLine, []byte("SERVER TERMINATED")}, Frame{FrameExit, ExitPayload(0)}))
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := &Client{Addr: p.addr, AckTimeout: ackTimeout}
+	var out bytes.Buffer
+	code, err := c.Do(ctx, "setConcurrency", []string{"2"}, &out)
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "CONCURRENCY SET AT 2\n", out.String())
+	assert.Equal(t, 2, (<-p.requests).Version)
+	assert.Equal(t, 1, (<-p.requests).Version)
+
+	out.Reset()
+	code, err = c.Do(ctx, "issueJob", []string{"true"}, &out)
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "JOB <job_1, true> SUBMITTED\n-----job_1 output start-----\n-----job_1 output end-----\n", out.String())
+
+	out.Reset()
+	code, err = c.Do(ctx, "exit", nil, &out)
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "SERVER TERMINATED\n", out.String())
+}
+
+// A commander from before the acknowledgement sends version 1 and reads
+// exactly the frames it knows: no FrameAck, which it would take for a
+// broken protocol.
+func TestServerAnswersVersion1WithoutAck(t *testing.T) {
+	ts := startServer(t, "")
+	conn, err := net.Dial("tcp", ts.addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	p, err := Request{Version: 1, Command: "setConcurrency", Args: []string{"2"}}.AppendBinary(nil)
+	require.NoError(t, err)
+	require.NoError(t, WriteFrame(conn, FrameRequest, p))
+	answer, err := io.ReadAll(conn)
+	require.NoError(t, err)
+	assert.Equal(t, frames(Frame{FrameLine, []byte("CONCURRENCY SET AT 2")}, Frame{FrameExit, ExitPayload(0)}), answer)
+
+	// Version 2: the same answer after the acknowledgement.
+	conn2, err := net.Dial("tcp", ts.addr)
+	require.NoError(t, err)
+	defer conn2.Close()
+	conn2.SetDeadline(time.Now().Add(10 * time.Second))
+	p[0] = 2
+	require.NoError(t, WriteFrame(conn2, FrameRequest, p))
+	answer, err = io.ReadAll(conn2)
+	require.NoError(t, err)
+	assert.Equal(t, frames(Frame{FrameAck, nil}, Frame{FrameLine, []byte("CONCURRENCY SET AT 2")}, Frame{FrameExit, ExitPayload(0)}), answer)
+}
+
+// An issueJob that waits for a place in a full buffer far longer than the
+// ack timeout is acknowledged at once, so the Client waits for it.
+func TestIssueJobAcknowledgedWhileBlocked(t *testing.T) {
+	ts := startServer(t, "", laboro.WithConcurrency(0), laboro.WithBufferSize(1))
+	const ackTimeout = 100 * time.Millisecond
+	type answer struct {
+		out  string
+		code int
+		err  error
+	}
+	issue := func(word string) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var out bytes.Buffer
+			code, err := (&Client{Addr: ts.addr, AckTimeout: ackTimeout}).Do(ctx, "issueJob", []string{"echo", word}, &out)
+			ch <- answer{out.String(), code, err}
+		}()
+		return ch
+	}
+	first := issue("one")
+	require.Eventually(t, func() bool { return ts.ex.Stats().Queued == 1 }, 10*time.Second, time.Millisecond)
+	second := issue("two")
+	require.Eventually(t, func() bool { return ts.ex.Stats().Blocked == 1 }, 10*time.Second, time.Millisecond)
+	select {
+	case a := <-second:
+		t.Fatalf("the blocked commander gave up: %q %v", a.out, a.err)
+	case <-time.After(5 * ackTimeout):
+	}
+	require.NoError(t, ts.ex.SetConcurrency(1))
+	for i, ch := range []chan answer{first, second} {
+		a := <-ch
+		require.NoError(t, a.err)
+		assert.Equal(t, 0, a.code)
+		id, word := []string{"job_1", "job_2"}[i], []string{"one", "two"}[i]
+		assert.Equal(t, "JOB <"+id+", echo "+word+"> SUBMITTED\n-----"+id+" output start-----\n"+word+"\n-----"+id+" output end-----\n", a.out)
+	}
+}
