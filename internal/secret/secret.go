@@ -1,0 +1,202 @@
+// Package secret is how the project's servers and clients find the secret
+// they share, so that the safe path is the default: a server generates a
+// token at its first start and keeps it in a file only its user can read,
+// in that user's state directory, and the matching client on the same
+// machine reads the same file with no setup.
+//
+//	tok, err := secret.Ensure("jobexec", "LABORO_TOKEN") // server side
+//	tok, err := secret.Find("jobexec", "LABORO_TOKEN")   // client side
+//	ok := secret.Equal(got, tok)
+//
+// A secret is never taken from the command line (where ps shows it); it
+// comes from an environment variable, which Ensure and Find then remove
+// from the process's environment so that no job started afterwards
+// inherits it, or from a file.
+package secret
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// DirEnv names the environment variable that, when set, is the directory
+// of the token files instead of the user's state directory.
+const DirEnv = "LABORO_STATE_DIR"
+
+// maxFile bounds a token file: a secret is short, and a file that is not
+// one (a mistake of path) must not be read whole.
+const maxFile = 64 << 10
+
+// ErrNoSecret is returned by Find when neither the environment nor a token
+// file holds the secret.
+var ErrNoSecret = errors.New("secret: no secret found")
+
+// ErrUnsafeFile is returned when a token file or its directory can be read
+// or changed by other users.
+var ErrUnsafeFile = errors.New("secret: file is open to other users")
+
+// Dir is the directory of the token files: $LABORO_STATE_DIR, else
+// $XDG_STATE_HOME/laboro, else ~/.local/state/laboro.
+func Dir() (string, error) {
+	if d := os.Getenv(DirEnv); d != "" {
+		return d, nil
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "laboro"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("secret: no state directory: %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "laboro"), nil
+}
+
+// Path is the token file of the named service, in Dir.
+func Path(name string) (string, error) {
+	d, err := Dir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, name+".token"), nil
+}
+
+// Ensure returns the secret of the named service for a server: from the
+// environment variable env when it is set (and not empty), else from the
+// service's token file, which it creates with a new random token (0600, in
+// a 0700 directory) when there is none. It returns the file's path too
+// ("" when the secret came from the environment), for the server to tell
+// its operator where the token is.
+func Ensure(name, env string) (tok, path string, err error) {
+	if tok, ok := fromEnv(env); ok {
+		return tok, "", nil
+	}
+	path, err = Path(name)
+	if err != nil {
+		return "", "", err
+	}
+	tok, err = ReadFile(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return tok, path, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", "", fmt.Errorf("secret: %w", err)
+	}
+	tok = New()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) { // another server created it first
+		tok, err = ReadFile(path)
+		return tok, path, err
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("secret: %w", err)
+	}
+	_, err = f.WriteString(tok + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", "", fmt.Errorf("secret: %w", err)
+	}
+	return tok, path, nil
+}
+
+// Find returns the secret of the named service for a client: from the
+// environment variable env when it is set, else from the service's token
+// file. It returns ErrNoSecret when there is neither.
+func Find(name, env string) (string, error) {
+	if tok, ok := fromEnv(env); ok {
+		return tok, nil
+	}
+	path, err := Path(name)
+	if err != nil {
+		return "", err
+	}
+	tok, err := ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%w: $%s is not set and there is no %s", ErrNoSecret, env, path)
+	}
+	return tok, err
+}
+
+// FromEnv returns the value of the environment variable env and removes
+// it from the process's environment, so that no process started
+// afterwards inherits it. ok is false when it is unset or empty.
+func FromEnv(env string) (tok string, ok bool) { return fromEnv(env) }
+
+func fromEnv(env string) (string, bool) {
+	if env == "" {
+		return "", false
+	}
+	v, ok := os.LookupEnv(env)
+	if ok {
+		os.Unsetenv(env)
+	}
+	v = strings.TrimSpace(v)
+	return v, v != ""
+}
+
+// ReadFile reads a secret from a file: its first line, without spaces
+// around it. It refuses a file that other users can read or write, or
+// that does not belong to this user (ErrUnsafeFile), and an empty one.
+func ReadFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("secret: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("secret: %w", err)
+	}
+	if err := private(path, fi); err != nil {
+		return "", err
+	}
+	b := make([]byte, maxFile)
+	n, err := f.Read(b)
+	if err != nil && n == 0 {
+		return "", fmt.Errorf("secret: %s: %w", path, err)
+	}
+	line, _, _ := strings.Cut(string(b[:n]), "\n")
+	line = strings.TrimSpace(line)
+	if line == "" {
+		return "", fmt.Errorf("secret: %s is empty", path)
+	}
+	return line, nil
+}
+
+func private(path string, fi fs.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("secret: %s is not a regular file", path)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%w: %s has mode %v; chmod 600 it", ErrUnsafeFile, path, fi.Mode().Perm())
+	}
+	if !ownedByMe(fi) {
+		return fmt.Errorf("%w: %s belongs to another user", ErrUnsafeFile, path)
+	}
+	return nil
+}
+
+// New returns a new random token: 32 bytes from crypto/rand, in hex.
+func New() string {
+	b := make([]byte, 32)
+	rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// Equal reports whether a presented secret equals the expected one, in a
+// time that depends on neither their contents nor their lengths. An empty
+// expected secret equals nothing.
+func Equal(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1 && want != ""
+}

@@ -1,0 +1,81 @@
+package secret_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/laboro-go/laboro/internal/secret"
+)
+
+func TestEnsureCreatesAPrivateTokenThatFindReads(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	t.Setenv(secret.DirEnv, dir)
+	tok, path, err := secret.Ensure("svc", "")
+	require.NoError(t, err)
+	assert.Len(t, tok, 64)
+	assert.Equal(t, filepath.Join(dir, "svc.token"), path)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	di, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), di.Mode().Perm())
+
+	again, _, err := secret.Ensure("svc", "")
+	require.NoError(t, err)
+	assert.Equal(t, tok, again, "a second start keeps the token")
+	found, err := secret.Find("svc", "")
+	require.NoError(t, err)
+	assert.Equal(t, tok, found)
+}
+
+func TestEnvironmentWinsAndIsRemovedFromChildren(t *testing.T) {
+	t.Setenv(secret.DirEnv, t.TempDir())
+	t.Setenv("SECRET_TEST_TOKEN", " s3cret \n")
+	tok, path, err := secret.Ensure("svc", "SECRET_TEST_TOKEN")
+	require.NoError(t, err)
+	assert.Equal(t, "s3cret", tok)
+	assert.Empty(t, path)
+	out, err := exec.Command("env").Output()
+	require.NoError(t, err)
+	assert.NotContains(t, string(out), "s3cret", "a process started afterwards must not inherit the secret")
+}
+
+func TestFindWithoutSecretNamesWhatIsMissing(t *testing.T) {
+	t.Setenv(secret.DirEnv, t.TempDir())
+	_, err := secret.Find("svc", "SECRET_TEST_UNSET")
+	require.ErrorIs(t, err, secret.ErrNoSecret)
+	assert.Contains(t, err.Error(), "$SECRET_TEST_UNSET")
+	assert.Contains(t, err.Error(), "svc.token")
+}
+
+func TestReadFileRefusesFilesOthersCanRead(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tok")
+	require.NoError(t, os.WriteFile(p, []byte("abc\nrest"), 0o644))
+	require.NoError(t, os.Chmod(p, 0o644))
+	_, err := secret.ReadFile(p)
+	require.ErrorIs(t, err, secret.ErrUnsafeFile)
+	require.NoError(t, os.Chmod(p, 0o600))
+	tok, err := secret.ReadFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, "abc", tok)
+
+	require.NoError(t, os.WriteFile(p, []byte("  \n"), 0o600))
+	_, err = secret.ReadFile(p)
+	require.Error(t, err)
+}
+
+func TestEqual(t *testing.T) {
+	assert.True(t, secret.Equal("abc", "abc"))
+	assert.False(t, secret.Equal("ab", "abc"))
+	assert.False(t, secret.Equal("abcd", "abc"))
+	assert.False(t, secret.Equal("", ""), "an empty secret admits no one")
+	assert.NotEqual(t, secret.New(), secret.New())
+	assert.False(t, strings.ContainsAny(secret.New(), " \n"))
+}
