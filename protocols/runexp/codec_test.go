@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -486,12 +487,46 @@ func TestConnReadTooLong(t *testing.T) {
 			msg := []byte("LABORO " + strings.Repeat("n", n))
 			msg = msg[:n]
 			codecPeer(t, func() { b.Write(msg) })
-			// Wait until the whole write has arrived, so that the one Read
-			// sees more than MaxMessage bytes.
-			time.Sleep(20 * time.Millisecond)
+			// The one Read must see more than MaxMessage bytes.
+			codecQueued(t, a, min(n, len(c.buf)))
 			_, err := c.read(false)
 			require.ErrorIs(t, err, ErrMessageTooLong)
 		})
+	}
+}
+
+// codecQueued waits until at least n bytes wait to be read on c.
+func codecQueued(t *testing.T, c *net.TCPConn, n int) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	require.NoError(t, err)
+	buf := make([]byte, n)
+	require.Eventually(t, func() bool {
+		var k int
+		rc.Control(func(fd uintptr) {
+			k, _, _ = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		})
+		return k >= n
+	}, 10*time.Second, time.Millisecond)
+}
+
+// Two messages in one Read, a message that gets no answer and the next,
+// are read apart, even when together they are longer than MaxMessage.
+func TestConnReadCoalesced(t *testing.T) {
+	a, b := codecTCPPair(t)
+	c := &conn{rw: a, timeout: 5 * time.Second}
+	long := Message{Kind: KindRezulto, Name: strings.Repeat("n", MaxMessage-len("REZULTO  success 3")), Status: Success, Size: 3}
+	require.Len(t, long.String(), MaxMessage)
+	for _, second := range []Message{{Kind: KindPeto}, long} {
+		_, err := b.Write([]byte("PRETA" + second.String()))
+		require.NoError(t, err)
+		codecQueued(t, a, len("PRETA")+len(second.String()))
+		m, err := c.read(false)
+		require.NoError(t, err)
+		assert.Equal(t, Message{Kind: KindPreta}, m)
+		m, err = c.read(false)
+		require.NoError(t, err)
+		assert.Equal(t, second, m)
 	}
 }
 
@@ -653,6 +688,9 @@ func FuzzParse(f *testing.F) {
 func TestSplit(t *testing.T) {
 	tests := []struct{ in, msg, rest string }{
 		{"JESPETO", "JES", "PETO"},
+		{"JESFINO ANKAU", "JES", "FINO ANKAU"},
+		{"PRETAPETO", "PRETA", "PETO"},
+		{"PRETAREZULTO a b success 3", "PRETA", "REZULTO a b success 3"},
 		{"PRETARICEVIS", "PRETA", "RICEVIS"},
 		{"JES\nPETO\n", "JES\n", "PETO\n"},
 		{"JES\r\nPETO", "JES\r\n", "PETO"},

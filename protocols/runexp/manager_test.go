@@ -174,7 +174,9 @@ func (r *scripted) report(name, status, output string) {
 	r.t.Helper()
 	r.say(fmt.Sprintf("REZULTO %s %s %d", name, status, len(output)))
 	if output == "" {
-		// Nothing to wait for between the two: they may come as one read.
+		// Kept apart by the manager's pause (see
+		// TestManagerKeepsPretaApartFromRicevis), unless this goroutine
+		// reads later than that.
 		if got := r.hear(); got != "PRETARICEVIS" {
 			require.Equal(r.t, "PRETA", got)
 			require.Equal(r.t, "RICEVIS", r.hear())
@@ -248,6 +250,88 @@ func TestManagerAcceptsNewlines(t *testing.T) {
 	r.exchange("ok\n", "RICEVIS")
 	_, text := result(t, h)
 	assert.Equal(t, "ok\n", text)
+}
+
+// A runner's message that gets no answer (JES; PRETA for an empty job)
+// and the runner's next one may reach the manager in one read, as when
+// the runner does not pause between them (the reference runner, too, only
+// leaves the time it takes to start its threads after JES). The manager
+// reads them apart, for each pair that can occur, here sent in one write;
+// with a REZULTO whose name is long, the two are more than MaxMessage
+// bytes together.
+func TestManagerAcceptsCoalescedMessages(t *testing.T) {
+	long := strings.Repeat("n", 1005)
+	require.Greater(t, len("PRETAREZULTO "+long+" success 3"), MaxMessage+1)
+	// hail shakes hands up to ALIGI: the JES is the test's.
+	hail := func(t *testing.T, tm *testManager) *scripted {
+		r := dialRunner(t, tm.addr)
+		r.exchange("SALUTON; MI h1", "VERSIO 1.3")
+		r.exchange("KOMPRENAS", "ALIGI __defaulte__")
+		return r
+	}
+	// emptyJob gives r the empty job name, without its PRETA.
+	emptyJob := func(t *testing.T, tm *testManager, r *scripted, name string) *laboro.Handle {
+		h := tm.submit(t, name, "")
+		r.exchange("PETO", "LABORO "+name+" .sh 0")
+		return h
+	}
+	tests := []struct {
+		name string
+		play func(t *testing.T, tm *testManager)
+	}{
+		{"JES PETO", func(t *testing.T, tm *testManager) {
+			h := tm.submit(t, "a", okScript)
+			r := hail(t, tm)
+			r.say("JES" + "PETO")
+			require.Equal(t, "LABORO a .sh 43", r.hear())
+			r.say("PRETA")
+			assert.Equal(t, okScript, r.payload(len(okScript)))
+			r.report("a", "success", "ok\n")
+			_, text := result(t, h)
+			assert.Equal(t, "ok\n", text)
+		}},
+		{"JES FINO ANKAU", func(t *testing.T, tm *testManager) {
+			r := hail(t, tm)
+			r.say("JES" + "FINO ANKAU")
+			r.closed()
+			assert.Equal(t, 1, tm.logged("runner done"))
+		}},
+		{"PRETA PETO", func(t *testing.T, tm *testManager) {
+			r := join(t, tm.addr, "h1")
+			h := emptyJob(t, tm, r, "empty")
+			r.say("PRETA" + "PETO")
+			require.Equal(t, "ATENDI", r.hear()) // no other job
+			r.report("empty", "success", "ok\n")
+			_, text := result(t, h)
+			assert.Equal(t, "ok\n", text)
+		}},
+		{"PRETA REZULTO", func(t *testing.T, tm *testManager) {
+			r := join(t, tm.addr, "h1")
+			h := emptyJob(t, tm, r, "empty")
+			r.say("PRETA" + "REZULTO empty failure 3")
+			require.Equal(t, "PRETA", r.hear())
+			r.exchange("ok\n", "RICEVIS")
+			res, text := result(t, h)
+			assert.Equal(t, laboro.StatusFailed, res.Status)
+			assert.Equal(t, "ok\n", text)
+		}},
+		{"PRETA REZULTO of a long name", func(t *testing.T, tm *testManager) {
+			r := join(t, tm.addr, "h1")
+			h := emptyJob(t, tm, r, long)
+			r.say("PRETA" + "REZULTO " + long + " success 3")
+			require.Equal(t, "PRETA", r.hear())
+			r.exchange("ok\n", "RICEVIS")
+			_, text := result(t, h)
+			assert.Equal(t, "ok\n", text)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tm := startManager(t, &Manager{})
+			tt.play(t, tm)
+			assert.Zero(t, tm.logged("dropped"), "a runner was dropped")
+		})
+	}
 }
 
 // A bad hail, a wrong answer in the handshake, a runner that leaves at
