@@ -32,6 +32,12 @@ const (
 	// DefaultTimeout bounds every exchange on either side: each handshake
 	// step, each answer an exchange waits for, each payload's progress.
 	DefaultTimeout = 30 * time.Second
+	// DefaultPause is how long a message that gets no answer is kept
+	// apart from the next one, once the peer's host has acknowledged it
+	// (see Runner.Pause): ample for a peer's thread to be scheduled and
+	// read it, even on a loaded machine; paid once per connection and
+	// per empty job or output.
+	DefaultPause = 50 * time.Millisecond
 )
 
 // Kind is the kind of a control message.
@@ -328,18 +334,24 @@ func truncate(s string) string {
 // terminators: a message is what one send delivers), and writes each with
 // a single Write. Payloads are read to their announced size.
 //
-// The conversation is lock-step except in one place: the runner's JES is
-// not answered, and its first PETO follows at once, so the two may arrive
-// together. A Read that holds more than one message is split (see split)
-// and the rest kept for the next read.
+// A message that gets no answer (the runner's JES, a PRETA before an
+// empty payload) is kept apart from the next one by settle; if they
+// still arrive together, a Read that holds more than one message is split
+// (see split) and the rest kept for the next read. See "Two messages in a
+// row" in the package documentation.
 type conn struct {
 	rw      readWriteDeadliner
-	buf     [MaxMessage + 1]byte
-	rest    []byte // bytes of the next message, read with this one
+	buf     [2 * MaxMessage]byte // room for a whole message read with the one before it
+	rest    []byte               // bytes of the next message, read with this one
 	out     []byte
 	chunk   []byte // for payloads; allocated on first use
 	maxSize int64
 	timeout time.Duration // for each exchange; 0 means none
+
+	// pause, when positive, is the rule of settle; unanswered is set by
+	// a message written and cleared by one read.
+	pause      time.Duration
+	unanswered bool
 }
 
 type readWriteDeadliner interface {
@@ -365,13 +377,11 @@ func (c *conn) read(wait bool) (Message, error) {
 			}
 			return Message{}, err
 		}
-		if n > MaxMessage {
-			return Message{}, fmt.Errorf("%w: more than %d bytes", ErrMessageTooLong, MaxMessage)
-		}
 		c.rest = c.buf[:n]
 	}
 	var msg []byte
 	msg, c.rest = split(c.rest)
+	c.unanswered = false
 	return Parse(msg, c.maxSize)
 }
 
@@ -381,8 +391,11 @@ var keywords = []string{"SALUTON;", "VERSIO", "KOMPRENAS", "ALIGI", "JES", "PETO
 
 // split cuts the first message off b: at a newline (a person typing), or
 // after a whole fixed word that another message's keyword follows
-// ("JESPETO"). No single message has either shape, so a lone message is
-// never cut.
+// ("JESPETO"). Only a message that gets no answer can arrive with the
+// next one (JES, or PRETA before an empty payload), and these are fixed
+// words; no single message has either shape, so a lone message is never
+// cut. A message longer than MaxMessage is left whole, for Parse to
+// refuse.
 func split(b []byte) (msg, rest []byte) {
 	if i := strings.IndexByte(string(b), '\n'); i >= 0 && i < len(b)-1 {
 		return b[:i+1], b[i+1:]
@@ -409,17 +422,51 @@ func (c *conn) expect(k Kind) (Message, error) {
 	return m, err
 }
 
-// write sends one message in a single Write.
+// write sends one message in a single Write, after settle when the
+// message before it got no answer.
 func (c *conn) write(m Message) error {
 	var err error
 	if c.out, err = m.AppendText(c.out[:0]); err != nil {
 		return err
 	}
+	if c.unanswered && c.pause > 0 {
+		if err := c.settle(); err != nil {
+			return err
+		}
+	}
 	if c.timeout > 0 {
 		c.rw.SetWriteDeadline(time.Now().Add(c.timeout))
 	}
 	_, err = c.rw.Write(c.out)
+	c.unanswered = true
 	return err
+}
+
+// settle is the rule that keeps two messages apart when the first gets no
+// answer (the runner's JES before its first PETO; a PRETA before an empty
+// payload, then the next message): the reference peers read a message
+// with one recv, so the second must not reach the peer before the peer
+// has read the first. Nothing on the wire says when it has; so settle
+// waits until the peer's host has acknowledged every byte sent (Linux:
+// the socket's send queue is empty), which proves the first message
+// arrived, and then c.pause more, the time the peer's thread has to be
+// scheduled and read it. On other systems, or on a connection that is not
+// TCP, it waits c.pause alone. It gives up with an error after the
+// exchange's timeout.
+// settleSleep is time.Sleep; tests replace it to see settle wait.
+var settleSleep = time.Sleep
+
+func (c *conn) settle() error {
+	timeout := c.timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	if err := waitAcked(c.rw, time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	settleSleep(c.pause)
+	c.unanswered = false
+	return nil
 }
 
 // readPayload copies exactly n bytes of payload to w, under the
@@ -432,6 +479,7 @@ func (c *conn) readPayload(w io.Writer, n int64) error {
 			return err
 		}
 		c.rest, n = c.rest[k:], n-k
+		c.unanswered = false
 	}
 	r := io.LimitReader(c.rw, n)
 	chunk := c.payloadBuffer()
@@ -441,6 +489,7 @@ func (c *conn) readPayload(w io.Writer, n int64) error {
 		}
 		k, err := r.Read(chunk)
 		if k > 0 {
+			c.unanswered = false
 			if _, werr := w.Write(chunk[:k]); werr != nil {
 				return werr
 			}

@@ -42,13 +42,35 @@
 // Messages have no terminator: each is sent with one write and read with
 // one read of at most MaxMessage (1024) bytes, as the reference peers do;
 // they reject a message with a trailing newline, so we never send one. We
-// accept one, for a person typing into a terminal. The conversation is
-// lock-step, except that the runner's JES is not answered and its first
-// PETO follows at once (and a result of 0 bytes gets PRETA and RICEVIS
-// back to back), so the reader splits a read that holds a whole fixed word
-// followed by another message's keyword. Payloads are read to their SIZE,
-// which is checked against a limit (DefaultMaxSize unless configured)
-// before anything is written; a message longer than MaxMessage is refused.
+// accept one, for a person typing into a terminal. Payloads are read to
+// their SIZE, which is checked against a limit (DefaultMaxSize unless
+// configured) before anything is written; a message longer than
+// MaxMessage is refused.
+//
+// # Two messages in a row
+//
+// The conversation is lock-step except where a message gets no answer:
+// the runner's JES, which its first PETO follows; a PRETA before an empty
+// payload (a runner's for a job of 0 bytes, then its next message; a
+// manager's for an output of 0 bytes, then RICEVIS). A reference peer
+// reads one message per recv, so if the second reaches it before it has
+// read the first, it reads both at once and gives up (the reference
+// manager then leaves the runner waiting forever). Nothing on the wire
+// says when the peer has read a message, so both sides keep one rule:
+//
+//	A message written with no read since the previous message waits until
+//	the peer's host has acknowledged every byte sent (the socket's send
+//	queue is empty; Linux), then Pause (DefaultPause, 50 ms) more.
+//
+// The acknowledgement makes the gap hold at the peer whatever the network
+// does; the pause is the time the peer's thread has to be scheduled, a
+// few milliseconds even on a loaded machine. It costs 50 ms once per
+// connection and per empty job or output. Against the reference manager
+// it took our runner from 27 of 30 handshakes to 30 of 30 (and 100 of 100
+// with two CPU hogs running). Still, a reader that is slower than that
+// may see two messages, so both our sides split a read that holds a
+// whole fixed word followed by another message's keyword ("JESPETO",
+// "PRETAREZULTO ..."), reading up to two messages at once.
 //
 // Grammars, from the reference: host names [-_a-zA-Z0-9]+; VERSIO
 // \d+(\.\d+)?, and a runner requires equality with 1.3; LABORO

@@ -2,6 +2,7 @@ package runexp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,10 @@ type Manager struct {
 	IdleWait time.Duration
 	// MaxSize bounds an output's SIZE; 0 means DefaultMaxSize.
 	MaxSize int64
+	// Pause keeps a PRETA before an empty output apart from the RICEVIS
+	// that follows it, as Runner.Pause does for the runner's messages.
+	// 0 means DefaultPause; negative, no wait.
+	Pause time.Duration
 	// Dir receives the outputs as files, handed over in Result.Output; ""
 	// means os.TempDir.
 	Dir string
@@ -299,7 +304,7 @@ func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Now()) })
 	defer stop()
 	s := &remote{
-		c:    &conn{rw: raw, maxSize: m.MaxSize, timeout: m.timeout()},
+		c:    &conn{rw: raw, maxSize: m.MaxSize, timeout: m.timeout(), pause: cmp.Or(m.Pause, DefaultPause)},
 		raw:  raw,
 		log:  m.Logger.With(zap.Stringer("peer", raw.RemoteAddr())),
 		sent: map[string]struct{}{},

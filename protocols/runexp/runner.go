@@ -83,6 +83,12 @@ type Runner struct {
 	// breaks the session before anything is allocated for it.
 	// 0 means DefaultMaxSize.
 	MaxSize int64
+	// Pause keeps a message that gets no answer (JES, or PRETA for an
+	// empty job) apart from the next one: the next waits until the
+	// manager's host has acknowledged the first, and Pause more, so that
+	// a manager reading each message with one recv (the reference) does
+	// not read the two together. 0 means DefaultPause; negative, no wait.
+	Pause time.Duration
 	// Dir, which must exist, receives the job scripts and outputs while
 	// they are needed. "" means a temporary directory removed when Run
 	// returns.
@@ -170,6 +176,9 @@ func (r *Runner) withDefaults() (Runner, error) {
 	}
 	if c.MaxSize == 0 {
 		c.MaxSize = DefaultMaxSize
+	}
+	if c.Pause == 0 {
+		c.Pause = DefaultPause
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -333,7 +342,7 @@ func (s *runnerSession) connect(ctx context.Context) error {
 		return fmt.Errorf("runexp: connect to %s: %w", s.cfg.Addr, err)
 	}
 	s.nc = nc
-	s.c = &conn{rw: nc, maxSize: s.cfg.MaxSize, timeout: s.cfg.Timeout}
+	s.c = &conn{rw: nc, maxSize: s.cfg.MaxSize, timeout: s.cfg.Timeout, pause: s.cfg.Pause}
 	stop := runnerOnDone(either, func() { nc.Close() })
 	err = s.handshake()
 	if stop() {

@@ -126,9 +126,10 @@ func (p *fakePeer) handshake() {
 	p.joined()
 }
 
-// joined reads the JES. The runner's first PETO follows it unanswered, so
-// one Read may return both (the one place the protocol is not
-// lock-step); the PETO is kept for the next hear.
+// joined reads the JES. The runner's first PETO follows it unanswered,
+// kept apart by the pause (see TestRunnerKeepsUnansweredMessagesApart);
+// a test goroutine descheduled for longer may still read both, so the
+// PETO is then kept for the next hear.
 func (p *fakePeer) joined() {
 	p.t.Helper()
 	m := p.hear()
