@@ -9,16 +9,22 @@
 // jobExecutorServer (no acknowledgement within -ack-timeout, or an answer
 // in another protocol), 2 for a usage error, 130
 // when interrupted (the server is not disturbed: a job already submitted
-// runs on). Set LABORO_TOKEN when the server requires one.
+// runs on). The server's token is read from $LABORO_TOKEN, else from
+// jobexec.token in the user's state directory, where a server started by
+// the same user keeps it.
 package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/laboro-go/laboro/internal/cli"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/jobexec"
 )
 
@@ -27,7 +33,8 @@ var commands = map[string]bool{"issueJob": true, "setConcurrency": true, "stop":
 func main() {
 	c := cli.New("jobCommander", "[-ack-timeout D] serverName portNum issueJob <job>|setConcurrency <N>|stop <jobID>|poll|exit",
 		"Sends one command to a jobExecutorServer and prints its answer. The exit status of issueJob is the job's own. "+
-			"Set LABORO_TOKEN when the server requires one.")
+			"The server's token comes from $LABORO_TOKEN, else from jobexec.token in the user's state directory "+
+			"(~/.local/state/laboro), where a server of the same user keeps it.")
 	ackTimeout := c.Flags.Duration("ack-timeout", jobexec.DefaultAckTimeout,
 		"how long the server may take to acknowledge the command (and to answer any command but issueJob)")
 	// Flags end at serverName: what follows is the command's, flags included.
@@ -43,11 +50,17 @@ func main() {
 		if port, err := strconv.Atoi(cmd[1]); err != nil || port < 1 || port > 65535 {
 			return cli.Usagef("portNum %q: must be a number from 1 to 65535", cmd[1])
 		}
-		client := &jobexec.Client{Addr: net.JoinHostPort(cmd[0], cmd[1]), Token: os.Getenv("LABORO_TOKEN"), AckTimeout: *ackTimeout}
+		token, tokenErr := secret.Find("jobexec", "LABORO_TOKEN")
+		client := &jobexec.Client{Addr: net.JoinHostPort(cmd[0], cmd[1]), Token: token, AckTimeout: *ackTimeout}
 		code, err := client.Do(ctx, cmd[2], cmd[3:], os.Stdout)
 		switch {
 		case ctx.Err() != nil:
 			return cli.ErrInterrupted
+		case errors.Is(err, jobexec.ErrRefused) && strings.HasSuffix(err.Error(), "wrong token"):
+			if tokenErr != nil {
+				return fmt.Errorf("%w: %w; copy the server's jobexec.token there, or set LABORO_TOKEN", err, tokenErr)
+			}
+			return fmt.Errorf("%w: this token is not the server's (from $LABORO_TOKEN or jobexec.token)", err)
 		case err != nil:
 			return err
 		}

@@ -23,7 +23,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { e2e.Main(m) }
+// TestMain keeps the servers' token file in a directory of the tests' own,
+// where the commanders find it, as they would in the user's state
+// directory.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "jobexec-state")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("LABORO_STATE_DIR", dir)
+	os.Unsetenv("LABORO_TOKEN")
+	defer os.RemoveAll(dir)
+	e2e.Main(m)
+}
 
 // build compiles both binaries, once per test run.
 func build(t testing.TB) (server, commander string) {
@@ -114,6 +126,13 @@ func (s *server) run(t testing.TB, args ...string) (stdout, stderr string, code 
 	return c.wait(t)
 }
 
+// runEnv is run with env added to the commander's environment.
+func (s *server) runEnv(t testing.TB, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	c := s.startEnv(t, env, args...)
+	return c.wait(t)
+}
+
 // commander is a running jobCommander process, read line by line.
 type commander struct {
 	cmd    *exec.Cmd
@@ -129,8 +148,15 @@ type line struct {
 
 func (s *server) start(t testing.TB, args ...string) *commander {
 	t.Helper()
+	return s.startEnv(t, nil, args...)
+}
+
+// startEnv starts a commander with env added to the tests' environment.
+func (s *server) startEnv(t testing.TB, env []string, args ...string) *commander {
+	t.Helper()
 	c := &commander{lines: make(chan line, 1024)}
 	c.cmd = exec.Command(s.commander, append([]string{s.host, s.port}, args...)...)
+	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Dir = s.work
 	c.cmd.Stderr = &c.stderr
 	stdout, err := c.cmd.StdoutPipe()
@@ -583,26 +609,48 @@ func TestBadInput(t *testing.T) {
 	assert.Eventually(t, func() bool { return s.logged("bad request") == 3 }, 10*time.Second, 10*time.Millisecond, s.log())
 }
 
-// Beyond loopback without a token the server warns; with LABORO_TOKEN set it
-// serves only commanders that send the same token.
-func TestListenAndToken(t *testing.T) {
-	s := startServer(t, "0", "4", "1", "-listen", "0.0.0.0")
-	assert.Equal(t, 1, s.logged("without LABORO_TOKEN"), s.log())
-
-	t.Setenv("LABORO_TOKEN", "s3cret")
-	s = startServer(t, "0", "4", "1", "-listen", "0.0.0.0")
-	assert.Zero(t, s.logged("without LABORO_TOKEN"), s.log())
-	out, _, code := s.run(t, "setConcurrency", "2")
-	assert.Equal(t, "CONCURRENCY SET AT 2\n", out)
+// A server requires a token by default: it creates it at its first start,
+// in a file its user alone can read, where jobCommander finds it. A
+// commander without it (another account) or with another token is refused
+// with a message that says what to do, and no job ever sees the token.
+func TestToken(t *testing.T) {
+	s := startServer(t, "0", "4", "1")
+	path := filepath.Join(os.Getenv("LABORO_STATE_DIR"), "jobexec.token")
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	tok := strings.TrimSpace(string(b))
+	require.Len(t, tok, 64)
+	out, _, code := s.run(t, "issueJob", "env")
 	assert.Equal(t, 0, code)
-	for _, wrong := range []string{"", "s3cre", "s3cret!"} {
-		t.Setenv("LABORO_TOKEN", wrong)
-		out, stderr, code := s.run(t, "issueJob", "touch", "pwned")
+	assert.Contains(t, out, "PATH=")
+	assert.NotContains(t, out, tok, "a job sees the token")
+
+	out, stderr, code := s.runEnv(t, []string{"LABORO_STATE_DIR=" + t.TempDir()}, "issueJob", "touch", "pwned")
+	assert.Empty(t, out)
+	assert.Contains(t, stderr, "wrong token")
+	assert.Contains(t, stderr, "set LABORO_TOKEN")
+	assert.Equal(t, 1, code)
+	for _, wrong := range []string{"s3cret", tok[:len(tok)-1], tok + "0"} {
+		out, stderr, code := s.runEnv(t, []string{"LABORO_TOKEN=" + wrong}, "issueJob", "touch", "pwned")
 		assert.Empty(t, out)
-		assert.Contains(t, stderr, "wrong token")
+		assert.Contains(t, stderr, "this token is not the server's")
 		assert.Equal(t, 1, code)
 	}
 	assert.NoFileExists(t, filepath.Join(s.work, "pwned"))
+
+	// LABORO_TOKEN, when set, is the token, beyond loopback too; the
+	// server's jobs do not see it either.
+	t.Setenv("LABORO_TOKEN", "s3cret")
+	s = startServer(t, "0", "4", "1", "-listen", "0.0.0.0")
+	out, _, code = s.run(t, "issueJob", "env")
+	assert.Equal(t, 0, code)
+	assert.NotContains(t, out, "s3cret")
+	_, stderr, code = s.runEnv(t, []string{"LABORO_TOKEN=" + tok}, "poll")
+	assert.Contains(t, stderr, "wrong token")
+	assert.Equal(t, 1, code)
 }
 
 func TestServerUsage(t *testing.T) {

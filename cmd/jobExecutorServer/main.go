@@ -1,13 +1,21 @@
 // Command jobExecutorServer runs the jobs that jobCommander sends it.
 //
-//	jobExecutorServer portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-log LEVEL] [-request-timeout D]
+//	jobExecutorServer portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-max-conns N] [-log LEVEL] [-request-timeout D]
 //
-// Set LABORO_TOKEN to require that token from every commander.
+// Every commander must send the server's token: $LABORO_TOKEN when it is
+// set, else the token kept in jobexec.token in the user's state directory
+// ($LABORO_STATE_DIR, $XDG_STATE_HOME/laboro or ~/.local/state/laboro),
+// created at the first start and readable by the user alone. jobCommander
+// reads the same file, so on the same account nothing is to be done; on
+// another machine, copy the file there or set LABORO_TOKEN. Jobs do not
+// see the token. The server keeps nothing on disk but the outputs: a
+// restart loses its queue, as the specification has it.
 package main
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -15,17 +23,22 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/jobexec"
 	"go.uber.org/zap"
 )
 
 func main() {
-	c := cli.New("jobExecutorServer", "portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-log LEVEL] [-request-timeout D]",
+	c := cli.New("jobExecutorServer", "portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-max-conns N] [-log LEVEL] [-request-timeout D]",
 		"Runs the jobs that jobCommander sends: at most bufferSize wait, at most threadPoolSize run at once. "+
-			"Set LABORO_TOKEN to require that token from every commander.")
+			"Every commander must send the server's token: $LABORO_TOKEN, else the token in jobexec.token in the user's "+
+			"state directory (~/.local/state/laboro), created at the first start; jobCommander on the same account "+
+			"reads it, and on another machine needs a copy of the file or LABORO_TOKEN. "+
+			"Nothing but the outputs is kept on disk: a restart loses the queue.")
 	listen := c.Flags.String("listen", "127.0.0.1", "address to listen on")
 	dir := c.Flags.String("dir", ".", "directory for <pid>.output files")
 	timeout := c.Flags.Duration("request-timeout", jobexec.DefaultRequestTimeout, "how long a commander may take to send its command")
+	maxConns := c.Flags.Int("max-conns", jobexec.DefaultMaxConns, "connections served at once; more are refused")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	args := os.Args[1:]
 	var nums []int
@@ -44,9 +57,11 @@ func main() {
 			return cli.Usagef("bufferSize %s: must be a number of at least 1", args0(1))
 		case nums[2] < 1:
 			return cli.Usagef("threadPoolSize %s: must be a number of at least 1", args0(2))
+		case *maxConns < 1:
+			return cli.Usagef("-max-conns %d: must be at least 1", *maxConns)
 		}
 		log := logFlag.Logger()
-		err := serve(ctx, *listen, nums, *dir, *timeout, log)
+		err := serve(ctx, *listen, nums, *dir, *timeout, *maxConns, log)
 		switch {
 		case errors.Is(err, jobexec.ErrServerTerminated):
 			log.Info("terminated by an exit command")
@@ -59,7 +74,13 @@ func main() {
 	})
 }
 
-func serve(ctx context.Context, host string, nums []int, dir string, timeout time.Duration, log *zap.Logger) error {
+func serve(ctx context.Context, host string, nums []int, dir string, timeout time.Duration, maxConns int, log *zap.Logger) error {
+	// Read first, so that LABORO_TOKEN leaves the environment before any
+	// job could inherit it.
+	token, path, err := secret.Ensure("jobexec", "LABORO_TOKEN")
+	if err != nil {
+		return fmt.Errorf("the commanders' token: %w", err)
+	}
 	ex, err := laboro.New(laboro.WithBufferSize(nums[1]), laboro.WithPoolSize(nums[2]),
 		laboro.WithOutputDir(dir), laboro.WithLogger(log))
 	if err != nil {
@@ -70,12 +91,12 @@ func serve(ctx context.Context, host string, nums []int, dir string, timeout tim
 	if err != nil {
 		return err
 	}
-	token := os.Getenv("LABORO_TOKEN")
-	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && token == "" {
-		log.Warn("listening beyond this machine without LABORO_TOKEN: anyone who reaches the port runs commands", zap.String("addr", ln.Addr().String()))
+	if path != "" {
+		log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("token", path))
+	} else {
+		log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("token", "$LABORO_TOKEN"))
 	}
-	log.Info("serving", zap.String("addr", ln.Addr().String()))
-	srv := &jobexec.Server{Executor: ex, Token: token, Logger: log, RequestTimeout: timeout}
+	srv := &jobexec.Server{Executor: ex, Token: token, Logger: log, RequestTimeout: timeout, MaxConns: maxConns}
 	context.AfterFunc(ctx, func() { ex.Close() })
 	return srv.Serve(ctx, ln)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Wire constants.
@@ -132,18 +133,42 @@ func readFrame(r io.Reader, max int, buf []byte) (Frame, error) {
 	if uint64(n) > uint64(max) {
 		return Frame{}, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, max)
 	}
-	payload := buf[:0]
-	if uint32(cap(buf)) < n {
-		payload = make([]byte, n)
+	var payload []byte
+	var err error
+	if uint32(cap(buf)) >= n {
+		payload = buf[:n]
+		_, err = io.ReadFull(r, payload)
+	} else {
+		payload, err = readGrowing(r, int(n))
 	}
-	payload = payload[:n]
-	if _, err := io.ReadFull(r, payload); err != nil {
+	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
 		return Frame{}, err
 	}
 	return Frame{Type: t, Payload: payload}, nil
+}
+
+// growStep is the most a frame's payload is allocated ahead of the bytes
+// that arrived: a peer that announces a large frame and sends it slowly,
+// or never, makes the reader hold what it sent, not what it announced.
+const growStep = 16 << 10
+
+// readGrowing reads exactly n bytes, growing the buffer as they arrive.
+func readGrowing(r io.Reader, n int) ([]byte, error) {
+	b := make([]byte, 0, min(n, growStep))
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(n-len(b), max(growStep, len(b))))
+		}
+		k, err := r.Read(b[len(b):min(n, cap(b))])
+		b = b[:len(b)+k]
+		if err != nil && len(b) < n {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // Request is a commander's command.

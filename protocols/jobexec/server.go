@@ -2,17 +2,19 @@ package jobexec
 
 import (
 	"bufio"
+	"cmp"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
@@ -29,6 +31,10 @@ const DefaultRequestTimeout = 10 * time.Second
 // DefaultWriteTimeout bounds each write to a commander unless configured.
 const DefaultWriteTimeout = 30 * time.Second
 
+// DefaultMaxConns is how many connections a Server serves at once unless
+// told otherwise.
+const DefaultMaxConns = 256
+
 // ErrServerTerminated is returned by Serve after an exit command has been
 // carried out: the exit commander was answered and every job was drained.
 var ErrServerTerminated = errors.New("jobexec: server terminated")
@@ -39,8 +45,14 @@ type Server struct {
 	// Executor runs the jobs; required. The exit command shuts it down.
 	Executor *laboro.Executor
 	// Token, if not empty, must be sent by every commander; it is compared
-	// in constant time before anything else is done.
+	// in a time that tells nothing of it (not even its length) before
+	// anything else is done.
 	Token string
+	// MaxConns bounds the connections served at once (a commander of
+	// issueJob holds its connection until its job ends); one over it is
+	// refused with "too many connections" and closed. 0 means
+	// DefaultMaxConns.
+	MaxConns int
 	// Logger; nil means none.
 	Logger *zap.Logger
 	// MaxFrame bounds a request's size; 0 means DefaultMaxFrame.
@@ -53,6 +65,7 @@ type Server struct {
 	// means DefaultWriteTimeout.
 	WriteTimeout time.Duration
 
+	conns    atomic.Int64 // connections being served
 	mu       sync.Mutex
 	draining bool
 	jobs     sync.WaitGroup // issueJob exchanges still delivering
@@ -150,6 +163,18 @@ func (x *exchange) watch(ctx context.Context) (context.Context, func()) {
 	}
 }
 
+// lingerClose ends a connection whose request was not read: it closes the
+// writing side and reads (for a second, 64 KiB at most) what the peer
+// still sends, since closing a socket with unread bytes resets the
+// connection, and the peer might lose the answer already sent.
+func lingerClose(conn net.Conn) {
+	if tc, ok := conn.(interface{ CloseWrite() error }); ok {
+		tc.CloseWrite()
+	}
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, io.LimitReader(conn, 64<<10))
+}
+
 // errCommanderGone is the cause of an exchange's context when its
 // commander went away.
 var errCommanderGone = errors.New("commander gone")
@@ -196,6 +221,14 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	if x.timeout <= 0 {
 		x.timeout = DefaultWriteTimeout
 	}
+	defer s.conns.Add(-1)
+	if n := s.conns.Add(1); n > int64(cmp.Or(s.MaxConns, DefaultMaxConns)) {
+		x.log.Warn("connection refused: too many connections", zap.Int64("connections", n-1))
+		x.timeout = min(x.timeout, time.Second) // a refusal waits on no one
+		x.refuse("too many connections")
+		lingerClose(conn)
+		return
+	}
 	timeout := s.RequestTimeout
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
@@ -224,7 +257,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		return
 	}
 	conn.SetReadDeadline(time.Time{})
-	if subtle.ConstantTimeCompare([]byte(q.Token), []byte(s.Token)) != 1 {
+	if s.Token != "" && !secret.Equal(q.Token, s.Token) {
 		x.log.Warn("request with a wrong token")
 		x.refuse("wrong token")
 		return

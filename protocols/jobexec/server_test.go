@@ -3,6 +3,7 @@ package jobexec
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,9 +12,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -27,6 +30,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type testServer struct {
+	srv    *Server
 	ex     *laboro.Executor
 	addr   string
 	dir    string // the output directory
@@ -36,6 +40,13 @@ type testServer struct {
 
 func startServer(t testing.TB, token string, opts ...laboro.Option) *testServer {
 	t.Helper()
+	return startServerConfig(t, &Server{Token: token}, opts...)
+}
+
+// startServerConfig starts a server with cfg's Token, MaxConns and
+// RequestTimeout (300 ms if 0).
+func startServerConfig(t testing.TB, cfg *Server, opts ...laboro.Option) *testServer {
+	t.Helper()
 	dir := t.TempDir()
 	ex, err := laboro.New(append([]laboro.Option{laboro.WithOutputDir(dir)}, opts...)...)
 	require.NoError(t, err)
@@ -43,8 +54,9 @@ func startServer(t testing.TB, token string, opts ...laboro.Option) *testServer 
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	core, logs := observer.New(zap.InfoLevel)
-	srv := &Server{Executor: ex, Token: token, RequestTimeout: 300 * time.Millisecond, WriteTimeout: time.Second, Logger: zap.New(core)}
-	ts := &testServer{ex: ex, addr: ln.Addr().String(), dir: dir, logs: logs, served: make(chan error, 1)}
+	srv := &Server{Executor: ex, Token: cfg.Token, MaxConns: cfg.MaxConns, RequestTimeout: cmp.Or(cfg.RequestTimeout, 300*time.Millisecond),
+		WriteTimeout: time.Second, Logger: zap.New(core)}
+	ts := &testServer{srv: srv, ex: ex, addr: ln.Addr().String(), dir: dir, logs: logs, served: make(chan error, 1)}
 	go func() { ts.served <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
@@ -391,3 +403,81 @@ func TestNoDescriptorLeak(t *testing.T) {
 	assert.Eventually(t, func() bool { return openFiles(t) == before }, 10*time.Second, 10*time.Millisecond,
 		"open descriptors: %d before, %d after", before, openFiles(t))
 }
+
+// Connections beyond MaxConns are refused at once and closed, while those
+// within it are served; once one ends, another is served again.
+func TestConnectionLimit(t *testing.T) {
+	// The held connections must outlive the test's steps, however slow.
+	ts := startServerConfig(t, &Server{MaxConns: 2, RequestTimeout: time.Minute}, laboro.WithConcurrency(0), laboro.WithBufferSize(4))
+	held := make([]net.Conn, 2)
+	for i := range held {
+		c, err := net.Dial("tcp", ts.addr)
+		require.NoError(t, err)
+		defer c.Close()
+		held[i] = c
+	}
+	// The two held connections send nothing yet: the server waits for
+	// their requests. A third commander is refused.
+	require.Eventually(t, func() bool { return ts.srv.conns.Load() == 2 }, 10*time.Second, time.Millisecond)
+	_, _, err := ts.do(t, "", "poll")
+	require.ErrorIs(t, err, ErrRefused)
+	assert.ErrorContains(t, err, "too many connections")
+	assert.True(t, ts.logged("too many connections"))
+
+	// One held connection sends its command and is answered: within the
+	// limit, serving goes on.
+	payload, err := Request{Version: Version, Command: "poll"}.AppendBinary(nil)
+	require.NoError(t, err)
+	require.NoError(t, WriteFrame(held[0], FrameRequest, payload))
+	held[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(held[0])
+	var types []FrameType
+	for {
+		f, err := ReadFrame(r, 0)
+		require.NoError(t, err)
+		types = append(types, f.Type)
+		if f.Type == FrameExit {
+			break
+		}
+	}
+	assert.NotContains(t, types, FrameRefusal)
+	held[0].Close()
+	held[1].Close()
+	require.Eventually(t, func() bool {
+		_, code, err := ts.do(t, "", "poll")
+		return err == nil && code == 0
+	}, 10*time.Second, 10*time.Millisecond, "a commander is served once the others left")
+}
+
+// A frame that announces a large payload and sends little of it costs
+// the reader what arrived, not what was announced.
+func TestReadFrameAllocatesWhatArrives(t *testing.T) {
+	hdr := binary.BigEndian.AppendUint32(nil, DefaultMaxFrame)
+	stalled := io.MultiReader(bytes.NewReader(append(hdr, byte(FrameRequest))), strings.NewReader("only this"))
+	var before, after runtimeMem
+	before.read()
+	_, err := ReadFrame(stalled, 0)
+	after.read()
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	assert.Less(t, after.total-before.total, uint64(DefaultMaxFrame/4), "bytes allocated for a frame announced at %d bytes", DefaultMaxFrame)
+
+	// A whole frame still reads whole, across the growth steps.
+	big := bytes.Repeat([]byte("x"), 3*growStep+5)
+	var buf bytes.Buffer
+	require.NoError(t, WriteFrame(&buf, FrameLine, big))
+	f, err := ReadFrame(iotestHalf(&buf), 0)
+	require.NoError(t, err)
+	assert.Equal(t, big, f.Payload)
+}
+
+// runtimeMem reads the bytes allocated so far.
+type runtimeMem struct{ total uint64 }
+
+func (m *runtimeMem) read() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.total = ms.TotalAlloc
+}
+
+// iotestHalf reads at most half of what is asked each time.
+func iotestHalf(r io.Reader) io.Reader { return iotest.HalfReader(r) }
