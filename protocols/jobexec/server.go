@@ -31,6 +31,10 @@ const DefaultRequestTimeout = 10 * time.Second
 // DefaultWriteTimeout bounds each write to a commander unless configured.
 const DefaultWriteTimeout = 30 * time.Second
 
+// DefaultMaxRequest bounds a request (a command line and its arguments)
+// unless Server.MaxFrame says otherwise: 64 KiB.
+const DefaultMaxRequest = 64 << 10
+
 // DefaultMaxConns is how many connections a Server serves at once unless
 // told otherwise.
 const DefaultMaxConns = 256
@@ -55,7 +59,9 @@ type Server struct {
 	MaxConns int
 	// Logger; nil means none.
 	Logger *zap.Logger
-	// MaxFrame bounds a request's size; 0 means DefaultMaxFrame.
+	// MaxFrame bounds a request's size; 0 means DefaultMaxRequest. With
+	// MaxConns, it bounds the memory that commanders can make the server
+	// hold: 256 × 64 KiB by default.
 	MaxFrame int
 	// RequestTimeout bounds how long a commander may take to send its
 	// command; 0 means DefaultRequestTimeout.
@@ -234,7 +240,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		timeout = DefaultRequestTimeout
 	}
 	conn.SetReadDeadline(time.Now().Add(timeout))
-	f, err := ReadFrame(bufio.NewReader(conn), s.MaxFrame)
+	f, err := ReadFrame(bufio.NewReader(conn), cmp.Or(s.MaxFrame, DefaultMaxRequest))
 	if err == nil && f.Type != FrameRequest {
 		err = protocolErrorf("expected a request frame, got %v", f.Type)
 	}
@@ -253,6 +259,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		x.log.Warn("bad request", zap.Error(err))
 		if !errors.Is(err, io.EOF) {
 			x.refuse("bad request: %v", err)
+			lingerClose(conn)
 		}
 		return
 	}

@@ -481,3 +481,16 @@ func (m *runtimeMem) read() {
 
 // iotestHalf reads at most half of what is asked each time.
 func iotestHalf(r io.Reader) io.Reader { return iotest.HalfReader(r) }
+
+// A request over the server's limit is refused with the limit named, and
+// the server serves on.
+func TestRequestTooLarge(t *testing.T) {
+	ts := startServer(t, "")
+	_, _, err := ts.do(t, "", "issueJob", "echo", strings.Repeat("x", DefaultMaxRequest))
+	require.ErrorIs(t, err, ErrRefused)
+	assert.ErrorContains(t, err, fmt.Sprintf("limit %d", DefaultMaxRequest))
+	out, code, err := ts.do(t, "", "issueJob", "echo", strings.Repeat("x", DefaultMaxRequest/2))
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, strings.Repeat("x", 100))
+}
