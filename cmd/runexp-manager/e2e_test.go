@@ -132,11 +132,15 @@ func TestFailureAndResume(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	manager, runner := build(t)
-	for _, args := range [][]string{{"-p", "x"}, {"a", "b"}, {"-bogus"}} {
-		err := exec.Command(manager, args...).Run()
+	for _, args := range [][]string{{"-p", "x"}, {"a", "b"}, {"-bogus"}, {"-listen", "0.0.0.0", t.TempDir()},
+		{"-listen", "", t.TempDir()}, {"-listen", "0.0.0.0", "-allow", "10.0.0.0/33", t.TempDir()}} {
+		out, err := exec.Command(manager, args...).CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+		if len(args) > 2 && args[0] == "-listen" {
+			assert.Contains(t, string(out), "-allow", "%v: the usage error names the flag", args)
+		}
 	}
 	for _, args := range [][]string{{}, {"4"}, {"0", "-c", "h:1"}, {"x", "-c", "h:1"}, {"4", "-c", "h:1", "-t", "py=python3"}} {
 		err := exec.Command(runner, args...).Run()

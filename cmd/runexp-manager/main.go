@@ -1,7 +1,14 @@
 // Command runexp-manager serves the job files of a folder to runexp runners
 // and writes their results.
 //
-//	runexp-manager [-p PORT] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [BASEDIR]
+//	runexp-manager [-p PORT] [--listen ADDR --allow ADDRS] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [BASEDIR]
+//
+// It listens on the loopback unless told otherwise. The protocol has no
+// room for a secret, so a manager that listens beyond its machine must be
+// told the addresses of its runners (--allow 10.0.0.0/24,192.168.1.7); a
+// connection from elsewhere is closed before a word is said. Anyone who
+// can connect can take jobs and report results: on a network you do not
+// trust, reach the manager through a tunnel (ssh -L) instead.
 //
 // Every file under RUNS (BASEDIR/runs) is a job; the result of job NAME goes
 // to OUTPUTS/NAME.res (BASEDIR/outputs). Jobs whose result shows success are
@@ -13,9 +20,11 @@ package main
 import (
 	"context"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/runexp"
@@ -23,9 +32,11 @@ import (
 )
 
 func main() {
-	c := cli.New("runexp-manager", "[-p PORT] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [BASEDIR]",
+	c := cli.New("runexp-manager", "[-p PORT] [--listen ADDR --allow ADDRS] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [BASEDIR]",
 		"Serves every job file under RUNS (BASEDIR/runs) to runexp runners and writes the result of job NAME to "+
 			"OUTPUTS/NAME.res (BASEDIR/outputs). Jobs whose result shows success are skipped, so a restarted manager resumes. "+
+			"It listens on the loopback unless told otherwise; the protocol has no room for a secret, so listening beyond "+
+			"it needs --allow, the addresses runners may connect from (connections from elsewhere are closed at once). "+
 			"Exit status: 0 when every job succeeded, 1 when some failed or the run was interrupted, 2 for a usage error.")
 	var port int
 	var group, runs, outputs string
@@ -44,7 +55,8 @@ func main() {
 	ban := c.Flags.Bool("ban", false, "hold (ATENDI) or ban (ELIRI) runners that fail too often")
 	printJobs := c.Flags.Bool("print-jobs", false, "list the jobs not yet done, and exit")
 	sorted := c.Flags.Bool("sort", false, "serve jobs in name order instead of shuffled")
-	listen := c.Flags.String("listen", "", "address to listen on (default: every interface)")
+	listen := c.Flags.String("listen", "127.0.0.1", "address to listen on (\"\" for every interface, with --allow)")
+	allowFlag := c.Flags.String("allow", "", "addresses or networks runners may connect from, comma-separated (10.0.0.0/24,192.168.1.7); loopback always may")
 	progress := cli.NewProgress(os.Stderr, 0)
 	level := zap.InfoLevel
 	if progress.Terminal() {
@@ -66,10 +78,42 @@ func main() {
 		if *printJobs {
 			return list(folder)
 		}
-		m := &runexp.Manager{Group: group, Logger: logFlag.Logger()}
+		allow, err := parseAllow(*allowFlag)
+		if err != nil {
+			return err
+		}
+		if ip, err := netip.ParseAddr(*listen); (err != nil || !ip.IsLoopback()) && allow == nil {
+			return cli.Usagef("--listen %q reaches beyond this machine: say which runners may connect with --allow ADDRS", *listen)
+		}
+		if allow != nil { // and local runners
+			allow = append(allow, netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"))
+		}
+		m := &runexp.Manager{Group: group, Allow: allow, Logger: logFlag.Logger()}
 		if *ban {
 			m.Policy = runexp.BanPolicy{}
 		}
 		return serve(ctx, m, folder, net.JoinHostPort(*listen, strconv.Itoa(port)), *sorted, progress)
 	})
+}
+
+// parseAllow parses --allow: addresses or prefixes, comma-separated; nil
+// for "".
+func parseAllow(s string) ([]netip.Prefix, error) {
+	var allow []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			allow = append(allow, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, cli.Usagef("--allow %q: not an address or a network (like 10.0.0.0/24)", f)
+		}
+		allow = append(allow, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return allow, nil
 }

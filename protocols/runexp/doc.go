@@ -129,6 +129,19 @@
 //     payload's progress) has a deadline (DefaultTimeout); the wait for a
 //     runner's next request has none, since a job may run for hours.
 //
+// # Who may connect
+//
+// The wire has no room for a secret, and the reference runner sends none,
+// so a Manager cannot tell a runner from anyone else who connects: anyone
+// can take jobs (and read their scripts) and report results. What it can
+// check is where a connection comes from: Manager.Allow lists the
+// addresses runners may connect from, and a connection from elsewhere is
+// closed before a word is said. runexp-manager listens on the loopback by
+// default and needs --allow to listen beyond it. Across a network that is
+// not trusted, keep the manager on the loopback and let runners reach it
+// through a tunnel (ssh -L), which authenticates them; TLS client
+// certificates through a wrapper (stunnel) would do as well.
+//
 // # Results
 //
 // The runner's output starts with the reference's header, "runexp

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -77,6 +78,13 @@ type Manager struct {
 	IdleWait time.Duration
 	// MaxSize bounds an output's SIZE; 0 means DefaultMaxSize.
 	MaxSize int64
+	// Allow, when not nil, lists the addresses runners may connect from
+	// (add 127.0.0.0/8 and ::1/128 for local runners): the wire has no room for
+	// a secret, so this is how a Manager that listens beyond its machine
+	// knows its runners. A connection from elsewhere is closed before a
+	// word is said, with a log line naming its address. nil allows every
+	// address.
+	Allow []netip.Prefix
 	// Pause keeps a PRETA before an empty output apart from the RICEVIS
 	// that follows it, as Runner.Pause does for the runner's messages.
 	// 0 means DefaultPause; negative, no wait.
@@ -299,8 +307,30 @@ func (s *remote) accept(job laboro.Job) bool {
 	return !running
 }
 
+// allowed reports whether a runner may connect from addr.
+func (m *Manager) allowed(addr net.Addr) bool {
+	if m.Allow == nil {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range m.Allow {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
 	defer raw.Close()
+	if !m.allowed(raw.RemoteAddr()) {
+		m.Logger.Warn("connection refused: the address is not allowed (-allow)", zap.Stringer("peer", raw.RemoteAddr()))
+		return
+	}
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Now()) })
 	defer stop()
 	s := &remote{

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -704,4 +705,30 @@ func TestManagerValidate(t *testing.T) {
 	defer ex.Close()
 	_, err = ex.Submit(context.Background(), NewJob("x", "sh", ""))
 	assert.ErrorIs(t, err, laboro.ErrInvalidJob)
+}
+
+// A Manager with an allow-list closes, before a word is said, a connection
+// from an address not on it, and serves one from an address on it.
+func TestManagerAllowList(t *testing.T) {
+	tm := startManager(t, &Manager{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}})
+	h := tm.submit(t, "a", okScript)
+
+	stranger := dialRunner(t, tm.addr) // from 127.0.0.1
+	stranger.say("SALUTON; MI thief")
+	stranger.closed()
+	assert.Equal(t, 1, tm.logged("the address is not allowed"))
+
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	c, err := d.Dial("tcp", tm.addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	r := &scripted{t, c}
+	r.exchange("SALUTON; MI h1", "VERSIO 1.3")
+	r.exchange("KOMPRENAS", "ALIGI __defaulte__")
+	r.say("JES")
+	laboro, _ := r.take()
+	assert.Equal(t, "LABORO a .sh 43", laboro)
+	r.report("a", "success", "ok\n")
+	_, text := result(t, h)
+	assert.Equal(t, "ok\n", text)
 }
