@@ -18,7 +18,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { e2e.Main(m) }
+// TestMain keeps the foremen's token file in a directory of the tests'
+// own, where the workers find it, as they would in the user's state
+// directory.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fuq-state")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("LABORO_STATE_DIR", dir)
+	os.Unsetenv("FUQ_AUTH")
+	defer os.RemoveAll(dir)
+	e2e.Main(m)
+}
 
 func build(t testing.TB) (foreman, worker string) {
 	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-foreman"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-worker")
@@ -215,7 +227,7 @@ func TestWeb(t *testing.T) {
 	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), time.Second)
 	ws := e2e.Start(t, nil, workerBin, "-foreman", web, "-ca", filepath.Join(pki.Dir, "ca.crt"), "-auth-file", conf,
 		"-node", "webnode", "-np", "2", "-spool", filepath.Join(dir, "spool-web"))
-	tcp := e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "1", "-spool", filepath.Join(dir, "spool-tcp"))
+	tcp := e2e.Start(t, []string{"FUQ_AUTH=" + secret}, workerBin, "-connect", addr, "-np", "1", "-spool", filepath.Join(dir, "spool-tcp"))
 	foreman.Await(t, regexp.MustCompile(`worker joined.*"node": "(webnode:\d+:1)"`), 20*time.Second)
 
 	task := filepath.Join(dir, "task.sh")
@@ -230,6 +242,10 @@ func TestWeb(t *testing.T) {
 		"-spool", filepath.Join(dir, "spool-bad"))
 	assert.Equal(t, 1, bad.Wait(t, 30*time.Second), bad.Log())
 	assert.Contains(t, bad.Log(), "the foreman refused the login")
+	badTCP := e2e.Start(t, nil, workerBin, "-connect", addr, "-auth-file", wrong, "-spool", filepath.Join(dir, "spool-bad-tcp"))
+	assert.Equal(t, 1, badTCP.Wait(t, 30*time.Second), badTCP.Log())
+	assert.Contains(t, badTCP.Log(), "wrong shared secret")
+	assert.Contains(t, foreman.Log(), "did not prove it holds the shared secret")
 	assert.NotContains(t, foreman.Log(), secret)
 	assert.NotContains(t, foreman.Log(), "not-the-secret")
 
@@ -243,7 +259,7 @@ func TestWeb(t *testing.T) {
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 	}
 	noSecret := exec.Command(workerBin, "-foreman", web, "-spool", filepath.Join(dir, "spool-none"))
-	noSecret.Env = append(os.Environ(), "FUQ_AUTH=")
+	noSecret.Env = append(os.Environ(), "FUQ_AUTH=", "LABORO_STATE_DIR="+t.TempDir())
 	err = noSecret.Run()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)

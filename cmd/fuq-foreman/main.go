@@ -8,10 +8,14 @@
 //	fuq-foreman stop N|now                                                   STOP(N) to every worker
 //
 // serve takes workers of this project on -listen (plain TCP, the spec's
-// conversation), and with -web also the reference's workers (fuqsrv
-// -dispatch) over HTTPS and a websocket, with the certificate and key of
-// -tls-cert and -tls-key and the shared secret of -auth-file (the secret
-// alone, or the reference's fuqsrv.conf) or of $FUQ_AUTH.
+// conversation; 127.0.0.1:7720 by default), and with -web also the
+// reference's workers (fuqsrv -dispatch) over HTTPS and a websocket, with
+// the certificate and key of -tls-cert and -tls-key. Either way a worker
+// must prove it holds the shared secret: from -auth-file (the secret
+// alone, or the reference's fuqsrv.conf), else $FUQ_AUTH, else fuq.token
+// in the user's state directory (~/.local/state/laboro), created with a
+// new token at the first start. fuq-worker reads the same file when run by
+// the same user; elsewhere, give it a copy.
 //
 // The running foreman serves the other commands on a Unix socket
 // (-control, $XDG_RUNTIME_DIR/fuq-foreman.sock or /tmp/fuq-foreman-UID.sock
@@ -37,9 +41,10 @@ func main() {
 		Default: "serve",
 		Commands: []cli.Subcommand{
 			{Name: "serve", Synopsis: "[-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-grace D] [-log LEVEL]",
-				Doc: "Serves workers on -listen (plain TCP) and, with -web, the reference's workers over HTTPS and a " +
-					"websocket (the shared secret from -auth-file, or $" + fuq.AuthEnv + "); and the other commands on " +
-					"-control, until interrupted.", Setup: serveCommand},
+				Doc: "Serves workers on -listen (plain TCP, the loopback by default) and, with -web, the reference's " +
+					"workers over HTTPS and a websocket; and the other commands on -control, until interrupted. Workers " +
+					"must prove they hold the shared secret: from -auth-file, else $" + fuq.AuthEnv + ", else fuq.token " +
+					"in ~/.local/state/laboro, created at the first start (fuq-worker of the same user reads it).", Setup: serveCommand},
 			{Name: "submit", Synopsis: "[-wait] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]",
 				Doc: "Submits a job of N tasks, each running CMD <task number>, and prints its id; with -wait, waits for " +
 					"it and exits 0 only if every task succeeded.", Setup: submitCommand},
@@ -59,13 +64,13 @@ func controlFlag(c *cli.Command) *string {
 
 func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
-	listen := c.Flags.String("listen", ":7720", "address workers connect to")
+	listen := c.Flags.String("listen", "127.0.0.1:7720", "address workers connect to (\":7720\" for every interface)")
 	grace := c.Flags.Duration("grace", fuq.DefaultGrace, "how long a vanished worker's tasks wait for it")
 	var web webFlags
 	c.Flags.StringVar(&web.listen, "web", "", "address the reference's workers connect to, over HTTPS (off by default)")
 	c.Flags.StringVar(&web.cert, "tls-cert", "", "the HTTPS certificate (PEM), with -web")
 	c.Flags.StringVar(&web.key, "tls-key", "", "the HTTPS certificate's key (PEM), with -web")
-	c.Flags.StringVar(&web.auth, "auth-file", "", "the shared secret, alone or as fuqsrv.conf's auth line (default $"+fuq.AuthEnv+"), with -web")
+	c.Flags.StringVar(&web.auth, "auth-file", "", "the workers' shared secret, alone or as fuqsrv.conf's auth line (default $"+fuq.AuthEnv+", else the state directory's fuq.token)")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	return func(ctx context.Context, args []string) error {
 		if len(args) > 0 {

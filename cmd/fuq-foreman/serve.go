@@ -14,6 +14,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/fuq"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -27,8 +28,8 @@ type webFlags struct {
 // check refuses a half-given -web.
 func (w webFlags) check() error {
 	if w.listen == "" {
-		if w.cert != "" || w.key != "" || w.auth != "" {
-			return cli.Usagef("-tls-cert, -tls-key and -auth-file go with -web")
+		if w.cert != "" || w.key != "" {
+			return cli.Usagef("-tls-cert and -tls-key go with -web")
 		}
 		return nil
 	}
@@ -38,15 +39,23 @@ func (w webFlags) check() error {
 	return nil
 }
 
-// config loads the certificate and the secret.
-func (w webFlags) config() (fuq.WebConfig, error) {
-	auth, err := fuq.LoadAuth(w.auth)
-	if errors.Is(err, fuq.ErrNoAuth) {
-		return fuq.WebConfig{}, cli.Usagef("-web needs the shared secret: -auth-file FILE, or $%s", fuq.AuthEnv)
+// secret returns the workers' shared secret: from -auth-file, else
+// $FUQ_AUTH, else the state directory's fuq.token, created with a new
+// token at the first start; and where it came from, for the log.
+func (w webFlags) secret() ([]byte, string, error) {
+	if w.auth != "" {
+		auth, err := fuq.ReadAuth(w.auth)
+		return auth, w.auth, err
 	}
-	if err != nil {
-		return fuq.WebConfig{}, err
+	tok, path, err := secret.Ensure("fuq", fuq.AuthEnv)
+	if path == "" {
+		path = "$" + fuq.AuthEnv
 	}
+	return []byte(tok), path, err
+}
+
+// config loads the certificate.
+func (w webFlags) config(auth []byte) (fuq.WebConfig, error) {
 	cert, err := tls.LoadX509KeyPair(w.cert, w.key)
 	if err != nil {
 		return fuq.WebConfig{}, err
@@ -56,14 +65,17 @@ func (w webFlags) config() (fuq.WebConfig, error) {
 
 // serve runs the foreman until ctx ends.
 func serve(ctx context.Context, listen, control string, grace time.Duration, web webFlags, log *zap.Logger) error {
+	auth, authFrom, err := web.secret()
+	if err != nil {
+		return fmt.Errorf("the workers' shared secret: %w", err)
+	}
 	var wcfg fuq.WebConfig
 	if web.listen != "" {
-		var err error
-		if wcfg, err = web.config(); err != nil {
+		if wcfg, err = web.config(auth); err != nil {
 			return err
 		}
 	}
-	f := &fuq.Foreman{Grace: grace, Logger: log}
+	f := &fuq.Foreman{Grace: grace, Secret: auth, Logger: log}
 	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(64), laboro.WithConcurrency(64),
 		laboro.WithBufferSize(1024), laboro.WithLogger(log))
 	if err != nil {
@@ -90,7 +102,7 @@ func serve(ctx context.Context, listen, control string, grace time.Duration, web
 		return err
 	}
 	defer os.Remove(control)
-	fields := []zap.Field{zap.String("addr", ln.Addr().String()), zap.String("control", control)}
+	fields := []zap.Field{zap.String("addr", ln.Addr().String()), zap.String("control", control), zap.String("secret", authFrom)}
 	if wln != nil {
 		fields = append(fields, zap.String("web", "https://"+wln.Addr().String()))
 	}

@@ -38,7 +38,9 @@ func main() {
 		"Runs the tasks a fuq foreman pushes to it, N at a time: each runs \"Command <task number>\" in its job's "+
 			"working directory, with its output in LoggingDir/<Name>_<Task>.log. -connect speaks plain TCP to "+
 			"fuq-foreman; -foreman joins a foreman over HTTPS and a websocket as the reference's workers do (a real "+
-			"fuqsrv, or fuq-foreman -web), with the shared secret from -auth-file or $"+fuq.AuthEnv+". When the "+
+			"fuqsrv, or fuq-foreman -web). Either way the worker proves it holds the foreman's shared secret: from "+
+			"-auth-file, else $"+fuq.AuthEnv+", else the fuq.token that a foreman of the same user keeps in "+
+			"~/.local/state/laboro. When the "+
 			"connection drops, the tasks run on and the worker connects again; the outcomes of tasks that ended "+
 			"meanwhile wait in the spool directory. Exit status: 0 when the foreman stopped the worker, 1 on an "+
 			"error, 2 for a usage error, 130 when interrupted.")
@@ -48,7 +50,7 @@ func main() {
 	c.Flags.StringVar(&web.url, "foreman", "", "the foreman's https://HOST:PORT, over HTTPS and a websocket")
 	c.Flags.StringVar(&web.ca, "ca", "", "the CA of the foreman's certificate, PEM (default: the system's roots), with -foreman")
 	c.Flags.StringVar(&web.certName, "certname", "", "the name in the foreman's certificate, if not the URL's host, with -foreman")
-	c.Flags.StringVar(&web.auth, "auth-file", "", "the shared secret, alone or as fuqsrv.conf's auth line (default $"+fuq.AuthEnv+"), with -foreman")
+	c.Flags.StringVar(&web.auth, "auth-file", "", "the shared secret, alone or as fuqsrv.conf's auth line (default $"+fuq.AuthEnv+", else the state directory's fuq.token)")
 	c.Flags.StringVar(&web.node, "node", "", "the name the worker logs in with (default: the host's name), with -foreman")
 	c.Flags.IntVar(&w.Procs, "np", runtime.NumCPU(), "processors to offer")
 	c.Flags.StringVar(&w.SpoolDir, "spool", defaultSpool(), "directory for outcomes not yet delivered")
@@ -63,9 +65,15 @@ func main() {
 		case w.Procs < 1:
 			return cli.Usagef("-np %d: must be at least 1", w.Procs)
 		}
-		var err error
-		if w.Web, err = web.dialer(); err != nil {
+		auth, err := loadSecret(web.auth)
+		if err != nil {
 			return err
+		}
+		if w.Web, err = web.dialer(auth); err != nil {
+			return err
+		}
+		if w.Web == nil {
+			w.Secret = auth
 		}
 		w.Logger = logFlag.Logger()
 		err = w.Run(ctx)

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/laboro-go/laboro/internal/cli"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/fuq"
 )
 
@@ -16,21 +17,29 @@ type webFlags struct {
 	url, ca, certName, auth, node string
 }
 
+// loadSecret returns the foreman's shared secret: from -auth-file, else
+// $FUQ_AUTH, else the token file a foreman of this user keeps in the state
+// directory (fuq.token).
+func loadSecret(file string) ([]byte, error) {
+	if file != "" {
+		return fuq.ReadAuth(file)
+	}
+	tok, err := secret.Find("fuq", fuq.AuthEnv)
+	if errors.Is(err, secret.ErrNoSecret) {
+		return nil, cli.Usagef("the foreman's shared secret is needed: -auth-file FILE (a copy of the foreman's fuq.token, "+
+			"or fuqsrv.conf), or $%s (%v)", fuq.AuthEnv, err)
+	}
+	return []byte(tok), err
+}
+
 // dialer returns the WebDialer the flags describe, or nil without
 // -foreman.
-func (f webFlags) dialer() (*fuq.WebDialer, error) {
+func (f webFlags) dialer(auth []byte) (*fuq.WebDialer, error) {
 	if f.url == "" {
-		if f.ca != "" || f.certName != "" || f.auth != "" || f.node != "" {
-			return nil, cli.Usagef("-ca, -certname, -auth-file and -node go with -foreman")
+		if f.ca != "" || f.certName != "" || f.node != "" {
+			return nil, cli.Usagef("-ca, -certname and -node go with -foreman")
 		}
 		return nil, nil
-	}
-	auth, err := fuq.LoadAuth(f.auth)
-	if errors.Is(err, fuq.ErrNoAuth) {
-		return nil, cli.Usagef("-foreman needs the shared secret: -auth-file FILE, or $%s", fuq.AuthEnv)
-	}
-	if err != nil {
-		return nil, err
 	}
 	tc := &tls.Config{ServerName: f.certName, MinVersion: tls.VersionTLS12}
 	if f.ca != "" {

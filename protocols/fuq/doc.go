@@ -20,7 +20,7 @@
 // (Foreman.ServeWeb, Worker.Web), over which our foreman serves the
 // reference's workers and our worker joins the reference's foreman.
 //
-//	f := &fuq.Foreman{}
+//	f := &fuq.Foreman{Secret: secret}
 //	ex, _ := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(16), laboro.WithConcurrency(16))
 //	go f.Serve(ctx, ln)                       // workers connect here
 //	go f.ServeWeb(ctx, wln, fuq.WebConfig{Auth: secret, TLS: tlsConfig}) // and the reference's here
@@ -46,7 +46,13 @@
 // suggests; the reference is what interoperates). STOP's arg0 is the
 // number of processors to give up, 0 for all, 0xFFFFFFFF to stop at once.
 //
-// Over TCP, messages follow one another on the stream. Waiting for the
+// Over TCP, when the Foreman has a Secret, a worker proves it holds it
+// before the first message, without sending it: the foreman sends
+// "FUQAUTH1" and 32 random bytes, the worker answers their HMAC-SHA256
+// keyed with the secret, and the foreman answers 'K' or, refusing, 'N' and
+// closes (Worker.Run then ends with ErrAuth). This step is ours: the
+// reference has no TCP transport. Over TCP, messages follow one another on
+// the stream. Waiting for the
 // next message has no deadline (the spec has nothing to keep a quiet
 // connection alive; TCP keepalive finds a dead peer); once a message has
 // begun, every read has Timeout, so a peer that stalls inside a message

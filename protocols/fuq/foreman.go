@@ -102,6 +102,13 @@ type Foreman struct {
 	Timeout time.Duration
 	// MaxBody bounds a message body; 0 means DefaultMaxBody.
 	MaxBody int
+	// Secret, when not empty, is the shared secret a worker must prove it
+	// holds on the plain TCP transport before anything else (a challenge
+	// and its HMAC: see auth.go); one that cannot is told so and closed,
+	// with a log line. Empty means no authentication: anyone who reaches
+	// the listener is taken for a worker. (ServeWeb has its own, in
+	// WebConfig.)
+	Secret []byte
 	// Seq configures the sequence numbering (tests lower MaxSeq).
 	Seq SeqConfig
 	// Logger; nil means none.

@@ -99,6 +99,14 @@ func (f *Foreman) timeout() time.Duration {
 
 // serveConn serves a worker on a plain TCP connection.
 func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
+	if len(f.Secret) > 0 {
+		if err := authWorkerConn(conn, f.Secret, f.timeout()); err != nil {
+			f.Logger.Warn("worker refused: it did not prove it holds the shared secret",
+				zap.String("addr", conn.RemoteAddr().String()), zap.Error(err))
+			conn.Close()
+			return
+		}
+	}
 	f.serveMsgConn(ctx, newStreamConn(conn, f.timeout()), conn.RemoteAddr().String(), "", false)
 }
 

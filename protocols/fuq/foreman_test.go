@@ -59,7 +59,12 @@ func startSystem(t *testing.T, f *Foreman) *system {
 // worker starts a Worker of procs processors connecting to addr; its Run's
 // error arrives on the channel.
 func (s *system) worker(addr string, procs int) (*Worker, <-chan error) {
-	w := &Worker{Addr: addr, Procs: procs, SpoolDir: s.t.TempDir(), Reconnect: 50 * time.Millisecond, Timeout: 5 * time.Second}
+	return s.workerWith(addr, procs, nil)
+}
+
+// workerWith is worker with a shared secret.
+func (s *system) workerWith(addr string, procs int, secret []byte) (*Worker, <-chan error) {
+	w := &Worker{Addr: addr, Procs: procs, Secret: secret, SpoolDir: s.t.TempDir(), Reconnect: 50 * time.Millisecond, Timeout: 5 * time.Second}
 	ran := make(chan error, 1)
 	s.workers.Go(func() { ran <- w.Run(s.ctx) })
 	return w, ran

@@ -62,6 +62,10 @@ type Worker struct {
 	// Web joins a foreman over HTTPS and a websocket, as the reference's
 	// workers do (a real fuqsrv foreman, or Foreman.ServeWeb).
 	Web *WebDialer
+	// Secret is the shared secret proven to a foreman over Addr whose
+	// Foreman.Secret is set (see auth.go); empty for one that has none. A
+	// foreman that refuses it ends Run with an error matching ErrAuth.
+	Secret []byte
 	// Procs is the number of processors offered; 0 means runtime.NumCPU.
 	Procs int
 	// SpoolDir keeps the UPDATEs that wait for a connection; required. It
@@ -313,6 +317,12 @@ func (s *workerState) dial(ctx context.Context, timeout time.Duration) (msgConn,
 	conn, err := d.DialContext(ctx, "tcp", s.w.Addr)
 	if err != nil {
 		return nil, err
+	}
+	if len(s.w.Secret) > 0 {
+		if err := authForemanConn(conn, s.w.Secret, timeout); err != nil {
+			conn.Close()
+			return nil, err
+		}
 	}
 	return newStreamConn(conn, timeout), nil
 }
