@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,13 +14,19 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/internal/cli"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/workerserver"
 )
 
-// urlFlag defines -url, the master's base URL, and returns its API.
+// urlFlag defines -url, the master's base URL, and returns its API, with
+// the token from $WORKERSERVER_API_TOKEN or the state directory's
+// workerserver-api.token ("" if neither: the master says what is missing).
 func urlFlag(c *cli.Command) func() api {
 	base := c.Flags.String("url", "http://127.0.0.1:8080", "the master's base URL")
-	return func() api { return api{base: strings.TrimSuffix(*base, "/")} }
+	return func() api {
+		tok, err := secret.Find("workerserver-api", "WORKERSERVER_API_TOKEN")
+		return api{base: strings.TrimSuffix(*base, "/"), token: tok, tokenErr: err}
+	}
 }
 
 func submitCommand(c *cli.Command) func(context.Context, []string) error {
@@ -150,7 +157,11 @@ func line(r workerserver.JobRecord) string {
 }
 
 // api calls the master's user routes.
-type api struct{ base string }
+type api struct {
+	base     string
+	token    string
+	tokenErr error // why there is no token
+}
 
 func (a api) do(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
@@ -168,11 +179,20 @@ func (a api) do(ctx context.Context, method, path string, body, out any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		if a.tokenErr != nil {
+			return fmt.Errorf("the master wants its API token: %w; copy its workerserver-api.token here or set WORKERSERVER_API_TOKEN", a.tokenErr)
+		}
+		return errors.New("the master refused the API token (from $WORKERSERVER_API_TOKEN or workerserver-api.token): it is not the master's")
+	}
 	var ans workerserver.Answer
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&ans); err != nil {
 		return fmt.Errorf("%s %s: HTTP %d", method, path, resp.StatusCode)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,7 +22,40 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { e2e.Main(m) }
+// TestMain keeps the masters' API token in a directory of the tests' own,
+// where the user commands find it, as they would in the user's state
+// directory; apiGet and apiPost send it as the commands do.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "workerserver-state")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("LABORO_STATE_DIR", dir)
+	os.Unsetenv("WORKERSERVER_API_TOKEN")
+	defer os.RemoveAll(dir)
+	e2e.Main(m)
+}
+
+// apiToken is the masters' token; "" before the first master made it.
+func apiToken(testing.TB) string {
+	b, _ := os.ReadFile(filepath.Join(os.Getenv("LABORO_STATE_DIR"), "workerserver-api.token"))
+	return strings.TrimSpace(string(b))
+}
+
+func apiGet(t testing.TB, url string) (*http.Response, error) {
+	req, err := http.NewRequest("GET", url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+apiToken(t))
+	return http.DefaultClient.Do(req)
+}
+
+func apiPost(t testing.TB, url, contentType string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequest("POST", url, body)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Authorization", "Bearer "+apiToken(t))
+	return http.DefaultClient.Do(req)
+}
 
 func build(t testing.TB) (master, worker string) {
 	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/workerserver-master"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/workerserver-worker")
@@ -71,11 +105,11 @@ func (s *system) startMaster() {
 	s.master = e2e.Start(s.t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers", filepath.Join(s.dir, "servers"),
 		"-lease", "3s")
 	require.Eventually(s.t, func() bool {
-		resp, err := http.Get("http://" + s.addr + "/api/jobs")
+		resp, err := apiGet(s.t, "http://"+s.addr+"/api/jobs")
 		if err == nil {
 			resp.Body.Close()
 		}
-		return err == nil
+		return err == nil && resp.StatusCode == http.StatusOK
 	}, 20*time.Second, 20*time.Millisecond, "the master did not start")
 }
 
@@ -89,14 +123,14 @@ func (s *system) cache(id string) string { return filepath.Join(s.dir, "cache-"+
 
 func (s *system) submit(id string, n int) {
 	body, _ := json.Marshal(map[string]any{"id": id, "worker": "echo", "params": map[string]int{"n": n}})
-	resp, err := http.Post("http://"+s.addr+"/api/jobs", "application/json", bytes.NewReader(body))
+	resp, err := apiPost(s.t, "http://"+s.addr+"/api/jobs", "application/json", bytes.NewReader(body))
 	require.NoError(s.t, err)
 	resp.Body.Close()
 	require.Equal(s.t, http.StatusOK, resp.StatusCode)
 }
 
 func (s *system) jobs() []workerserver.JobRecord {
-	resp, err := http.Get("http://" + s.addr + "/api/jobs")
+	resp, err := apiGet(s.t, "http://"+s.addr+"/api/jobs")
 	if err != nil {
 		return nil
 	}
@@ -254,7 +288,7 @@ func TestUnofferedCode(t *testing.T) {
 	s.startMaster()
 	s.startWorker("w1") // offers echo only
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + s.addr + "/api/servers/w1")
+		resp, err := apiGet(t, "http://"+s.addr+"/api/servers/w1")
 		if err != nil {
 			return false
 		}
@@ -299,4 +333,45 @@ func TestUsage(t *testing.T) {
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 	}
+}
+
+// The user API needs the token the master made at its first start (the
+// user commands read it from the state directory): without it, a command
+// says what to do. No job sees the worker's password. A client that sends
+// a body one byte at a time, or holds an idle connection, is cut off.
+func TestAPITokenAndSecrets(t *testing.T) {
+	s := newSystem(t)
+	require.NoError(t, os.WriteFile(filepath.Join(s.codes, "env"), []byte("#!/bin/sh\nread p\nprintf '{\"env\": %s}' \"$(env | grep -c pw-secret)\"\n"), 0o755))
+	s.startMaster()
+	fi, err := os.Stat(filepath.Join(os.Getenv("LABORO_STATE_DIR"), "workerserver-api.token"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	s.startWorker("w1")
+	masterBin, _ := build(t)
+	url := "http://" + s.addr
+	out, err := exec.Command(masterBin, "submit", "-url", url, "-worker", "env", "-id", "77", "-wait").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var rec workerserver.JobRecord
+	for _, j := range s.jobs() {
+		if j.ID == "77" {
+			rec = j
+		}
+	}
+	assert.Equal(t, workerserver.JobDone, rec.Status)
+	assert.JSONEq(t, `{"env": 0}`, string(rec.Data), "a job saw the worker's password")
+
+	other := exec.Command(masterBin, "status", "-url", url)
+	other.Env = append(os.Environ(), "LABORO_STATE_DIR="+t.TempDir())
+	out, err = other.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "the master wants its API token")
+	wrong := exec.Command(masterBin, "status", "-url", url)
+	wrong.Env = append(os.Environ(), "WORKERSERVER_API_TOKEN=nope")
+	out, err = wrong.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "refused the API token")
+	resp, err := http.Get(url + "/api/jobs")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 }

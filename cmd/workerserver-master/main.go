@@ -2,15 +2,21 @@
 // keeps its job table in a bbolt file, so that a restarted master loses
 // nothing; it is also how a user submits jobs and follows them.
 //
-//	workerserver-master [-listen ADDR] [-db FILE] [-servers FILE] [-lease D] [-log LEVEL]   serve
+//	workerserver-master [-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-max-conns N] [-log LEVEL]   serve
 //	workerserver-master submit [-url URL] -worker CODE [-params JSON] [-id ID] [-wait]
 //	workerserver-master status [-url URL] [JOB]
 //	workerserver-master cancel [-url URL] JOB
 //
 // The servers file has one "id password" per line: the workers allowed
 // in. A worker that shows no life for -lease (90s by default) loses its
-// jobs to the others. The user commands use the master's /api routes, which ask for no
-// password: listen on a trusted address (127.0.0.1 by default). submit
+// jobs to the others. The user commands use the master's /api routes,
+// which take a token: the master makes it at its first start and keeps it
+// in workerserver-api.token in the user's state directory
+// (~/.local/state/laboro; $WORKERSERVER_API_TOKEN overrides it), where the
+// user commands find it; on another machine, copy the file or set the
+// variable. The /api refuses requests from web pages (cross-origin, forms)
+// and for host names other than localhost and -host. The master listens
+// on 127.0.0.1:8080 by default. submit
 // prints the job's id (a number the master picks, unless -id); with -wait
 // it follows the job, warns once if no worker offers its code still after
 // a few seconds, and exits 0 only if it ends Done. status shows why a
@@ -21,6 +27,7 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/workerserver"
@@ -32,10 +39,11 @@ func main() {
 		Name: "workerserver-master",
 		Doc: "Serves workerserver workers over HTTP and keeps its job table in a bbolt file, so that a restarted " +
 			"master loses nothing; it is also how a user submits jobs and follows them, through the master's /api " +
-			"routes, which ask for no password: listen on a trusted address (127.0.0.1 by default).",
+			"routes, which take the token the master keeps in workerserver-api.token in ~/.local/state/laboro " +
+			"(or $WORKERSERVER_API_TOKEN), made at its first start; the user commands read it there.",
 		Default: "serve",
 		Commands: []cli.Subcommand{
-			{Name: "serve", Synopsis: "[-listen ADDR] [-db FILE] [-servers FILE] [-lease D] [-log LEVEL]",
+			{Name: "serve", Synopsis: "[-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-max-conns N] [-log LEVEL]",
 				Doc: "Serves workers and the user API until interrupted. The servers file has one \"id password\" per " +
 					"line: the workers allowed in. A worker that shows no life for -lease loses its jobs to the others.",
 				Setup: serveCommand},
@@ -55,6 +63,8 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	db := c.Flags.String("db", "workerserver.db", "the job table (a bbolt file)")
 	servers := c.Flags.String("servers", "", `file of "id password" lines: the workers allowed in`)
 	lease := c.Flags.Duration("lease", workerserver.DefaultLease, "a worker silent this long loses its jobs (0: never)")
+	hosts := c.Flags.String("host", "", "host names the /api answers to besides localhost and IP addresses, comma-separated")
+	maxConns := c.Flags.Int("max-conns", defaultMaxConns, "connections served at once; more wait to be accepted")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	return func(ctx context.Context, args []string) error {
 		if len(args) > 0 {
@@ -63,6 +73,16 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		if *lease == 0 {
 			*lease = -1 // none
 		}
-		return serve(ctx, *listen, *db, *servers, *lease, logFlag.Logger())
+		if *maxConns < 1 {
+			return cli.Usagef("-max-conns %d: must be at least 1", *maxConns)
+		}
+		var names []string
+		for _, h := range strings.Split(*hosts, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				names = append(names, h)
+			}
+		}
+		return serve(ctx, config{listen: *listen, db: *db, servers: *servers, lease: *lease, hosts: names, maxConns: *maxConns},
+			logFlag.Logger())
 	}
 }

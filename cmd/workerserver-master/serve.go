@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,19 +13,53 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/workerserver"
+	"golang.org/x/net/netutil"
 	"go.uber.org/zap"
 )
+
+// The limits of the master's HTTP server: no request (a worker's status
+// with its data, a user's submission) takes longer than a minute to
+// arrive, and no answer longer to leave; an idle connection is closed
+// after two.
+const (
+	defaultMaxConns   = 1024
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = time.Minute
+	writeTimeout      = time.Minute
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+)
+
+// config is serve's flags.
+type config struct {
+	listen, db, servers string
+	lease               time.Duration
+	hosts               []string
+	maxConns            int
+	// read and idle replace readTimeout (and readHeaderTimeout) and
+	// idleTimeout when not 0 (tests).
+	read, idle time.Duration
+}
 
 // serve runs the master until ctx ends. Jobs left unfinished by an
 // earlier run are submitted again, so that workers' replayed statuses and
 // new pings find them.
-func serve(ctx context.Context, listen, db, serversFile string, lease time.Duration, log *zap.Logger) error {
-	servers, err := readServers(serversFile)
+func serve(ctx context.Context, cfg config, log *zap.Logger) error {
+	servers, err := readServers(cfg.servers)
 	if err != nil {
 		return err
 	}
-	m := &workerserver.Master{Servers: servers, Lease: lease, Logger: log}
+	token, tokenFile, err := secret.Ensure("workerserver-api", "WORKERSERVER_API_TOKEN")
+	if err != nil {
+		return fmt.Errorf("the API token: %w", err)
+	}
+	if tokenFile == "" {
+		tokenFile = "$WORKERSERVER_API_TOKEN"
+	}
+	listen, db := cfg.listen, cfg.db
+	m := &workerserver.Master{Servers: servers, Lease: cfg.lease, APIToken: token, Hosts: cfg.hosts, Logger: log}
 	if err := m.Open(db); err != nil {
 		return err
 	}
@@ -65,8 +100,12 @@ func serve(ctx context.Context, listen, db, serversFile string, lease time.Durat
 	if err != nil {
 		return err
 	}
-	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("db", db), zap.Int("unfinished jobs", len(m.Unfinished())))
-	hs := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ln = netutil.LimitListener(ln, cfg.maxConns)
+	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("db", db), zap.String("api token", tokenFile),
+		zap.Int("unfinished jobs", len(m.Unfinished())))
+	hs := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: cmp.Or(cfg.read, readHeaderTimeout), ReadTimeout: cmp.Or(cfg.read, readTimeout),
+		WriteTimeout: writeTimeout, IdleTimeout: cmp.Or(cfg.idle, idleTimeout), MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog: zap.NewStdLog(log.Named("http"))}
 	stop := context.AfterFunc(ctx, func() {
 		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -1,8 +1,10 @@
 // Command workerserver-worker runs the jobs of a workerserver master.
 //
-//	workerserver-worker -url URL -id ID -codes DIR -cache DIR [-c N] [-ping D] [-progress D] [-reconnect D]
+//	workerserver-worker -url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-reconnect D]
 //
-// The password is read from WORKERSERVER_PASSWORD. A job for worker code
+// The password is read from -password-file, else from
+// WORKERSERVER_PASSWORD, which is then removed from the environment so
+// that no job sees it. A job for worker code
 // CODE runs the executable DIR/CODE with the job's params as JSON on its
 // standard input; its standard output (JSON) is the job's result. Statuses
 // that cannot reach the master wait in the cache directory, and are sent,
@@ -17,18 +19,23 @@ import (
 	"runtime"
 
 	"github.com/laboro-go/laboro/internal/cli"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/workerserver"
 	"go.uber.org/zap"
 )
 
 func main() {
-	c := cli.New("workerserver-worker", "-url URL -id ID -codes DIR -cache DIR [-c N] [-ping D] [-progress D] [-reconnect D]",
-		"Runs the jobs of a workerserver master, N at a time. The password is read from WORKERSERVER_PASSWORD. A job "+
+	c := cli.New("workerserver-worker", "-url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-reconnect D]",
+		"Runs the jobs of a workerserver master, N at a time. The password is read from -password-file, else "+
+			"$WORKERSERVER_PASSWORD (which no job sees). A job "+
 			"for worker code CODE runs the executable DIR/CODE with the job's params as JSON on its standard input; its "+
 			"standard output (JSON) is the job's result. Statuses that cannot reach the master wait in the cache "+
 			"directory, and are sent, in order, once it is back. Exit status: 0 after an interrupt, 1 on an error, 2 "+
 			"for a usage error.")
-	w := &workerserver.Worker{Password: os.Getenv("WORKERSERVER_PASSWORD"), Version: "1"}
+	// Read at once and removed from the environment, so that no job sees it.
+	password, _ := secret.FromEnv("WORKERSERVER_PASSWORD")
+	w := &workerserver.Worker{Password: password, Version: "1"}
+	passwordFile := c.Flags.String("password-file", "", "a file holding the password (default $WORKERSERVER_PASSWORD)")
 	c.Flags.StringVar(&w.URL, "url", "", "the master's base URL, like http://master:8080")
 	c.Flags.StringVar(&w.ServerID, "id", "", "this worker's id at the master")
 	c.Flags.StringVar(&w.CodeDir, "codes", "", "folder of executables, one per worker code")
@@ -39,6 +46,13 @@ func main() {
 	c.Flags.DurationVar(&w.Reconnect, "reconnect", 0, "wait before connecting again (default 10s)")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
+		if *passwordFile != "" {
+			p, err := secret.ReadFile(*passwordFile)
+			if err != nil {
+				return err
+			}
+			w.Password = p
+		}
 		for _, req := range []struct{ flag, value string }{{"-url", w.URL}, {"-id", w.ServerID}, {"-codes", w.CodeDir}, {"-cache", w.CacheDir}} {
 			if req.value == "" {
 				return cli.Usagef("%s is required", req.flag)

@@ -4,12 +4,69 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
+	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/secret"
 )
 
 // The user API: /api/jobs and /api/servers (see Master).
+
+// guardAPI refuses, before h, a user API request that is not the user's:
+// one from a web page (cross-origin, or a form), one for a Host name it
+// does not serve, one without the token.
+func (m *Master) guardAPI(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if site := r.Header.Get("Sec-Fetch-Site"); r.Header.Get("Origin") != "" || (site != "" && site != "none" && site != "same-origin") {
+			writeError(w, http.StatusForbidden, "cross-origin requests are refused")
+			return
+		}
+		if !m.knownHost(r.Host) {
+			writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not served here (Master.Hosts, -host)", r.Host))
+			return
+		}
+		if r.Method == http.MethodPost {
+			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+				writeError(w, http.StatusUnsupportedMediaType, "a POST must be application/json")
+				return
+			}
+		}
+		if m.APIToken != "" {
+			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || !secret.Equal(strings.TrimSpace(tok), m.APIToken) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="workerserver"`)
+				writeError(w, http.StatusUnauthorized, "the API token is missing or wrong")
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// knownHost reports whether the user API answers to a request for host.
+func (m *Master) knownHost(host string) bool {
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	if name == "" || strings.EqualFold(name, "localhost") {
+		return true
+	}
+	if _, err := netip.ParseAddr(name); err == nil {
+		return true
+	}
+	for _, h := range m.Hosts {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
+}
 
 func (m *Master) apiJobs(w http.ResponseWriter, r *http.Request) {
 	if !m.open(w) {

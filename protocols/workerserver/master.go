@@ -155,9 +155,12 @@ func (e *JobError) Error() string {
 // Workers authenticate every request with their serverId and
 // serverPassword (Servers). The user API on the same Handler (GET
 // /api/jobs, GET /api/jobs/{id}, POST /api/jobs/{id}/cancel, POST /api/jobs
-// with Submit, GET /api/servers, GET /api/servers/{id}) asks for no
-// password: serve the Handler on a trusted address, or put the user API
-// behind your own authentication.
+// with Submit, GET /api/servers, GET /api/servers/{id}) takes the bearer
+// token APIToken, and refuses what a web page could make a browser send:
+// a request with an Origin or a Sec-Fetch-Site other than none or
+// same-origin, a POST whose Content-Type is not application/json, and a
+// Host that is a name other than localhost or one of Hosts (an IP
+// address is always taken: DNS rebinding needs a name).
 //
 // Set the fields, then Open; a Master is safe for concurrent use and must
 // not be copied. Its fields must not change while it is open.
@@ -189,6 +192,14 @@ type Master struct {
 	// Progress interval: a running job's progress is sent once per
 	// interval, the first as it starts.
 	Lease time.Duration
+	// APIToken, if not empty, is the token every request of the user API
+	// must carry (Authorization: Bearer TOKEN); it is compared in a time
+	// that tells nothing of it. Empty means none: serve the Handler on a
+	// trusted address only.
+	APIToken string
+	// Hosts are the host names (without port) the user API answers to,
+	// besides localhost and IP addresses.
+	Hosts []string
 	// Submit, if set, serves POST /api/jobs: it is given NewJob(id, worker,
 	// params) from the request and should submit it to the Executor whose
 	// runner this Master is. An id the table already has is refused first;
@@ -490,7 +501,7 @@ func (m *Master) Handler() http.Handler {
 		case strings.HasPrefix(path, p.Ping):
 			m.worker(w, r, path[len(p.Ping):], (*session).ping)
 		default:
-			mux.ServeHTTP(w, r)
+			m.guardAPI(mux).ServeHTTP(w, r)
 		}
 	})
 }

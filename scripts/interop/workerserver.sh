@@ -96,6 +96,10 @@ until_ok() {
 	done
 }
 
+# The master's API token lives in this run's state directory; curl sends it.
+export LABORO_STATE_DIR=$work/state
+api() { curl -sf -H "Authorization: Bearer $(cat "$LABORO_STATE_DIR/workerserver-api.token" 2>/dev/null)" "$@"; }
+
 masters=0
 start_master() {
 	masters=$((masters + 1))
@@ -103,7 +107,7 @@ start_master() {
 		>"$work/master-$masters.log" 2>&1 &
 	master_pid=$!
 	pids+=("$master_pid")
-	until_ok 20 curl -sf "$url/api/jobs" || fail "the master did not start"
+	until_ok 20 api "$url/api/jobs" || fail "the master did not start"
 }
 
 workers=0
@@ -116,7 +120,7 @@ start_worker() {
 
 status_of() { "$master" status -url "$url" "$1" | cut -f3; }
 is_status() { [ "$(status_of "$1")" = "$2" ]; }
-server_online() { curl -sf "$url/api/servers/n1" | grep -q '"status":"Online"'; }
+server_online() { api "$url/api/servers/n1" | grep -q '"status":"Online"'; }
 
 echo "== 1. jobs with master-chosen ids run to Done"
 start_master
@@ -138,7 +142,7 @@ echo "the worker cached job $id2's end while the master was away: $(cat "$app/jo
 start_master
 until_ok 20 is_status "$id2" Done || fail "job $id2 is $(status_of "$id2") after the master's restart"
 until_ok 10 test ! -e "$app/jobs/$id2.json" || fail "$id2.json is still in the cache"
-grep -q '"status":"Reconnecting"' <(curl -sf "$url/api/servers/n1") || fail "the worker did not say Reconnecting"
+grep -q '"status":"Reconnecting"' <(api "$url/api/servers/n1") || fail "the worker did not say Reconnecting"
 echo "job $id2: Done after the restart; the worker reconnected and its cache is empty"
 id3=$("$master" submit -url "$url" -worker sum -params '{}')
 [ "$id3" != "$id1" ] && [ "$id3" != "$id2" ] || fail "id $id3 picked again after the restart"
