@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/protocols/fuq/fuqtest"
 	"github.com/laboro-go/laboro/protocols/workerserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -374,4 +375,31 @@ func TestAPITokenAndSecrets(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+// With -tls-cert and -tls-key the master serves HTTPS: a worker trusting
+// its CA (-ca) runs its jobs, the user commands trust it through
+// SSL_CERT_FILE, and plain HTTP gets nothing.
+func TestTLS(t *testing.T) {
+	s := newSystem(t)
+	pki := fuqtest.NewPKI(t)
+	masterBin, workerBin := build(t)
+	master := e2e.Start(t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers",
+		filepath.Join(s.dir, "servers"), "-tls-cert", filepath.Join(pki.Dir, "fuq.crt"), "-tls-key", filepath.Join(pki.Dir, "fuq.key"))
+	master.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+	url := "https://" + s.addr
+	e2e.Start(t, []string{"WORKERSERVER_PASSWORD=" + s.password}, workerBin, "-url", url, "-ca", filepath.Join(pki.Dir, "ca.crt"),
+		"-id", "w1", "-codes", s.codes, "-cache", s.cache("w1"), "-c", "1", "-ping", "200ms")
+	submit := exec.Command(masterBin, "submit", "-url", url, "-worker", "echo", "-params", `{"n": 5}`, "-wait")
+	submit.Env = append(os.Environ(), "SSL_CERT_FILE="+filepath.Join(pki.Dir, "ca.crt"))
+	out, err := submit.CombinedOutput()
+	require.NoError(t, err, "%s\nmaster:\n%s", out, master.Log())
+	assert.Contains(t, string(out), `"got"`)
+	assert.NotContains(t, master.Log(), "in clear")
+
+	// Go's HTTPS server answers plain HTTP with 400 and nothing else.
+	resp, err := http.Get("http://" + s.addr + "/api/jobs")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP was served")
 }

@@ -2,7 +2,7 @@
 // keeps its job table in a bbolt file, so that a restarted master loses
 // nothing; it is also how a user submits jobs and follows them.
 //
-//	workerserver-master [-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-max-conns N] [-log LEVEL]   serve
+//	workerserver-master [-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-tls-cert FILE -tls-key FILE] [-max-conns N] [-log LEVEL]   serve
 //	workerserver-master submit [-url URL] -worker CODE [-params JSON] [-id ID] [-wait]
 //	workerserver-master status [-url URL] [JOB]
 //	workerserver-master cancel [-url URL] JOB
@@ -16,7 +16,9 @@
 // user commands find it; on another machine, copy the file or set the
 // variable. The /api refuses requests from web pages (cross-origin, forms)
 // and for host names other than localhost and -host. The master listens
-// on 127.0.0.1:8080 by default. submit
+// on 127.0.0.1:8080 by default, and serves HTTPS with -tls-cert and
+// -tls-key; beyond the loopback without them it warns that the workers'
+// passwords cross the network in clear. submit
 // prints the job's id (a number the master picks, unless -id); with -wait
 // it follows the job, warns once if no worker offers its code still after
 // a few seconds, and exits 0 only if it ends Done. status shows why a
@@ -43,7 +45,7 @@ func main() {
 			"(or $WORKERSERVER_API_TOKEN), made at its first start; the user commands read it there.",
 		Default: "serve",
 		Commands: []cli.Subcommand{
-			{Name: "serve", Synopsis: "[-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-max-conns N] [-log LEVEL]",
+			{Name: "serve", Synopsis: "[-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-tls-cert FILE -tls-key FILE] [-max-conns N] [-log LEVEL]",
 				Doc: "Serves workers and the user API until interrupted. The servers file has one \"id password\" per " +
 					"line: the workers allowed in. A worker that shows no life for -lease loses its jobs to the others.",
 				Setup: serveCommand},
@@ -63,6 +65,8 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	db := c.Flags.String("db", "workerserver.db", "the job table (a bbolt file)")
 	servers := c.Flags.String("servers", "", `file of "id password" lines: the workers allowed in`)
 	lease := c.Flags.Duration("lease", workerserver.DefaultLease, "a worker silent this long loses its jobs (0: never)")
+	tlsCert := c.Flags.String("tls-cert", "", "serve HTTPS with this certificate (PEM), with -tls-key")
+	tlsKey := c.Flags.String("tls-key", "", "the certificate's key (PEM), with -tls-cert")
 	hosts := c.Flags.String("host", "", "host names the /api answers to besides localhost and IP addresses, comma-separated")
 	maxConns := c.Flags.Int("max-conns", defaultMaxConns, "connections served at once; more wait to be accepted")
 	logFlag := c.LogFlag(zap.InfoLevel)
@@ -73,6 +77,9 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		if *lease == 0 {
 			*lease = -1 // none
 		}
+		if (*tlsCert == "") != (*tlsKey == "") {
+			return cli.Usagef("-tls-cert and -tls-key go together")
+		}
 		if *maxConns < 1 {
 			return cli.Usagef("-max-conns %d: must be at least 1", *maxConns)
 		}
@@ -82,7 +89,8 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 				names = append(names, h)
 			}
 		}
-		return serve(ctx, config{listen: *listen, db: *db, servers: *servers, lease: *lease, hosts: names, maxConns: *maxConns},
+		return serve(ctx, config{listen: *listen, db: *db, servers: *servers, lease: *lease, hosts: names, maxConns: *maxConns,
+			tlsCert: *tlsCert, tlsKey: *tlsKey},
 			logFlag.Logger())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -38,6 +39,7 @@ type config struct {
 	lease               time.Duration
 	hosts               []string
 	maxConns            int
+	tlsCert, tlsKey     string
 	// read and idle replace readTimeout (and readHeaderTimeout) and
 	// idleTimeout when not 0 (tests).
 	read, idle time.Duration
@@ -112,7 +114,15 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 		hs.Shutdown(shut)
 	})
 	defer stop()
-	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if ip, err := netip.ParseAddrPort(ln.Addr().String()); cfg.tlsCert == "" && (err != nil || !ip.Addr().IsLoopback()) {
+		log.Warn("serving plain HTTP beyond this machine: the workers' passwords cross the network in clear (-tls-cert, -tls-key)")
+	}
+	if cfg.tlsCert != "" {
+		err = hs.ServeTLS(ln, cfg.tlsCert, cfg.tlsKey)
+	} else {
+		err = hs.Serve(ln)
+	}
+	if !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	log.Info("stopped by a signal")

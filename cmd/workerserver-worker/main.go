@@ -14,9 +14,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"runtime"
+	"time"
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
@@ -36,6 +41,7 @@ func main() {
 	password, _ := secret.FromEnv("WORKERSERVER_PASSWORD")
 	w := &workerserver.Worker{Password: password, Version: "1"}
 	passwordFile := c.Flags.String("password-file", "", "a file holding the password (default $WORKERSERVER_PASSWORD)")
+	caFile := c.Flags.String("ca", "", "the CA of an https:// master's certificate, PEM (default: the system's roots)")
 	c.Flags.StringVar(&w.URL, "url", "", "the master's base URL, like http://master:8080")
 	c.Flags.StringVar(&w.ServerID, "id", "", "this worker's id at the master")
 	c.Flags.StringVar(&w.CodeDir, "codes", "", "folder of executables, one per worker code")
@@ -46,6 +52,18 @@ func main() {
 	c.Flags.DurationVar(&w.Reconnect, "reconnect", 0, "wait before connecting again (default 10s)")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
+		if *caFile != "" {
+			pem, err := os.ReadFile(*caFile)
+			if err != nil {
+				return err
+			}
+			roots := x509.NewCertPool()
+			if !roots.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("%s: no PEM certificate", *caFile)
+			}
+			w.Client = &http.Client{Timeout: 30 * time.Second,
+				Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+		}
 		if *passwordFile != "" {
 			p, err := secret.ReadFile(*passwordFile)
 			if err != nil {
