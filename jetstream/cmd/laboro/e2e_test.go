@@ -17,7 +17,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { e2e.Main(m) }
+// TestMain keeps serve's token file in a directory of the tests' own,
+// where the other commands find it, as they would in the user's state
+// directory.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "laboro-state")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("LABORO_STATE_DIR", dir)
+	os.Unsetenv("LABORO_TOKEN")
+	defer os.RemoveAll(dir)
+	e2e.Main(m)
+}
 
 func build(t testing.TB) string {
 	return e2e.Build(t, "github.com/laboro-go/laboro/jetstream/cmd/laboro")
@@ -226,26 +238,45 @@ func TestJobKillsItsWorker(t *testing.T) {
 	assert.Regexp(t, `(?m)^deadly\s+failed\s+-\s+.*delivered the maximum number of times`, out)
 }
 
-// With LABORO_TOKEN, the embedded server lets in only the clients that
-// present it.
+// laboro serve makes a token at its first start (laboro.token, its user's
+// alone, in the state directory), where the other commands of the same
+// user find it; a client without it, or with another, is told so; no job
+// sees a token. With LABORO_TOKEN set, that is the token.
 func TestToken(t *testing.T) {
 	s := newSystem(t)
-	s.serve = e2e.Start(t, []string{"LABORO_NATS=", "LABORO_TOKEN=s3cret"}, s.bin,
-		"serve", "-data", s.data, "-listen", s.listen, "-workers", "1")
-	s.serve.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
-	assert.Zero(t, s.serve.Logged("without LABORO_TOKEN"))
+	s.start("-workers", "1")
+	path := filepath.Join(os.Getenv("LABORO_STATE_DIR"), "laboro.token")
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	tok := strings.TrimSpace(string(b))
+	out, _, code := s.run("submit", "-wait", "env")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "PATH=")
+	assert.NotContains(t, out, tok, "a job sees the token")
 
-	p := e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "submit", "echo", "x")
+	p := e2e.Start(t, []string{"LABORO_NATS=" + s.url, "LABORO_STATE_DIR=" + t.TempDir()}, s.bin, "submit", "echo", "x")
 	assert.Equal(t, 1, p.Wait(t, 30*time.Second))
-	assert.Contains(t, p.Log(), "Authorization Violation")
-	p = e2e.Start(t, []string{"LABORO_NATS=" + s.url, "LABORO_TOKEN=s3cret"}, s.bin, "submit", "-wait", "echo", "in")
-	assert.Equal(t, 0, p.Wait(t, 30*time.Second), p.Log())
-	assert.Equal(t, "in\n", p.Stdout.String())
+	assert.Contains(t, p.Log(), "wants a token")
+	p = e2e.Start(t, []string{"LABORO_NATS=" + s.url, "LABORO_TOKEN=wrong"}, s.bin, "submit", "echo", "x")
+	assert.Equal(t, 1, p.Wait(t, 30*time.Second))
+	assert.Contains(t, p.Log(), "it is wrong")
 
-	// Listening beyond this machine without a token is warned about.
-	other := e2e.Start(t, []string{"LABORO_NATS=", "LABORO_TOKEN="}, s.bin,
-		"serve", "-data", t.TempDir(), "-listen", "0.0.0.0:0", "-workers", "0")
-	other.Await(t, regexp.MustCompile(`without LABORO_TOKEN`), 20*time.Second)
+	other := newSystem(t)
+	other.serve = e2e.Start(t, []string{"LABORO_NATS=", "LABORO_TOKEN=s3cret"}, other.bin,
+		"serve", "-data", other.data, "-listen", other.listen, "-workers", "1")
+	other.serve.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+	p = e2e.Start(t, []string{"LABORO_NATS=" + other.url, "LABORO_TOKEN=s3cret"}, other.bin, "submit", "-wait", "env")
+	assert.Equal(t, 0, p.Wait(t, 30*time.Second), p.Log())
+	assert.NotContains(t, p.Stdout.String(), "s3cret")
+
+	// run's server is its own: the user's token does not reach its jobs.
+	p = e2e.Start(t, []string{"LABORO_TOKEN=s3cret"}, s.bin, "run", "env")
+	assert.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
+	assert.Contains(t, p.Stdout.String(), "PATH=")
+	assert.NotContains(t, p.Stdout.String(), "s3cret")
 }
 
 // run needs nothing else: its own server, service and workers.

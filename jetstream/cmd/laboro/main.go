@@ -46,9 +46,11 @@
 // worker, and both end cancelled; it prints their states after the request.
 //
 // The commands other than run and serve reach NATS at -nats, $LABORO_NATS,
-// or nats://127.0.0.1:4222. When $LABORO_TOKEN is set, serve's embedded
-// server requires it from every client and the commands present it; -creds
-// gives a credentials file for a cluster that wants one. Logs go to
+// or nats://127.0.0.1:4222. serve's embedded server requires a token from
+// every client: $LABORO_TOKEN, else laboro.token in the user's state
+// directory, which serve makes at its first start and the commands read;
+// no job sees it. -creds gives a credentials file for a cluster that wants
+// one. Logs go to
 // standard error. Exit status: 0 on success, 1 when a job failed (or, for
 // status and cancel, is unknown) or NATS or the service cannot be reached,
 // 2 for a usage error, 130 when interrupted.

@@ -24,13 +24,15 @@ type common struct {
 	ackWait    time.Duration
 	maxDeliver int
 	creds      string
-	token      string // $LABORO_TOKEN
+	token      string // the server's token; see connect
+	tokenSet   bool   // token is decided (serve's and run's own servers)
+	tokenErr   error  // why no token was found
 	level      zapcore.Level
 	log        *zap.Logger
 }
 
 func newCommon(name, synopsis string) *common {
-	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), level: zap.InfoLevel, token: os.Getenv("LABORO_TOKEN")}
+	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), level: zap.InfoLevel}
 	c.fs.Usage = func() {
 		fmt.Fprintf(c.fs.Output(), "usage: laboro %s %s\n", name, synopsis)
 		c.fs.PrintDefaults()

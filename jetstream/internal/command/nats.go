@@ -2,9 +2,12 @@ package command
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/jetstream"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
@@ -34,6 +37,12 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 			c.log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrl()))
 		}),
 	}
+	if !c.tokenSet && c.creds == "" {
+		// $LABORO_TOKEN, else the token laboro serve made for this user;
+		// either way no job started from here sees it.
+		c.token, c.tokenErr = secret.Find("laboro", "LABORO_TOKEN")
+		c.tokenSet = true
+	}
 	if c.token != "" {
 		opts = append(opts, nats.Token(c.token))
 	}
@@ -44,6 +53,12 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
 	nc, err := nats.Connect(url, opts...)
+	if errors.Is(err, nats.ErrAuthorization) || (err != nil && strings.Contains(err.Error(), "Authorization Violation")) {
+		if c.token == "" && c.tokenErr != nil {
+			return nil, fmt.Errorf("NATS at %s wants a token: %w (copy laboro.token from the machine of laboro serve, or set LABORO_TOKEN)", url, c.tokenErr)
+		}
+		return nil, fmt.Errorf("NATS at %s refused the token (from $LABORO_TOKEN or laboro.token): it is wrong", url)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS at %s (is `laboro serve` running?): %w", url, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/jetstream"
 	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
@@ -29,7 +30,10 @@ func runJobs(args []string) int {
 	if !ok {
 		return code
 	}
-	c.token = "" // its server is its own
+	// Its server is its own, with a token that only this process knows;
+	// the user's token leaves the environment, so that no job sees it.
+	secret.FromEnv("LABORO_TOKEN")
+	c.token, c.tokenSet = secret.New(), true
 	if *workers <= 0 {
 		return c.usageError()
 	}
@@ -42,7 +46,7 @@ func runJobs(args []string) int {
 		return exitFailed
 	}
 	defer os.RemoveAll(dir)
-	srv, err := jetstream.StartEmbedded(filepath.Join(dir, "nats"), "127.0.0.1", -1)
+	srv, err := jetstream.StartEmbedded(filepath.Join(dir, "nats"), "127.0.0.1", -1, jetstream.WithToken(c.token))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "laboro run:", err)
 		return exitFailed

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/jetstream"
 	"go.uber.org/zap"
 )
@@ -99,19 +100,24 @@ func (c *common) embedded(data, listen string) (*jetstream.Embedded, int) {
 		c.log.Error("data directory", zap.Error(err))
 		return nil, exitFailed
 	}
-	var opts []jetstream.EmbeddedOption
-	if c.token != "" {
-		opts = append(opts, jetstream.WithToken(c.token))
-	} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		c.log.Warn("the embedded NATS server listens beyond this machine without LABORO_TOKEN: " +
-			"anyone who reaches it can run commands on the workers")
+	// The clients' token: $LABORO_TOKEN, else laboro.token in the state
+	// directory, made now if there is none; the other commands of this
+	// user find it there.
+	tok, path, err := secret.Ensure("laboro", "LABORO_TOKEN")
+	if err != nil {
+		c.log.Error("the clients' token", zap.Error(err))
+		return nil, exitFailed
 	}
-	srv, err := jetstream.StartEmbedded(data, host, port, opts...)
+	c.token, c.tokenSet = tok, true
+	if path == "" {
+		path = "$LABORO_TOKEN"
+	}
+	srv, err := jetstream.StartEmbedded(data, host, port, jetstream.WithToken(tok))
 	if err != nil {
 		c.log.Error("embedded NATS server", zap.Error(err))
 		return nil, exitFailed
 	}
-	c.log.Info("embedded NATS server", zap.String("url", srv.URL()), zap.String("data", data))
+	c.log.Info("embedded NATS server", zap.String("url", srv.URL()), zap.String("data", data), zap.String("token", path))
 	return srv, 0
 }
 
