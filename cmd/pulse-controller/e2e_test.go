@@ -178,6 +178,9 @@ func TestCannotServe(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
 	notSocket := socketDir(t)
 	require.NoError(t, os.MkdirAll(filepath.Join(notSocket, "main.sock", "x"), 0o700))
+	open := socketDir(t)
+	require.NoError(t, os.Mkdir(open, 0o700))
+	require.NoError(t, os.Chmod(open, 0o777)) // any user could pose as a worker
 	busy := socketDir(t)
 	e2e.Start(t, nil, controllerBin, "-dir", busy)
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(busy, "main.sock")); return err == nil }, 20*time.Second, 10*time.Millisecond)
@@ -190,6 +193,7 @@ func TestCannotServe(t *testing.T) {
 		{"too long", filepath.Join(base, strings.Repeat("d", 100)), "too long for Unix sockets"},
 		{"main.sock not a socket", notSocket, "main.sock"},
 		{"in use", busy, "a controller already answers on this socket"},
+		{"open to others", open, "mode 0777; chmod 700"},
 	} {
 		for _, in := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/in=%v", tc.name, in), func(t *testing.T) {

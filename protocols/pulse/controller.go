@@ -261,7 +261,9 @@ const maxSocketPath = 103
 
 // Listen creates Dir (mode 0700) if it is missing and listens on
 // <Dir>/main.sock, for ServeListener. It fails at once when the
-// controller cannot serve there: the directory cannot be created, a
+// controller cannot serve there: the directory cannot be created, other
+// users could enter or change it (ErrUnsafeDir: it must be this user's,
+// mode 0700), a
 // socket path in it would be too long, the socket cannot be bound, or a
 // controller already answers on main.sock (ErrInUse). main.sock appears
 // only once it accepts connections (a worker that sees the file can
@@ -277,6 +279,9 @@ func (c *Controller) Listen() (net.Listener, error) {
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pulse: create the socket directory: %w", err)
+	}
+	if err := checkDir(dir); err != nil {
+		return nil, err
 	}
 	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		conn.Close()

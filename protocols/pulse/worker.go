@@ -284,6 +284,9 @@ func (r *workerRun) serve(ctx context.Context) error {
 // name, and pulses as worker id until the registration ends; the socket
 // file is removed then.
 func (r *workerRun) session(ctx context.Context, id uint64) error {
+	if err := checkDir(r.dir); err != nil {
+		return err
+	}
 	path := filepath.Join(r.dir, strconv.FormatUint(id, 10)+".sock")
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSocket {
 		if err := os.Remove(path); err != nil {
