@@ -60,6 +60,11 @@
 // is split into words with shell-like quoting but without expansion, Args is
 // an argv, Script is written to a file and run by its interpreter. Each job
 // runs in its own process group, killed as a whole on timeout or Close.
+// If the process that runs the Executor dies, even by SIGKILL, its jobs'
+// process groups are killed within milliseconds by a small watcher process
+// (a shell, started with the first job, that outlives it: see
+// reaper_unix.go), so that a job handed to another worker never runs twice
+// at once; a job that leaves its process group (setsid) is not covered.
 // Standard error is kept as a short tail in Result.Stderr by default; see
 // StderrMode. The package builds on Unix systems.
 package laboro

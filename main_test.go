@@ -12,7 +12,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if script := os.Getenv(workerJobEnv); script != "" {
+		runWorker(script) // never returns: the test kills it
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // testCtx returns a context that ends with the test, or after a minute.
 func testCtx(t *testing.T) context.Context {

@@ -180,6 +180,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		return fail(err)
 	}
 	res.PID = cmd.Process.Pid
+	reap('+', res.PID) // its group's id is its pid
 	if tail != nil {
 		tail.start(res.PID)
 	}
@@ -192,6 +193,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	// Reaped: the forking thread may go. Unpinned, the waits below do not
 	// need that very thread to wake up.
 	unpin()
+	reap('-', res.PID)
 	res.Ended = time.Now()
 	res.ExitCode = cmd.ProcessState.ExitCode()
 	res.Output = &Output{path: path}

@@ -1,0 +1,84 @@
+//go:build linux
+
+package laboro_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/stretchr/testify/require"
+)
+
+// workerJobEnv, when set, makes the test binary a worker: an Executor that
+// runs this shell script as a job, until it is killed.
+const workerJobEnv = "LABORO_TEST_WORKER_JOB"
+
+func runWorker(script string) {
+	ex, err := laboro.New()
+	if err != nil {
+		panic(err)
+	}
+	if _, err := ex.Submit(context.Background(), laboro.Job{Script: script}); err != nil {
+		panic(err)
+	}
+	select {}
+}
+
+// alive reports whether pid is a process that has not ended (a zombie
+// has ended).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) S ...: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
+
+// A worker killed with SIGKILL leaves none of its job's processes behind:
+// not the job's shell, not what the shell started, in the background or
+// in the foreground.
+func TestKilledWorkerLeavesNoProcess(t *testing.T) {
+	dir := t.TempDir()
+	pidFile, after := filepath.Join(dir, "pids"), filepath.Join(dir, "after")
+	script := fmt.Sprintf("echo $$ >> %[1]s; sleep 60 & echo $! >> %[1]s; sh -c 'echo $$ >> %[1]s; sleep 60'; echo ran on >> %[2]s",
+		pidFile, after)
+	worker := exec.Command(os.Args[0], "-test.run=^$")
+	worker.Env = append(os.Environ(), workerJobEnv+"="+script)
+	require.NoError(t, worker.Start())
+	var pids []int
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(pidFile)
+		pids = pids[:0]
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			require.NoError(t, err)
+			pids = append(pids, pid)
+		}
+		return len(pids) == 3
+	}, 30*time.Second, 5*time.Millisecond, "the job did not start its processes")
+
+	require.NoError(t, worker.Process.Kill())
+	worker.Wait()
+	killed := time.Now()
+	require.Eventually(t, func() bool {
+		for _, pid := range pids {
+			if alive(pid) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "processes of the job outlived its worker: %v", pids)
+	t.Logf("every process of the job was gone %v after the worker's SIGKILL", time.Since(killed).Round(time.Millisecond))
+	require.NoFileExists(t, after)
+}
