@@ -82,6 +82,7 @@ var (
 // returns a Manager. Call Close to release it; nc stays the caller's.
 func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error) {
 	cfg = cfg.withDefaults()
+	sweepOutputs(cfg.Dir)
 	js, err := natsjs.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -552,7 +553,7 @@ func (a *assembler) add(h nats.Header, body []byte) (laboro.Result, bool, error)
 			if chunk != 0 {
 				return laboro.Result{}, false, fmt.Errorf("attempt %s starts at chunk %d", attempt, chunk)
 			}
-			f, err := os.CreateTemp(a.dir, "laboro-js-*.output")
+			f, err := os.CreateTemp(a.dir, outputPattern)
 			if err != nil {
 				return laboro.Result{}, false, err
 			}
