@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -18,6 +19,10 @@ import (
 	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
+
+// DefaultMaxAttempts is how many runners a job may be handed to without a
+// result unless Manager.MaxAttempts says otherwise.
+const DefaultMaxAttempts = 5
 
 // DefaultIdleWait is how long a PETO waits for a job when none is pending
 // but more may come, before the runner is told ATENDI.
@@ -76,8 +81,18 @@ type Manager struct {
 	// that has other jobs out waits 5 ms at most, since its other workers
 	// cannot report while its PETO waits.
 	IdleWait time.Duration
-	// MaxSize bounds an output's SIZE; 0 means DefaultMaxSize.
+	// MaxSize bounds the output kept of a job; 0 means DefaultMaxSize. A
+	// runner's REZULTO announcing more is still taken (the bytes beyond
+	// MaxSize are read and dropped, so that the runner goes on), and the
+	// job fails with an error matching ErrSizeTooLarge, its output cut to
+	// MaxSize bytes.
 	MaxSize int64
+	// MaxAttempts is how many runners a job may be handed to without a
+	// result (each lost its connection while it had the job) before the
+	// job fails with an error matching transport.ErrAttempts: a job that
+	// kills its runners does not go round them forever. 0 means
+	// DefaultMaxAttempts; negative, no limit.
+	MaxAttempts int
 	// Allow, when not nil, lists the addresses runners may connect from
 	// (add 127.0.0.0/8 and ::1/128 for local runners): the wire has no room for
 	// a secret, so this is how a Manager that listens beyond its machine
@@ -121,7 +136,11 @@ func (m *Manager) init() {
 		// No grace: a runner that comes back is a new session, and the
 		// runner kills its jobs when it loses one. No attempt limit, as
 		// the reference manager.
-		m.d = transport.NewDispatcher[string, laboro.Job](transport.Config{Logger: m.Logger})
+		attempts := cmp.Or(m.MaxAttempts, DefaultMaxAttempts)
+		if attempts < 0 {
+			attempts = 0 // no limit
+		}
+		m.d = transport.NewDispatcher[string, laboro.Job](transport.Config{MaxAttempts: attempts, Logger: m.Logger})
 		m.wake = make(chan struct{})
 		m.runners = map[*remote]bool{}
 		m.records = map[string]*record{}
@@ -334,7 +353,9 @@ func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Now()) })
 	defer stop()
 	s := &remote{
-		c:    &conn{rw: raw, maxSize: m.MaxSize, timeout: m.timeout(), pause: cmp.Or(m.Pause, DefaultPause)},
+		// Any SIZE is read: take keeps MaxSize bytes of an output and
+		// drops the rest.
+		c:    &conn{rw: raw, maxSize: math.MaxInt64, timeout: m.timeout(), pause: cmp.Or(m.Pause, DefaultPause)},
 		raw:  raw,
 		log:  m.Logger.With(zap.Stringer("peer", raw.RemoteAddr())),
 		sent: map[string]struct{}{},
@@ -544,14 +565,20 @@ func (m *Manager) receive(s *remote, msg Message) error {
 	if _, ok := s.sent[msg.Name]; !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownJob, msg.Name)
 	}
-	path, err := m.take(s, msg)
+	path, kept, err := m.take(s, msg)
 	if err != nil {
 		return err
 	}
 	delete(s.sent, msg.Name)
 
-	res := laboro.Result{ID: msg.Name, Status: laboro.StatusSucceeded, Output: laboro.NewOutput(path, msg.Size)}
-	if msg.Status == Failure {
+	res := laboro.Result{ID: msg.Name, Status: laboro.StatusSucceeded, Output: laboro.NewOutput(path, kept)}
+	switch {
+	case kept < msg.Size:
+		res.Status, res.ExitCode = laboro.StatusFailed, 1
+		res.Err = fmt.Errorf("%w: the output of %d bytes is over the limit of %d; its first %d bytes are kept",
+			ErrSizeTooLarge, msg.Size, kept, kept)
+		s.log.Warn("output over the limit: the job fails", zap.String("job", msg.Name), zap.Int64("size", msg.Size), zap.Int64("limit", kept))
+	case msg.Status == Failure:
 		res.Status, res.ExitCode, res.Err = laboro.StatusFailed, 1, fmt.Errorf("runexp: runner %s reported failure", s.host)
 	}
 	m.mu.Lock()
@@ -576,16 +603,18 @@ func (m *Manager) receive(s *remote, msg Message) error {
 }
 
 // take receives an output (PRETA, the bytes, RICEVIS) into a file of its
-// own and returns its path. A small output is kept in memory until RICEVIS
-// is sent, and only then written, so that the runner's other workers wait
-// for no file system.
-func (m *Manager) take(s *remote, msg Message) (path string, err error) {
+// own and returns its path and the bytes kept: MaxSize at most, the rest
+// read and dropped. A small output is kept in memory until RICEVIS is
+// sent, and only then written, so that the runner's other workers wait for
+// no file system.
+func (m *Manager) take(s *remote, msg Message) (path string, kept int64, err error) {
+	kept = min(msg.Size, cmp.Or(m.MaxSize, DefaultMaxSize))
 	var body *bytes.Buffer
 	var f *os.File
-	if msg.Size <= smallPayload {
-		body = bytes.NewBuffer(make([]byte, 0, msg.Size))
+	if kept <= smallPayload {
+		body = bytes.NewBuffer(make([]byte, 0, kept))
 	} else if f, err = os.CreateTemp(m.Dir, "runexp-*.res"); err != nil {
-		return "", fmt.Errorf("runexp: keeping an output: %w", err)
+		return "", 0, fmt.Errorf("runexp: keeping an output: %w", err)
 	}
 	defer func() {
 		if f != nil && err != nil {
@@ -594,28 +623,46 @@ func (m *Manager) take(s *remote, msg Message) (path string, err error) {
 		}
 	}()
 	if err := s.c.write(Message{Kind: KindPreta}); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	var dst io.Writer = f
 	if body != nil {
 		dst = body
 	}
-	if err := s.c.readPayload(dst, msg.Size); err != nil {
-		return "", fmt.Errorf("output of %s: %w", msg.Name, err)
+	if err := s.c.readPayload(&keepFirst{w: dst, n: kept}, msg.Size); err != nil {
+		return "", 0, fmt.Errorf("output of %s: %w", msg.Name, err)
 	}
 	if err := s.c.write(Message{Kind: KindRicevis}); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if body != nil {
 		if f, err = os.CreateTemp(m.Dir, "runexp-*.res"); err != nil {
-			return "", fmt.Errorf("runexp: keeping an output: %w", err)
+			return "", 0, fmt.Errorf("runexp: keeping an output: %w", err)
 		}
 		if _, err = f.Write(body.Bytes()); err != nil {
-			return "", fmt.Errorf("runexp: keeping an output: %w", err)
+			return "", 0, fmt.Errorf("runexp: keeping an output: %w", err)
 		}
 	}
 	if err = f.Close(); err != nil {
-		return "", fmt.Errorf("runexp: keeping an output: %w", err)
+		return "", 0, fmt.Errorf("runexp: keeping an output: %w", err)
 	}
-	return f.Name(), nil
+	return f.Name(), kept, nil
+}
+
+// keepFirst writes the first n bytes written to it to w, and drops the
+// rest.
+type keepFirst struct {
+	w io.Writer
+	n int64
+}
+
+func (k *keepFirst) Write(p []byte) (int, error) {
+	if k.n > 0 {
+		q := p[:min(int64(len(p)), k.n)]
+		if _, err := k.w.Write(q); err != nil {
+			return 0, err
+		}
+		k.n -= int64(len(q))
+	}
+	return len(p), nil
 }

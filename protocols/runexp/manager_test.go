@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -493,21 +494,31 @@ func TestManagerUnderTheCore(t *testing.T) {
 	r.exchange("PETO", "FINO")
 }
 
-// An output larger than MaxSize is refused before anything is allocated:
-// the runner is dropped, and the job goes back in line.
+// An output over MaxSize does not cost the runner its session (a job that
+// writes too much would otherwise break every runner that takes it, and
+// run again forever): the manager reads it all, keeps MaxSize bytes, and
+// the job fails with the reason; the runner goes on with the next job.
 func TestManagerOutputTooLarge(t *testing.T) {
 	tm := startManager(t, &Manager{MaxSize: 1000})
 	h := tm.submit(t, "big", "yes\n")
 	r := join(t, tm.addr, "h")
 	r.take()
-	r.say("REZULTO big success 1001")
-	r.closed()
-	require.Eventually(t, func() bool { return tm.logged("runner dropped") == 1 }, 5*time.Second, 10*time.Millisecond)
-	assert.Contains(t, tm.logs.FilterMessageSnippet("runner dropped").All()[0].ContextMap()["error"], "size too large")
-	r = join(t, tm.addr, "h")
+	out := strings.Repeat("y\n", 5000) // 10000 bytes
+	r.report("big", "success", out)
+	res, text := result(t, h)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	require.ErrorIs(t, res.Err, ErrSizeTooLarge)
+	assert.ErrorContains(t, res.Err, "the output of 10000 bytes is over the limit of 1000")
+	assert.Equal(t, out[:1000], text)
+	assert.Equal(t, 1, tm.logged("output over the limit"))
+
+	h = tm.submit(t, "next", "echo\n")
 	r.take()
-	r.report("big", "success", "fits")
-	result(t, h)
+	r.report("next", "success", "fits")
+	res, text = result(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	assert.Equal(t, "fits", text)
+	assert.Zero(t, tm.logged("runner dropped"))
 }
 
 // When the Executor is closed while a job is out, Run returns at once; the
@@ -731,4 +742,19 @@ func TestManagerAllowList(t *testing.T) {
 	r.report("a", "success", "ok\n")
 	_, text := result(t, h)
 	assert.Equal(t, "ok\n", text)
+}
+
+// A job whose runners all vanish while they have it fails once it has
+// been handed out MaxAttempts times, instead of going round them forever.
+func TestManagerMaxAttempts(t *testing.T) {
+	tm := startManager(t, &Manager{MaxAttempts: 2})
+	h := tm.submit(t, "deadly", "kill -9 $PPID\n")
+	for range 2 {
+		r := join(t, tm.addr, "h")
+		r.take()
+		r.c.Close() // the runner died with the job
+	}
+	res, _ := result(t, h)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	require.ErrorIs(t, res.Err, transport.ErrAttempts)
 }
