@@ -209,3 +209,36 @@ func TestCannotServe(t *testing.T) {
 		}
 	}
 }
+
+// A controller killed with SIGKILL mid-batch and started again resumes:
+// the tasks whose results it wrote are not given again, the others are,
+// and every result is whole.
+func TestControllerKilledResumes(t *testing.T) {
+	controllerBin, workerBin := build(t)
+	dir := socketDir(t)
+	base := t.TempDir()
+	in, out := filepath.Join(base, "in"), filepath.Join(base, "out")
+	sums := writeTasks(t, in, []int{100, 200, 300, 400, 500, 600, 700, 800})
+	gate := filepath.Join(base, "gate")
+	runs := filepath.Join(base, "runs")
+	// Each task notes itself, then the fifth task and those after wait at
+	// the gate, which opens once the controller has been killed.
+	work := fmt.Sprintf(`n=$(wc -l < %[1]s 2>/dev/null || echo 0); echo run >> %[1]s; if [ "$n" -ge 4 ]; then while [ ! -e %[2]s ]; do sleep 0.02; done; fi; md5sum`, runs, gate)
+	controller := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", in, "-out", out, "-log", "debug")
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "main.sock")); return err == nil }, 20*time.Second, 10*time.Millisecond)
+	e2e.Start(t, nil, workerBin, "-dir", dir, "-pulse", "2s", "--", "sh", "-c", work)
+	require.Eventually(t, func() bool {
+		entries, _ := os.ReadDir(out)
+		return len(entries) == 4
+	}, 30*time.Second, 10*time.Millisecond, "four results")
+	require.NoError(t, controller.Cmd.Process.Signal(syscall.SIGKILL))
+	controller.Wait(t, 10*time.Second)
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+
+	again := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", in, "-out", out, "-log", "debug")
+	e2e.Start(t, nil, workerBin, "-dir", dir, "-pulse", "2s", "--", "sh", "-c", work)
+	require.Equal(t, 0, again.Wait(t, 60*time.Second), again.Log())
+	checkResults(t, out, sums)
+	assert.Contains(t, again.Log(), `"tasks": 4`, "the four done before are skipped")
+	assert.Equal(t, 4, strings.Count(again.Log(), "task given"), again.Log())
+}

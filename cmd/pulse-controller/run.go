@@ -11,6 +11,7 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/pulse"
+	"go.uber.org/zap"
 )
 
 // run serves workers until every task has its result. It fails at once
@@ -56,13 +57,25 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 	if err != nil {
 		return err
 	}
+	// A task whose result is in out was done by an earlier run (results
+	// are written whole or not at all): a controller started again after
+	// a crash resumes where it was.
 	var jobs []laboro.Job
+	done := 0
 	for _, e := range entries {
-		if e.Type().IsRegular() {
-			job := pulse.NewTaskFile(filepath.Join(in, e.Name()))
-			job.ID = e.Name()
-			jobs = append(jobs, job)
+		if !e.Type().IsRegular() {
+			continue
 		}
+		if _, err := os.Stat(filepath.Join(out, e.Name())); err == nil {
+			done++
+			continue
+		}
+		job := pulse.NewTaskFile(filepath.Join(in, e.Name()))
+		job.ID = e.Name()
+		jobs = append(jobs, job)
+	}
+	if done > 0 {
+		c.Logger.Info("tasks done before, skipped: their results are in "+out, zap.Int("tasks", done))
 	}
 	batch := cli.Batch{
 		Progress: cli.NewProgress(os.Stderr, 10*time.Second),
@@ -114,15 +127,23 @@ func one(ctx context.Context, ex *laboro.Executor) error {
 	return err
 }
 
-// save writes a result to path.
+// save writes a result to path, whole or not at all: into a temporary
+// file of the same folder, renamed path once written, so that a result
+// found in the folder is a whole one.
 func save(out *laboro.Output, path string) error {
-	f, err := os.Create(path)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	_, err = out.WriteTo(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
 	}
 	return err
 }
