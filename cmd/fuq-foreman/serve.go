@@ -64,7 +64,7 @@ func (w webFlags) config(auth []byte) (fuq.WebConfig, error) {
 }
 
 // serve runs the foreman until ctx ends.
-func serve(ctx context.Context, listen, control string, grace time.Duration, web webFlags, log *zap.Logger) error {
+func serve(ctx context.Context, listen, control string, grace time.Duration, maxTasks int, web webFlags, log *zap.Logger) error {
 	auth, authFrom, err := web.secret()
 	if err != nil {
 		return fmt.Errorf("the workers' shared secret: %w", err)
@@ -75,7 +75,7 @@ func serve(ctx context.Context, listen, control string, grace time.Duration, web
 			return err
 		}
 	}
-	f := &fuq.Foreman{Grace: grace, Secret: auth, Logger: log}
+	f := &fuq.Foreman{Grace: grace, MaxTasks: maxTasks, Secret: auth, Logger: log}
 	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(64), laboro.WithConcurrency(64),
 		laboro.WithBufferSize(1024), laboro.WithLogger(log))
 	if err != nil {

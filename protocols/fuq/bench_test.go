@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/laboro-go/laboro"
 )
@@ -66,4 +67,42 @@ func BenchmarkTasks(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkForemanSubmitCancel submits a job of 100,000 tasks with no
+// worker and cancels it: both are linear in the tasks (a job of 1,000,000,
+// DefaultMaxTasks, takes ten times as long).
+func BenchmarkForemanSubmitCancel(b *testing.B) {
+	const tasks = 100_000
+	f := &Foreman{}
+	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(1), laboro.WithConcurrency(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close()
+	dir := b.TempDir()
+	for b.Loop() {
+		h, err := ex.Submit(context.Background(), NewJob("big", "/bin/true", tasks, dir, dir))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var id uint64
+		for id == 0 {
+			for _, j := range f.Jobs() {
+				if j.Ref == h.ID() && j.Pending == tasks {
+					id = j.JobId
+				}
+			}
+			if id == 0 {
+				time.Sleep(time.Millisecond) // Run has not queued the tasks yet
+			}
+		}
+		if err := f.Cancel(id); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := h.Wait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/tasks, "ns/task")
 }

@@ -405,3 +405,14 @@ func TestForemanJobPayload(t *testing.T) {
 		assert.ErrorIs(t, err, laboro.ErrInvalidJob, "%+v", bad)
 	}
 }
+
+// A job of more tasks than MaxTasks is refused at submission, saying so.
+func TestForemanMaxTasks(t *testing.T) {
+	s := startSystem(t, &Foreman{MaxTasks: 10})
+	_, err := s.ex.Submit(context.Background(), NewJob("big", "/bin/true", 11, s.dir, s.dir))
+	require.ErrorIs(t, err, laboro.ErrInvalidJob)
+	assert.ErrorContains(t, err, "a job of 11 tasks is over the limit of 10")
+	h, _ := s.submit("fits", s.script("true\n"), 10)
+	s.worker(s.addr, 4)
+	require.NoError(t, wait(t, h).Err)
+}
