@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/tinylib/msgp/msgp"
@@ -248,8 +249,8 @@ func ReadMessage(r io.Reader, maxBody int) (Message, error) {
 	if uint64(h.Arg0) > uint64(maxBody) {
 		return Message{Header: h}, fmt.Errorf("%w: %s body of %d bytes, limit %d", ErrBodyTooLarge, h.Type, h.Arg0, maxBody)
 	}
-	body := make([]byte, h.Arg0)
-	if _, err := io.ReadFull(r, body); err != nil {
+	body, err := readBody(r, int(h.Arg0))
+	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
@@ -258,6 +259,27 @@ func ReadMessage(r io.Reader, maxBody int) (Message, error) {
 	m, err := DecodeBody(h.Type, body)
 	m.Header = h
 	return m, err
+}
+
+// bodyStep is the most a body is allocated ahead of the bytes that came: a
+// peer that announces a large body and sends little of it makes the reader
+// hold what it sent, not what it announced.
+const bodyStep = 64 << 10
+
+// readBody reads exactly n bytes, the buffer growing as they arrive.
+func readBody(r io.Reader, n int) ([]byte, error) {
+	b := make([]byte, 0, min(n, bodyStep))
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(n-len(b), max(bodyStep, len(b))))
+		}
+		k, err := io.ReadAtLeast(r, b[len(b):min(n, cap(b))], 1)
+		b = b[:len(b)+k]
+		if err != nil && len(b) < n {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // DecodeBody decodes the body of a message of type t and returns a Message

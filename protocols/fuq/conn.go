@@ -46,12 +46,13 @@ func newStreamConn(conn net.Conn, timeout time.Duration) *streamConn {
 func (c *streamConn) readMessage(maxBody int) (Message, error) {
 	// No deadline while the connection is idle: the spec has no message
 	// to keep a quiet connection alive. Once a message's first byte has
-	// come, every read has one, so a peer that stalls mid-message fails.
+	// come, the whole message must arrive within the timeout, so a peer
+	// that stalls, or trickles, mid-message fails.
 	c.dr.armed = false
 	if _, err := c.r.Peek(1); err != nil {
 		return Message{}, err
 	}
-	c.dr.armed = true
+	c.dr.arm()
 	return ReadMessage(c.r, maxBody)
 }
 
@@ -63,18 +64,26 @@ func (c *streamConn) writeMessage(b []byte) error {
 
 func (c *streamConn) close() error { return c.conn.Close() }
 
-// deadlineReader sets a read deadline of d before every read while armed,
-// and none while not.
+// deadlineReader reads with no deadline while not armed, and, once armed,
+// with one deadline d after it was armed: the whole message must arrive
+// within d, however its bytes are spread (a peer that sends a byte now
+// and then cannot hold a message, and the memory it takes, for long).
 type deadlineReader struct {
-	conn  net.Conn
-	d     time.Duration
-	armed bool
+	conn     net.Conn
+	d        time.Duration
+	armed    bool
+	deadline time.Time // while armed
+}
+
+// arm starts the message's deadline.
+func (r *deadlineReader) arm() {
+	r.armed, r.deadline = true, time.Now().Add(r.d)
 }
 
 func (r *deadlineReader) Read(p []byte) (int, error) {
 	var t time.Time
 	if r.armed {
-		t = time.Now().Add(r.d)
+		t = r.deadline
 	}
 	r.conn.SetReadDeadline(t)
 	return r.conn.Read(p)

@@ -55,8 +55,11 @@
 // the stream. Waiting for the
 // next message has no deadline (the spec has nothing to keep a quiet
 // connection alive; TCP keepalive finds a dead peer); once a message has
-// begun, every read has Timeout, so a peer that stalls inside a message
-// fails.
+// begun, the whole of it must arrive within Timeout, so a peer that
+// stalls, or trickles, inside a message fails. A body is allocated as its
+// bytes arrive, not as announced, and a Foreman serves at most MaxConns
+// connections (DefaultMaxConns): what slow peers can make it hold is
+// bounded by MaxConns × MaxBody.
 //
 // # The reference's transport: HTTPS and a websocket
 //

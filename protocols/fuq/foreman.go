@@ -8,6 +8,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -80,6 +81,10 @@ func NewJob(name, command string, numTasks int, workingDir, loggingDir string) l
 	return laboro.Job{Payload: JobDescription{Name: name, Command: command, NumTasks: numTasks, WorkingDir: workingDir, LoggingDir: loggingDir}}
 }
 
+// DefaultMaxConns bounds the workers' connections a Foreman serves at
+// once unless Foreman.MaxConns says otherwise.
+const DefaultMaxConns = 1024
+
 // DefaultMaxTasks bounds the tasks of one job unless Foreman.MaxTasks says
 // otherwise. A job of that size is submitted in under 2 s and cancelled in
 // under 1 s on a laptop's core.
@@ -108,6 +113,10 @@ type Foreman struct {
 	Timeout time.Duration
 	// MaxBody bounds a message body; 0 means DefaultMaxBody.
 	MaxBody int
+	// MaxConns bounds the workers' connections served at once, over both
+	// transports (each may hold a message of MaxBody while it arrives);
+	// one more is closed at once. 0 means DefaultMaxConns.
+	MaxConns int
 	// MaxTasks bounds the tasks of one job (each costs the foreman about
 	// 700 bytes while the job lasts); 0 means DefaultMaxTasks. A larger
 	// job is refused at submission.
@@ -125,6 +134,7 @@ type Foreman struct {
 	Logger *zap.Logger
 
 	once       sync.Once
+	conns      atomic.Int64 // connections being served
 	d          *transport.Dispatcher[TaskPair, Task]
 	mu         sync.Mutex
 	nextJob    uint64

@@ -1,6 +1,7 @@
 package fuq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -97,8 +98,24 @@ func (f *Foreman) timeout() time.Duration {
 	return f.Timeout
 }
 
+// admit counts a new connection, and reports whether it is within
+// MaxConns; the caller calls f.conns.Add(-1) when it ends, if admitted.
+func (f *Foreman) admit() bool {
+	if f.conns.Add(1) > int64(cmp.Or(f.MaxConns, DefaultMaxConns)) {
+		f.conns.Add(-1)
+		return false
+	}
+	return true
+}
+
 // serveConn serves a worker on a plain TCP connection.
 func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
+	if !f.admit() {
+		f.Logger.Warn("connection refused: too many connections (Foreman.MaxConns)", zap.String("addr", conn.RemoteAddr().String()))
+		conn.Close()
+		return
+	}
+	defer f.conns.Add(-1)
 	if len(f.Secret) > 0 {
 		if err := authWorkerConn(conn, f.Secret, f.timeout()); err != nil {
 			f.Logger.Warn("worker refused: it did not prove it holds the shared secret",

@@ -576,6 +576,12 @@ func (s *webServer) persistent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.conns.Done()
+	if !s.f.admit() {
+		log.Warn("websocket refused: too many connections (Foreman.MaxConns)")
+		http.Error(w, "too many connections", http.StatusServiceUnavailable)
+		return
+	}
+	defer s.f.conns.Add(-1)
 	up := websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 1024, HandshakeTimeout: s.timeout}
 	conn, err := up.Upgrade(w, r, nil) // answers the request itself on an error
 	if err != nil {
