@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/laboro-go/laboro/transport"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/fuq"
@@ -53,8 +56,8 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 		if !*wait {
 			return nil
 		}
-		var st fuq.JobReport
-		if err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(out.ID)+"?wait=1", nil, &st); err != nil {
+		st, err := waitJob(ctx, cl, out.ID)
+		if err != nil {
 			return err
 		}
 		printStatus(st, false)
@@ -141,3 +144,33 @@ func or(s, def string) string {
 	}
 	return s
 }
+
+// waitJob waits for a job to end. A foreman that goes away meanwhile (a
+// crash, a restart) is waited for, up to waitForeman: started again, it
+// resumes its jobs from its journal, and the wait goes on.
+func waitJob(ctx context.Context, cl fuq.ControlClient, id string) (fuq.JobReport, error) {
+	backoff := transport.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	var gone time.Time
+	for {
+		var st fuq.JobReport
+		err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(id)+"?wait=1", nil, &st)
+		if err == nil {
+			return st, nil
+		}
+		if ctx.Err() != nil || !fuq.Unreachable(err) {
+			return st, err
+		}
+		if gone.IsZero() {
+			gone = time.Now()
+			fmt.Fprintf(os.Stderr, "fuq-foreman submit: the foreman went away (%v); waiting for it to come back\n", err)
+		} else if time.Since(gone) > waitForeman {
+			return st, fmt.Errorf("the foreman has been away for %v: %w", waitForeman, err)
+		}
+		if err := backoff.Wait(ctx); err != nil {
+			return st, err
+		}
+	}
+}
+
+// waitForeman is how long submit -wait waits for a foreman that went away.
+const waitForeman = 5 * time.Minute

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +77,8 @@ func TestFiveHundredTasks(t *testing.T) {
 	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\necho task $1 in $(pwd)\nsleep 0.05\n"), 0o755))
 	control := filepath.Join(dir, "control.sock")
 
-	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-grace", "5s")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-grace", "5s",
+		"-journal", filepath.Join(dir, "journal"))
 	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
 	flaky := e2e.NewRelay(t, addr)
 	worker := func(name, via string) *e2e.Process {
@@ -157,7 +159,7 @@ func TestCancel(t *testing.T) {
 	task := filepath.Join(dir, "task.sh")
 	require.NoError(t, os.WriteFile(task, fmt.Appendf(nil, "#!/bin/sh\necho $$ > %s/pid-$1\nexec sleep 300\n", dir), 0o755))
 	control := filepath.Join(dir, "control.sock")
-	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control)
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"))
 	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
 	worker := e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "2", "-spool", filepath.Join(dir, "spool"))
 
@@ -221,7 +223,7 @@ func TestWeb(t *testing.T) {
 	require.NoError(t, os.WriteFile(wrong, []byte("not-the-secret\n"), 0o600))
 	control := filepath.Join(dir, "control.sock")
 
-	foreman := e2e.Start(t, []string{"FUQ_AUTH=" + secret}, foremanBin, "-listen", "127.0.0.1:0", "-web", "127.0.0.1:0",
+	foreman := e2e.Start(t, []string{"FUQ_AUTH=" + secret}, foremanBin, "-listen", "127.0.0.1:0", "-journal", filepath.Join(dir, "journal"), "-web", "127.0.0.1:0",
 		"-tls-cert", filepath.Join(pki.Dir, "fuq.crt"), "-tls-key", filepath.Join(pki.Dir, "fuq.key"), "-control", control)
 	web := foreman.Await(t, regexp.MustCompile(`serving.*"web": "([^"]+)"`), 20*time.Second)
 	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), time.Second)
@@ -269,4 +271,61 @@ func TestWeb(t *testing.T) {
 	for _, w := range []*e2e.Process{ws, tcp} {
 		assert.Equal(t, 0, w.Wait(t, 30*time.Second), w.Log())
 	}
+}
+
+// A foreman killed with SIGKILL mid-job, twice, and started again each
+// time with the same flags resumes the job from its journal: every task
+// ends once, done, none lost; the tasks that had ended do not run again;
+// and submit -wait, started before the first crash, waits across both.
+func TestForemanKilledResumes(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	logDir, runs := filepath.Join(dir, "logs"), filepath.Join(dir, "runs")
+	require.NoError(t, os.Mkdir(logDir, 0o755))
+	task := filepath.Join(dir, "task.sh")
+	require.NoError(t, os.WriteFile(task, fmt.Appendf(nil, "#!/bin/sh\necho $1 >> %s\nsleep 0.1\n", runs), 0o755))
+	control := filepath.Join(dir, "control.sock")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	start := func() *e2e.Process {
+		p := e2e.Start(t, nil, foremanBin, "-listen", addr, "-control", control, "-grace", "1s", "-journal", filepath.Join(dir, "journal"))
+		p.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+		return p
+	}
+	ran := func() map[string]int {
+		b, _ := os.ReadFile(runs)
+		n := map[string]int{}
+		for _, f := range strings.Fields(string(b)) {
+			n[f]++
+		}
+		return n
+	}
+	foreman := start()
+	for i := range 2 {
+		e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "2", "-spool", filepath.Join(dir, fmt.Sprint("spool", i)), "-reconnect", "100ms")
+	}
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "r", "-command", task,
+		"-tasks", "40", "-wd", dir, "-logdir", logDir)
+	for _, after := range []int{10, 25} {
+		require.Eventually(t, func() bool { return len(ran()) >= after }, 60*time.Second, 10*time.Millisecond)
+		require.NoError(t, foreman.Cmd.Process.Signal(syscall.SIGKILL))
+		foreman.Wait(t, 10*time.Second)
+		foreman = start()
+	}
+	require.Equal(t, 0, submit.Wait(t, 120*time.Second), "submit -wait: %s\n%s\nforeman:\n%s", submit.Stdout.String(), submit.Log(), foreman.Log())
+	assert.Contains(t, submit.Stdout.String(), "succeeded\tdone 40/40")
+	assert.Contains(t, submit.Log(), "the foreman went away")
+	n := ran()
+	assert.Len(t, n, 40, "every task ran")
+	again := 0
+	for _, c := range n {
+		again += c - 1
+	}
+	// Only the tasks running at a crash may run again: 4 processors, 2 crashes.
+	assert.LessOrEqual(t, again, 8, "tasks run again: %v", n)
+	out, err := exec.Command(foremanBin, "status", "-control", control, "-tasks", "job_1").Output()
+	require.NoError(t, err)
+	assert.Equal(t, 40, strings.Count(string(out), "\tdone\t"), "%s", out)
 }

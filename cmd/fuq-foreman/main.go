@@ -1,7 +1,7 @@
 // Command fuq-foreman runs fuq jobs on the workers that connect to it, and
 // is also how a user submits jobs to it and follows them.
 //
-//	fuq-foreman [serve] [-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-grace D] [-max-tasks N] [-log LEVEL]
+//	fuq-foreman [serve] [-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-journal FILE] [-grace D] [-max-tasks N] [-log LEVEL]
 //	fuq-foreman submit [-wait] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]
 //	fuq-foreman status [-tasks] [JOB]
 //	fuq-foreman cancel JOB
@@ -16,6 +16,11 @@
 // in the user's state directory (~/.local/state/laboro), created with a
 // new token at the first start. fuq-worker reads the same file when run by
 // the same user; elsewhere, give it a copy.
+//
+// The foreman keeps its jobs and the outcomes of their tasks in a journal
+// (-journal, fuq-foreman.journal in the state directory by default): killed
+// and started again, it resumes them, job ids and task numbers unchanged,
+// and submit -wait waits for it across the restart.
 //
 // The running foreman serves the other commands on a Unix socket
 // (-control, $XDG_RUNTIME_DIR/fuq-foreman.sock or /tmp/fuq-foreman-UID.sock
@@ -40,7 +45,7 @@ func main() {
 			"them: the running foreman serves the other commands on a Unix socket readable by its user only.",
 		Default: "serve",
 		Commands: []cli.Subcommand{
-			{Name: "serve", Synopsis: "[-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-grace D] [-max-tasks N] [-log LEVEL]",
+			{Name: "serve", Synopsis: "[-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-journal FILE] [-grace D] [-max-tasks N] [-log LEVEL]",
 				Doc: "Serves workers on -listen (plain TCP, the loopback by default) and, with -web, the reference's " +
 					"workers over HTTPS and a websocket; and the other commands on -control, until interrupted. Workers " +
 					"must prove they hold the shared secret: from -auth-file, else $" + fuq.AuthEnv + ", else fuq.token " +
@@ -67,6 +72,7 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	listen := c.Flags.String("listen", "127.0.0.1:7720", "address workers connect to (\":7720\" for every interface)")
 	grace := c.Flags.Duration("grace", fuq.DefaultGrace, "how long a vanished worker's tasks wait for it")
 	maxTasks := c.Flags.Int("max-tasks", fuq.DefaultMaxTasks, "the most tasks one job may have")
+	journal := c.Flags.String("journal", "", "the file that keeps the jobs across restarts (default fuq-foreman.journal in ~/.local/state/laboro)")
 	var web webFlags
 	c.Flags.StringVar(&web.listen, "web", "", "address the reference's workers connect to, over HTTPS (off by default)")
 	c.Flags.StringVar(&web.cert, "tls-cert", "", "the HTTPS certificate (PEM), with -web")
@@ -83,6 +89,6 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		if *maxTasks < 1 {
 			return cli.Usagef("-max-tasks %d: must be at least 1", *maxTasks)
 		}
-		return serve(ctx, *listen, *control, *grace, *maxTasks, web, logFlag.Logger())
+		return serve(ctx, *listen, *control, *journal, *grace, *maxTasks, web, logFlag.Logger())
 	}
 }

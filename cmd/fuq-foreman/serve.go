@@ -64,7 +64,7 @@ func (w webFlags) config(auth []byte) (fuq.WebConfig, error) {
 }
 
 // serve runs the foreman until ctx ends.
-func serve(ctx context.Context, listen, control string, grace time.Duration, maxTasks int, web webFlags, log *zap.Logger) error {
+func serve(ctx context.Context, listen, control, journal string, grace time.Duration, maxTasks int, web webFlags, log *zap.Logger) error {
 	auth, authFrom, err := web.secret()
 	if err != nil {
 		return fmt.Errorf("the workers' shared secret: %w", err)
@@ -75,13 +75,32 @@ func serve(ctx context.Context, listen, control string, grace time.Duration, max
 			return err
 		}
 	}
-	f := &fuq.Foreman{Grace: grace, MaxTasks: maxTasks, Secret: auth, Logger: log}
+	if journal == "" {
+		dir, err := secret.Dir()
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		journal = filepath.Join(dir, "fuq-foreman.journal")
+	}
+	jn, jobs, err := fuq.OpenJournal(journal)
+	if err != nil {
+		return err
+	}
+	defer jn.Close()
+	f := &fuq.Foreman{Grace: grace, MaxTasks: maxTasks, Secret: auth, Journal: jn, Logger: log}
 	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(64), laboro.WithConcurrency(64),
 		laboro.WithBufferSize(1024), laboro.WithLogger(log))
 	if err != nil {
 		return err
 	}
 	defer ex.Close()
+	ctl := &fuq.Control{Foreman: f, Executor: ex, Journal: jn}
+	if err := ctl.Resume(jobs); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -102,12 +121,13 @@ func serve(ctx context.Context, listen, control string, grace time.Duration, max
 		return err
 	}
 	defer os.Remove(control)
-	fields := []zap.Field{zap.String("addr", ln.Addr().String()), zap.String("control", control), zap.String("secret", authFrom)}
+	fields := []zap.Field{zap.String("addr", ln.Addr().String()), zap.String("control", control), zap.String("secret", authFrom),
+		zap.String("journal", journal)}
 	if wln != nil {
 		fields = append(fields, zap.String("web", "https://"+wln.Addr().String()))
 	}
 	log.Info("serving", fields...)
-	hs := &http.Server{Handler: (&fuq.Control{Foreman: f, Executor: ex}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: ctl.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	controlled := make(chan error, 1)
 	go func() { controlled <- hs.Serve(cl) }()
 	defer func() { hs.Close(); <-controlled }()

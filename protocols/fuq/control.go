@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/laboro-go/laboro"
 )
@@ -43,14 +44,82 @@ type JobReport struct {
 }
 
 // Control serves the control API for a Foreman and the Executor that runs
-// its jobs.
+// its jobs. It names jobs job_1, job_2, … With a Journal (the Foreman's
+// own), it records each job as it is submitted and as it ends, and Resume
+// takes back the jobs of the journal after a restart.
 type Control struct {
 	Foreman  *Foreman
 	Executor *laboro.Executor
+	Journal  *Journal
 
 	mu      sync.Mutex
 	handles map[string]*laboro.Handle
+	past    map[string]JobReport // jobs that ended before a restart
 	order   []string
+	next    int // of the next job_N; 0 means 1
+}
+
+// Resume takes back the jobs of a journal (see OpenJournal): those that
+// ended are reported as they ended; the others are submitted again, with
+// their ids, and resume where they were. Call it before serving.
+func (c *Control) Resume(jobs []JournaledJob) error {
+	c.mu.Lock()
+	c.next = max(c.next, NextRef(jobs))
+	if c.past == nil {
+		c.past = map[string]JobReport{}
+	}
+	c.mu.Unlock()
+	for _, j := range jobs {
+		if j.State != "" {
+			info := JobInfo{JobDescription: j.Desc, Ref: j.Ref, Tasks: j.Ended}
+			info.Status = JobFinished
+			for _, t := range j.Ended {
+				switch t.State {
+				case TaskDone:
+					info.Done++
+				case TaskFailed:
+					info.Failed++
+				case TaskCancelled:
+					info.Cancelled++
+				}
+			}
+			c.mu.Lock()
+			c.past[j.Ref] = JobReport{ID: j.Ref, State: j.State, Error: j.Error, Job: &info}
+			c.order = append(c.order, j.Ref)
+			c.mu.Unlock()
+			continue
+		}
+		h, err := c.Executor.Submit(context.Background(), NewResumedJob(j))
+		if err != nil {
+			return fmt.Errorf("fuq: resuming %s: %w", j.Ref, err)
+		}
+		c.track(h)
+	}
+	return nil
+}
+
+// track registers a submitted job, and has its end journaled: unless it
+// was killed or terminated by the Executor's Close or Shutdown, which the
+// next start resumes.
+func (c *Control) track(h *laboro.Handle) {
+	c.mu.Lock()
+	if c.handles == nil {
+		c.handles = map[string]*laboro.Handle{}
+	}
+	c.handles[h.ID()] = h
+	c.order = append(c.order, h.ID())
+	c.mu.Unlock()
+	if c.Journal == nil {
+		return
+	}
+	go func() {
+		res, _ := h.Wait(context.Background())
+		switch res.Status {
+		case laboro.StatusKilled, laboro.StatusTerminated:
+		default:
+			c.Journal.Ended(h.ID(), res)
+		}
+	}()
 }
 
 // Handler returns the API's HTTP handler.
@@ -70,18 +139,26 @@ func (c *Control) submit(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	h, err := c.Executor.Submit(r.Context(), NewJob(s.Name, s.Command, s.Tasks, s.WorkingDir, s.LoggingDir))
-	if err != nil {
+	job := NewJob(s.Name, s.Command, s.Tasks, s.WorkingDir, s.LoggingDir)
+	if err := c.Foreman.Validate(job); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	c.mu.Lock()
-	if c.handles == nil {
-		c.handles = map[string]*laboro.Handle{}
-	}
-	c.handles[h.ID()] = h
-	c.order = append(c.order, h.ID())
+	c.next = max(c.next, 1)
+	job.ID = "job_" + strconv.Itoa(c.next)
+	c.next++
 	c.mu.Unlock()
+	// Journaled before it is queued: a crash while it waits in the
+	// Executor's buffer does not lose it.
+	c.Journal.job(job.ID, job.Payload.(JobDescription))
+	h, err := c.Executor.Submit(r.Context(), job)
+	if err != nil {
+		c.Journal.Ended(job.ID, laboro.Result{Status: laboro.StatusStopped, Err: err})
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c.track(h)
 	writeJSON(w, map[string]string{"id": h.ID()})
 }
 
@@ -100,7 +177,12 @@ func (c *Control) get(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	c.mu.Lock()
 	h := c.handles[id]
+	past, ended := c.past[id]
 	c.mu.Unlock()
+	if ended {
+		writeJSON(w, past)
+		return
+	}
 	if h == nil {
 		http.Error(w, "no job "+id, http.StatusNotFound)
 		return
@@ -118,7 +200,11 @@ func (c *Control) get(w http.ResponseWriter, r *http.Request) {
 func (c *Control) status(id string) JobReport {
 	c.mu.Lock()
 	h := c.handles[id]
+	past, ended := c.past[id]
 	c.mu.Unlock()
+	if ended {
+		return past
+	}
 	st := JobReport{ID: id, State: "queued"}
 	if info, ok := c.Foreman.JobByRef(id); ok {
 		st.State, st.Job = "running", &info
@@ -171,6 +257,15 @@ func (c *Control) stop(w http.ResponseWriter, r *http.Request) {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
+}
+
+// Unreachable reports whether err, from ControlClient.Do, says that no
+// foreman answered on the socket: none listens there, or the one that did
+// went away before it answered.
+func Unreachable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || (errors.As(err, &ne) && !ne.Timeout())
 }
 
 // ControlClient talks to a foreman's control API over its Unix socket.

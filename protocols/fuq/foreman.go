@@ -113,6 +113,10 @@ type Foreman struct {
 	Timeout time.Duration
 	// MaxBody bounds a message body; 0 means DefaultMaxBody.
 	MaxBody int
+	// Journal, if not nil, is told of every job queued and every task
+	// that ends, so that a Foreman started again can resume the jobs
+	// (see Journal, ResumedJob).
+	Journal *Journal
 	// MaxConns bounds the workers' connections served at once, over both
 	// transports (each may hold a message of MaxBody while it arrives);
 	// one more is closed at once. 0 means DefaultMaxConns.
@@ -191,7 +195,7 @@ func (f *Foreman) grace() time.Duration {
 
 // Validate refuses a job that is not a fuq job.
 func (f *Foreman) Validate(job laboro.Job) error {
-	d, ok := job.Payload.(JobDescription)
+	d, _, ok := description(job)
 	switch {
 	case !ok:
 		return errors.New("fuq: a job's Payload is its JobDescription; see NewJob")
@@ -203,6 +207,18 @@ func (f *Foreman) Validate(job laboro.Job) error {
 		return errors.New("fuq: a job needs a command")
 	}
 	return nil
+}
+
+// description returns a job's JobDescription and, for a ResumedJob, the
+// tasks that had ended.
+func description(job laboro.Job) (JobDescription, *ResumedJob, bool) {
+	switch p := job.Payload.(type) {
+	case JobDescription:
+		return p, nil, true
+	case ResumedJob:
+		return p.JobDescription, &p, true
+	}
+	return JobDescription{}, nil, false
 }
 
 // Run runs the job's tasks on the workers and waits for all of them. The
@@ -217,7 +233,8 @@ func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		res.Status, res.Err, res.Ended = laboro.StatusFailed, err, time.Now()
 		return res
 	}
-	j, err := f.add(ctx, job.ID, job.Payload.(JobDescription))
+	d, resumed, _ := description(job)
+	j, err := f.add(ctx, job.ID, d, resumed)
 	if err != nil {
 		res.Status, res.Err, res.Ended = laboro.StatusFailed, err, time.Now()
 		return res
@@ -257,34 +274,69 @@ func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	return res
 }
 
-// add registers a job and puts its tasks in the Dispatcher's line.
-func (f *Foreman) add(ctx context.Context, ref string, d JobDescription) (*fjob, error) {
+// add registers a job and puts its tasks in the Dispatcher's line; those
+// of a resumed job that had ended are recorded as they ended, and do not
+// run again.
+func (f *Foreman) add(ctx context.Context, ref string, d JobDescription, resumed *ResumedJob) (*fjob, error) {
 	f.mu.Lock()
-	f.nextJob++
-	d.JobId = f.nextJob
+	if resumed != nil && d.JobId != 0 {
+		f.nextJob = max(f.nextJob, d.JobId)
+	} else {
+		f.nextJob++
+		d.JobId = f.nextJob
+	}
 	d.Status = JobRunning
 	j := &fjob{ref: ref, desc: d, left: d.NumTasks, done: make(chan struct{}), tasks: make([]ftask, d.NumTasks)}
-	j.tickets = make([]*transport.Ticket[TaskPair, Task], 0, d.NumTasks)
+	j.tickets = make([]*transport.Ticket[TaskPair, Task], d.NumTasks)
+	if resumed != nil {
+		for _, t := range resumed.Ended {
+			if t.Task >= 1 && t.Task <= d.NumTasks && t.State.final() && !j.tasks[t.Task-1].state.final() {
+				j.tasks[t.Task-1] = ftask{state: t.State, status: t.Status, worker: t.Worker}
+				j.left--
+			}
+		}
+	}
 	// Add settles nothing, so it may be called with f.mu held (the
 	// Dispatcher's OnSettle takes f.mu): the job is whole before anyone
 	// looks at it.
 	var err error
 	for n := 1; n <= d.NumTasks && err == nil; n++ {
-		var t *transport.Ticket[TaskPair, Task]
-		if t, err = f.d.Add(ctx, TaskPair{JobId: d.JobId, Task: n}, Task{Task: n, JobDescription: d}); err == nil {
-			j.tickets = append(j.tickets, t)
+		if j.tasks[n-1].state.final() {
+			continue
 		}
+		j.tickets[n-1], err = f.d.Add(ctx, TaskPair{JobId: d.JobId, Task: n}, Task{Task: n, JobDescription: d})
 	}
+	endedBefore := d.NumTasks - j.left
 	if err == nil {
 		f.jobs[d.JobId] = j
+		if j.left == 0 {
+			j.desc.Status = JobFinished
+			close(j.done)
+		}
 	}
 	f.mu.Unlock()
 	if err != nil { // not in f.jobs: settled ignores these tickets
-		f.d.AbandonAll(j.tickets, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
+		f.d.AbandonAll(j.live(), laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
 		return nil, err
 	}
-	f.Logger.Info("job queued", zap.Uint64("job", d.JobId), zap.String("name", d.Name), zap.Int("tasks", d.NumTasks))
+	if resumed == nil {
+		f.Journal.job(ref, d)
+	}
+	f.Logger.Info("job queued", zap.Uint64("job", d.JobId), zap.String("name", d.Name), zap.Int("tasks", d.NumTasks),
+		zap.Int("ended before", endedBefore))
 	return j, nil
+}
+
+// live returns the tickets of j's tasks that had not ended when it was
+// added (a resumed job's others have none).
+func (j *fjob) live() []*transport.Ticket[TaskPair, Task] {
+	ts := make([]*transport.Ticket[TaskPair, Task], 0, len(j.tickets))
+	for _, t := range j.tickets {
+		if t != nil {
+			ts = append(ts, t)
+		}
+	}
+	return ts
 }
 
 // Cancel cancels a job: its pending tasks are dropped and its running ones
@@ -315,7 +367,7 @@ func (f *Foreman) cancel(j *fjob, st laboro.Status, cause error) {
 	if j.cause == nil {
 		j.cause = cause
 	}
-	tickets := j.tickets
+	tickets := j.live()
 	f.mu.Unlock()
 	f.d.AbandonAll(tickets, laboro.Result{Status: st, ExitCode: -1, Err: cause, Ended: time.Now()})
 }
@@ -353,6 +405,7 @@ func (f *Foreman) ended(j *fjob, n int, state TaskState, status, worker string) 
 	if worker != "" {
 		t.worker = worker
 	}
+	f.Journal.task(j.desc.JobId, n, state, status, t.worker)
 	j.left--
 	if j.left == 0 {
 		j.desc.Status = JobFinished
@@ -423,8 +476,11 @@ func (j *fjob) info() JobInfo {
 	info := JobInfo{JobDescription: j.desc, Ref: j.ref, Tasks: make([]TaskInfo, 0, len(j.tasks))}
 	for i, t := range j.tasks {
 		tk := j.tickets[i]
-		ti := TaskInfo{Task: i + 1, State: t.state, Status: t.status, Worker: t.worker, Attempts: tk.Attempts()}
-		if !t.state.final() {
+		ti := TaskInfo{Task: i + 1, State: t.state, Status: t.status, Worker: t.worker}
+		if tk != nil {
+			ti.Attempts = tk.Attempts()
+		}
+		if !t.state.final() && tk != nil {
 			ti.Worker = tk.Holder()
 			if ti.Worker != "" {
 				ti.State = TaskRunning

@@ -1,0 +1,222 @@
+package fuq
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/laboro-go/laboro"
+)
+
+// A Journal keeps a Foreman's jobs on disk, so that a foreman started
+// again after a crash resumes where it was: it is told of each job the
+// Foreman queues and of each task that ends, and Control tells it of each
+// job that ends. OpenJournal replays it.
+//
+// The file is JSON lines, appended to and never rewritten while open:
+//
+//	{"job":{"ref":"job_1","desc":{…JobDescription, JobId included…}}}
+//	{"task":{"job":1,"task":3,"state":"done","status":"done","worker":"n1"}}
+//	{"end":{"ref":"job_1","state":"succeeded","error":""}}
+//
+// Each line is one write of the process: a SIGKILL loses none that was
+// written (the kernel has it); a machine that loses power may lose the
+// last ones, and a torn last line is ignored on replay. A task that was
+// running when the foreman died runs again, unless its worker, which
+// keeps running it, comes back in time to say so: the job and task
+// numbers stay the same across the restart, so the worker's HELLO names
+// tasks the new foreman knows.
+type Journal struct {
+	mu   sync.Mutex
+	f    *os.File
+	path string
+	w    *bufio.Writer
+	err  error // the first write error
+}
+
+// JournaledJob is a job the journal knows, as OpenJournal replays it.
+type JournaledJob struct {
+	Ref   string         // the Executor's id of the job
+	Desc  JobDescription // its JobId included
+	Ended []TaskInfo     // the tasks that ended, with their outcome
+	State string         // its Executor status once it ended; "" while unfinished
+	Error string         // with State, the Result's error, if any
+}
+
+type journalLine struct {
+	Job  *journalJob  `json:"job,omitempty"`
+	Task *journalTask `json:"task,omitempty"`
+	End  *journalEnd  `json:"end,omitempty"`
+}
+
+type journalJob struct {
+	Ref  string         `json:"ref"`
+	Desc JobDescription `json:"desc"`
+}
+
+type journalTask struct {
+	Job    uint64 `json:"job"`
+	Task   int    `json:"task"`
+	State  string `json:"state"`
+	Status string `json:"status,omitempty"`
+	Worker string `json:"worker,omitempty"`
+}
+
+type journalEnd struct {
+	Ref   string `json:"ref"`
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// maxJournalLine bounds a line on replay (a job's description is short).
+const maxJournalLine = 1 << 20
+
+// OpenJournal opens (creating it, 0600) the journal at path, and returns
+// the jobs it holds, in the order they were queued.
+func OpenJournal(path string) (*Journal, []JournaledJob, error) {
+	jobs, err := replay(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fuq: journal: %w", err)
+	}
+	return &Journal{f: f, path: path, w: bufio.NewWriterSize(f, 4096)}, jobs, nil
+}
+
+func replay(path string) ([]JournaledJob, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fuq: journal: %w", err)
+	}
+	defer f.Close()
+	byRef := map[string]*JournaledJob{}
+	byID := map[uint64]*JournaledJob{}
+	var order []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), maxJournalLine)
+	for n := 1; sc.Scan(); n++ {
+		var l journalLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			continue // a line torn by a crash
+		}
+		switch {
+		case l.Job != nil:
+			j := &JournaledJob{Ref: l.Job.Ref, Desc: l.Job.Desc}
+			if byRef[j.Ref] == nil {
+				order = append(order, j.Ref)
+			}
+			byRef[j.Ref], byID[j.Desc.JobId] = j, j
+		case l.Task != nil:
+			if j := byID[l.Task.Job]; j != nil {
+				j.Ended = append(j.Ended, TaskInfo{Task: l.Task.Task, State: parseTaskState(l.Task.State), Status: l.Task.Status, Worker: l.Task.Worker})
+			}
+		case l.End != nil:
+			if j := byRef[l.End.Ref]; j != nil {
+				j.State, j.Error = l.End.State, l.End.Error
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("fuq: journal %s: %w", path, err)
+	}
+	jobs := make([]JournaledJob, 0, len(order))
+	for _, ref := range order {
+		jobs = append(jobs, *byRef[ref])
+	}
+	return jobs, nil
+}
+
+func parseTaskState(s string) TaskState {
+	for i, name := range taskStates {
+		if name == s {
+			return TaskState(i)
+		}
+	}
+	return TaskFailed
+}
+
+// write appends one line and flushes it (one write of the process).
+func (j *Journal) write(l journalLine) {
+	if j == nil {
+		return
+	}
+	b, err := json.Marshal(l)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err == nil && j.err == nil {
+		j.w.Write(append(b, '\n'))
+		err = j.w.Flush()
+	}
+	if err != nil && j.err == nil {
+		j.err = fmt.Errorf("fuq: journal %s: %w", j.path, err)
+	}
+}
+
+func (j *Journal) job(ref string, d JobDescription) {
+	j.write(journalLine{Job: &journalJob{Ref: ref, Desc: d}})
+}
+
+func (j *Journal) task(job uint64, n int, state TaskState, status, worker string) {
+	j.write(journalLine{Task: &journalTask{Job: job, Task: n, State: state.String(), Status: status, Worker: worker}})
+}
+
+// Ended records that the job ref ended with res.
+func (j *Journal) Ended(ref string, res laboro.Result) {
+	e := &journalEnd{Ref: ref, State: res.Status.String()}
+	if res.Err != nil {
+		e.Error = res.Err.Error()
+	}
+	j.write(journalLine{End: e})
+}
+
+// Err returns the first error writing the journal met, if any.
+func (j *Journal) Err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.err
+}
+
+// Close closes the file.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.f.Close()
+}
+
+// NextRef returns the first job_N id that none of jobs has.
+func NextRef(jobs []JournaledJob) int {
+	next := 1
+	for _, j := range jobs {
+		if n, err := strconv.Atoi(strings.TrimPrefix(j.Ref, "job_")); err == nil && n >= next {
+			next = n + 1
+		}
+	}
+	return next
+}
+
+// ResumedJob is the Payload of a job the Foreman had before it was started
+// again (see Journal): its JobDescription, JobId included, and the tasks
+// that had ended, which do not run again.
+type ResumedJob struct {
+	JobDescription
+	Ended []TaskInfo
+}
+
+// NewResumedJob returns the laboro job that resumes j.
+func NewResumedJob(j JournaledJob) laboro.Job {
+	ended := append([]TaskInfo(nil), j.Ended...)
+	sort.Slice(ended, func(a, b int) bool { return ended[a].Task < ended[b].Task })
+	return laboro.Job{ID: j.Ref, Payload: ResumedJob{JobDescription: j.Desc, Ended: ended}}
+}
