@@ -349,6 +349,17 @@ func (m *masterAPI) Send(ctx context.Context, msg link.Message) error {
 	}
 	err := m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), form, nil)
 	var re *RefusedError
+	if errors.As(err, &re) && re.Code == http.StatusRequestEntityTooLarge && body.Status != JobFailed {
+		// Too large for the master (a big result): the job must not stay
+		// Processing for ever. It fails, saying why, in a status that fits.
+		why := ErrorData{Error: ErrorDetail{Message: fmt.Sprintf(
+			"the %s status of %d bytes is over the master's limit on a request (HTTP 413): the job's result is lost",
+			body.Status, len(body.Data))}}
+		m.w.Logger.Warn("the master refused a job status as too large: the job fails", zap.String("job", msg.Key),
+			zap.String("status", body.Status), zap.Int("bytes", len(body.Data)))
+		b, _ := json.Marshal(why)
+		err = m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), url.Values{FieldStatus: {JobFailed}, FieldData: {string(b)}}, nil)
+	}
 	if errors.As(err, &re) && re.Permanent() {
 		// Sending it again would be refused again (and would hold back
 		// the cache): it is dropped, and said so.

@@ -104,3 +104,46 @@ func TestWorkerAgainstMaster(t *testing.T) {
 		return len(entries) == 0
 	}, 10*time.Second, 10*time.Millisecond, "nothing left in the cache")
 }
+
+// A result too large for the master (HTTP 413) does not leave its job
+// Processing for ever: the worker reports the job Failed, saying why, and
+// goes on.
+func TestWorkerResultTooLarge(t *testing.T) {
+	codes := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "big"),
+		[]byte("#!/bin/sh\nread p\nprintf '{\"x\": \"%s\"}' \"$(head -c 20000 /dev/zero | tr '\\0' a)\"\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "small"), []byte("#!/bin/sh\nread p\necho '{\"ok\": 1}'\n"), 0o755))
+	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir(), MaxBody: 4096}
+	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(2), laboro.WithConcurrency(2))
+	require.NoError(t, err)
+	srv := httptest.NewServer(m.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(),
+		Concurrency: 1, Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond}
+	var wg sync.WaitGroup
+	wg.Go(func() { assert.ErrorIs(t, w.Run(ctx), context.Canceled) })
+	defer func() {
+		cancel()
+		wg.Wait()
+		srv.Close()
+		m.Close()
+		ex.Close()
+	}()
+	for _, tc := range []struct {
+		code string
+		want laboro.Status
+	}{{"big", laboro.StatusFailed}, {"small", laboro.StatusSucceeded}} {
+		h, err := ex.Submit(ctx, NewJob(tc.code, tc.code, nil))
+		require.NoError(t, err)
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		res, err := h.Wait(wctx)
+		wcancel()
+		require.NoError(t, err, tc.code)
+		assert.Equal(t, tc.want, res.Status, "%s: %v", tc.code, res.Err)
+		if tc.want == laboro.StatusFailed {
+			assert.ErrorContains(t, res.Err, "over the master's limit")
+		}
+		res.Output.Close()
+	}
+}
