@@ -64,6 +64,16 @@ type Config struct {
 	// in chunks. 0 means 512 KiB; it is lowered to fit the server's maximum
 	// payload.
 	ChunkSize int
+	// MaxOutput bounds the output of a job that a worker stores: beyond
+	// it, the output is cut, and the job fails, its error saying so. 0
+	// means DefaultMaxOutput.
+	MaxOutput int64
+	// ResultsMaxAge and ResultsMaxBytes bound the RESULTS stream (the
+	// results and their outputs): older or further results are dropped,
+	// oldest first. 0 means DefaultResultsMaxAge and DefaultResultsMaxBytes;
+	// negative, no bound.
+	ResultsMaxAge   time.Duration
+	ResultsMaxBytes int64
 	// Dir is where a Manager writes the outputs it receives, handed over in
 	// Result.Output; "" means os.TempDir().
 	Dir string
@@ -86,10 +96,41 @@ func (c Config) withDefaults() Config {
 	if c.Dir == "" {
 		c.Dir = os.TempDir()
 	}
+	if c.MaxOutput <= 0 {
+		c.MaxOutput = DefaultMaxOutput
+	}
+	c.ResultsMaxAge = limit(c.ResultsMaxAge, DefaultResultsMaxAge)
+	c.ResultsMaxBytes = limit(c.ResultsMaxBytes, DefaultResultsMaxBytes)
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
 	return c
+}
+
+// The bounds of what the streams keep, unless Config says otherwise.
+const (
+	DefaultMaxOutput       = 64 << 20
+	DefaultResultsMaxAge   = 7 * 24 * time.Hour
+	DefaultResultsMaxBytes = 4 << 30
+)
+
+// limit is a bound's value: def for 0, none (0 for NATS) for a negative.
+func limit[T time.Duration | int64](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+// bytesLimit is a MaxBytes for NATS: -1 for none.
+func bytesLimit(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 func (c Config) jobsStream() string    { return c.Stream + "_JOBS" }
@@ -140,6 +181,9 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 		Description: "laboro job results, and the jobs whose Run ended first",
 		Subjects:    []string{c.Stream + ".results.>", c.Stream + ".cancel.>"},
 		Retention:   natsjs.LimitsPolicy,
+		MaxAge:      c.ResultsMaxAge,
+		MaxBytes:    bytesLimit(c.ResultsMaxBytes),
+		Discard:     natsjs.DiscardOld,
 		AllowDirect: true, // fast lookups of a job's stored result
 		Storage:     natsjs.FileStorage,
 		Replicas:    replicas(ctx, js, c.resultsStream(), c.Replicas),

@@ -14,6 +14,7 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -307,4 +308,27 @@ func TestManagerRestart(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "x\n", string(b), "%s ran once", name)
 	}
+}
+
+// An output over MaxOutput is cut there, and its job fails, saying so:
+// one job's output cannot fill the RESULTS stream, which keeps results
+// for ResultsMaxAge and ResultsMaxBytes at most.
+func TestOutputOverTheLimit(t *testing.T) {
+	nc := setup(t)
+	cfg := Config{MaxOutput: 1 << 20, ResultsMaxBytes: 64 << 20}
+	m := newManager(t, nc, cfg)
+	startWorker(t, nc, cfg, 1)
+	res := m.Run(testCtx(t, 60*time.Second), laboro.Job{ID: "flood", Script: "yes abcdefgh | head -c 3000000"})
+	require.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorContains(t, res.Err, "the output of 3000000 bytes is over the limit of 1048576")
+	assert.Equal(t, int64(1<<20), res.Output.Size())
+	res.Output.Close()
+
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	s, err := js.Stream(testCtx(t, 10*time.Second), "LABORO_RESULTS")
+	require.NoError(t, err)
+	assert.Equal(t, int64(64<<20), s.CachedInfo().Config.MaxBytes)
+	assert.Equal(t, DefaultResultsMaxAge, s.CachedInfo().Config.MaxAge)
+	assert.Equal(t, natsjs.DiscardOld, s.CachedInfo().Config.Discard)
 }

@@ -423,6 +423,17 @@ func (r *workerRun) publish(ctx context.Context, id string, attempt uint64, res 
 		}
 		defer f.Close()
 		src, size = f, res.Output.Size()
+		if size > r.cfg.MaxOutput {
+			// Only the first MaxOutput bytes are stored, and the result
+			// says so: a job's output must not fill the stream.
+			src, size = io.LimitReader(f, r.cfg.MaxOutput), r.cfg.MaxOutput
+			note := fmt.Errorf("the output of %d bytes is over the limit of %d (Config.MaxOutput): only its first %d bytes are kept",
+				res.Output.Size(), r.cfg.MaxOutput, r.cfg.MaxOutput)
+			if res.Status == laboro.StatusSucceeded {
+				res.Status, res.ExitCode = laboro.StatusFailed, 1
+			}
+			res.Err = errors.Join(res.Err, note)
+		}
 	}
 	chunks := int((size + int64(r.cfg.ChunkSize) - 1) / int64(r.cfg.ChunkSize))
 	if res.Output != nil && chunks == 0 {
