@@ -19,19 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestMain keeps the foremen's token file in a directory of the tests'
-// own, where the workers find it, as they would in the user's state
-// directory.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fuq-state")
-	if err != nil {
-		panic(err)
-	}
-	os.Setenv("LABORO_STATE_DIR", dir)
-	os.Unsetenv("FUQ_AUTH")
-	defer os.RemoveAll(dir)
-	e2e.Main(m)
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 func build(t testing.TB) (foreman, worker string) {
 	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-foreman"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-worker")

@@ -23,19 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestMain keeps the servers' token file in a directory of the tests' own,
-// where the commanders find it, as they would in the user's state
-// directory.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "jobexec-state")
-	if err != nil {
-		panic(err)
-	}
-	os.Setenv("LABORO_STATE_DIR", dir)
-	os.Unsetenv("LABORO_TOKEN")
-	defer os.RemoveAll(dir)
-	e2e.Main(m)
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 // build compiles both binaries, once per test run.
 func build(t testing.TB) (server, commander string) {

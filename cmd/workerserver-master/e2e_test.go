@@ -23,19 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestMain keeps the masters' API token in a directory of the tests' own,
-// where the user commands find it, as they would in the user's state
-// directory; apiGet and apiPost send it as the commands do.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "workerserver-state")
-	if err != nil {
-		panic(err)
-	}
-	os.Setenv("LABORO_STATE_DIR", dir)
-	os.Unsetenv("WORKERSERVER_API_TOKEN")
-	defer os.RemoveAll(dir)
-	e2e.Main(m)
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 // apiToken is the masters' token; "" before the first master made it.
 func apiToken(testing.TB) string {

@@ -16,8 +16,8 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/workerserver"
-	"golang.org/x/net/netutil"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 )
 
 // The limits of the master's HTTP server: no request (a worker's status

@@ -33,11 +33,22 @@ type build struct {
 
 // Main runs a package's tests under goleak, and removes the binaries they
 // built once they are done. Call it from TestMain.
+//
+// The binaries it starts keep their state (the token files of servers,
+// journals) in a directory of the tests' own, $LABORO_STATE_DIR, where the
+// clients they start find it, as they would in the user's state directory;
+// the secrets' environment variables are unset, so that the tests see the
+// defaults a user gets.
 func Main(m *testing.M) {
 	var err error
 	if binDir, err = os.MkdirTemp("", "laboro-e2e"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	stateDir := binDir + "/state"
+	os.Setenv("LABORO_STATE_DIR", stateDir)
+	for _, env := range []string{"LABORO_TOKEN", "FUQ_AUTH", "WORKERSERVER_API_TOKEN"} {
+		os.Unsetenv(env)
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		os.RemoveAll(binDir)

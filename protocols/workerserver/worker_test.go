@@ -28,23 +28,7 @@ func TestWorkerAgainstMaster(t *testing.T) {
 	} {
 		require.NoError(t, os.WriteFile(filepath.Join(codes, name), []byte(body), 0o755))
 	}
-	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir()}
-	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(8), laboro.WithConcurrency(8))
-	require.NoError(t, err)
-	srv := httptest.NewServer(m.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(),
-		Concurrency: 4, Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond}
-	var wg sync.WaitGroup
-	wg.Go(func() { assert.ErrorIs(t, w.Run(ctx), context.Canceled) })
-	defer func() {
-		cancel()
-		wg.Wait()
-		srv.Close()
-		m.Close()
-		ex.Close()
-	}()
+	ctx, m, ex, w := workerAndMaster(t, codes, 0, 4)
 
 	run := func(id, code string, params string) laboro.Result {
 		var p map[string]json.RawMessage
@@ -113,23 +97,7 @@ func TestWorkerResultTooLarge(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(codes, "big"),
 		[]byte("#!/bin/sh\nread p\nprintf '{\"x\": \"%s\"}' \"$(head -c 20000 /dev/zero | tr '\\0' a)\"\n"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(codes, "small"), []byte("#!/bin/sh\nread p\necho '{\"ok\": 1}'\n"), 0o755))
-	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir(), MaxBody: 4096}
-	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(2), laboro.WithConcurrency(2))
-	require.NoError(t, err)
-	srv := httptest.NewServer(m.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(),
-		Concurrency: 1, Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond}
-	var wg sync.WaitGroup
-	wg.Go(func() { assert.ErrorIs(t, w.Run(ctx), context.Canceled) })
-	defer func() {
-		cancel()
-		wg.Wait()
-		srv.Close()
-		m.Close()
-		ex.Close()
-	}()
+	ctx, _, ex, _ := workerAndMaster(t, codes, 4096, 1)
 	for _, tc := range []struct {
 		code string
 		want laboro.Status
@@ -146,4 +114,28 @@ func TestWorkerResultTooLarge(t *testing.T) {
 		}
 		res.Output.Close()
 	}
+}
+
+// workerAndMaster runs a Master (with maxBody, 0 for the default) over
+// loopback HTTP, an Executor of its jobs, and a Worker of the executables
+// in codes running n jobs at once, until the test ends; ctx ends then.
+func workerAndMaster(t *testing.T, codes string, maxBody int64, n int) (context.Context, *Master, *laboro.Executor, *Worker) {
+	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir(), MaxBody: maxBody}
+	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(8), laboro.WithConcurrency(8))
+	require.NoError(t, err)
+	srv := httptest.NewServer(m.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(),
+		Concurrency: n, Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond}
+	var wg sync.WaitGroup
+	wg.Go(func() { assert.ErrorIs(t, w.Run(ctx), context.Canceled) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		srv.Close()
+		m.Close()
+		ex.Close()
+	})
+	return ctx, m, ex, w
 }

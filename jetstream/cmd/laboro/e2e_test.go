@@ -17,19 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestMain keeps serve's token file in a directory of the tests' own,
-// where the other commands find it, as they would in the user's state
-// directory.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "laboro-state")
-	if err != nil {
-		panic(err)
-	}
-	os.Setenv("LABORO_STATE_DIR", dir)
-	os.Unsetenv("LABORO_TOKEN")
-	defer os.RemoveAll(dir)
-	e2e.Main(m)
-}
+func TestMain(m *testing.M) { e2e.Main(m) }
 
 func build(t testing.TB) string {
 	return e2e.Build(t, "github.com/laboro-go/laboro/jetstream/cmd/laboro")
