@@ -32,4 +32,3 @@ func checkDir(dir string) error {
 	}
 	return nil
 }
-
