@@ -1,0 +1,43 @@
+package jetstream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// An embedded server with a token admits only the clients that present
+// it; they run jobs, and cannot delete the streams, which would lose jobs
+// without a word.
+func TestEmbeddedToken(t *testing.T) {
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken("s3cret"))
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	_, err = nats.Connect(srv.URL(), nats.Token("wrong"))
+	require.Error(t, err)
+	_, err = nats.Connect(srv.URL())
+	require.Error(t, err)
+
+	nc, err := nats.Connect(srv.URL(), nats.Token("s3cret"))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	m := newManager(t, nc, Config{})
+	startWorker(t, nc, Config{}, 1)
+	res := m.Run(testCtx(t, 30*time.Second), laboro.Job{ID: "ok", Command: "echo hi"})
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	res.Output.Close()
+
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	// A refused request gets no answer: each waits a second, in vain.
+	for _, name := range []string{"LABORO_JOBS", "LABORO_RESULTS"} {
+		assert.Error(t, js.DeleteStream(testCtx(t, time.Second), name), "%s deleted", name)
+		_, err := js.Stream(testCtx(t, 10*time.Second), name)
+		require.NoError(t, err, "%s is gone", name)
+	}
+}
