@@ -56,6 +56,7 @@ func main() {
 	printJobs := c.Flags.Bool("print-jobs", false, "list the jobs not yet done, and exit")
 	sorted := c.Flags.Bool("sort", false, "serve jobs in name order instead of shuffled")
 	listen := c.Flags.String("listen", "127.0.0.1", "address to listen on (\"\" for every interface, with --allow)")
+	maxConns := c.Flags.Int("max-conns", runexp.DefaultMaxConns, "connections served at once; more are closed at once")
 	allowFlag := c.Flags.String("allow", "", "addresses or networks runners may connect from, comma-separated (10.0.0.0/24,192.168.1.7); loopback always may")
 	progress := cli.NewProgress(os.Stderr, 0)
 	level := zap.InfoLevel
@@ -88,7 +89,10 @@ func main() {
 		if allow != nil { // and local runners
 			allow = append(allow, netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"))
 		}
-		m := &runexp.Manager{Group: group, Allow: allow, Logger: logFlag.Logger()}
+		if *maxConns < 1 {
+			return cli.Usagef("--max-conns %d: must be at least 1", *maxConns)
+		}
+		m := &runexp.Manager{Group: group, Allow: allow, MaxConns: *maxConns, Logger: logFlag.Logger()}
 		if *ban {
 			m.Policy = runexp.BanPolicy{}
 		}

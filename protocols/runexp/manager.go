@@ -13,12 +13,17 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
+
+// DefaultMaxConns bounds the connections a Manager serves at once unless
+// Manager.MaxConns says otherwise.
+const DefaultMaxConns = 1024
 
 // DefaultMaxAttempts is how many runners a job may be handed to without a
 // result unless Manager.MaxAttempts says otherwise.
@@ -87,6 +92,9 @@ type Manager struct {
 	// job fails with an error matching ErrSizeTooLarge, its output cut to
 	// MaxSize bytes.
 	MaxSize int64
+	// MaxConns bounds the connections served at once; one more is closed
+	// before a word is said, with a log line. 0 means DefaultMaxConns.
+	MaxConns int
 	// MaxAttempts is how many runners a job may be handed to without a
 	// result (each lost its connection while it had the job) before the
 	// job fails with an error matching transport.ErrAttempts: a job that
@@ -111,6 +119,7 @@ type Manager struct {
 	Logger *zap.Logger
 
 	once    sync.Once
+	conns   atomic.Int64 // connections being served
 	d       *transport.Dispatcher[string, laboro.Job] // the jobs, by name
 	mu      sync.Mutex
 	wake    chan struct{}      // closed and replaced when waiting PETOs should look again
@@ -346,6 +355,11 @@ func (m *Manager) allowed(addr net.Addr) bool {
 
 func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
 	defer raw.Close()
+	defer m.conns.Add(-1)
+	if n := m.conns.Add(1); n > int64(cmp.Or(m.MaxConns, DefaultMaxConns)) {
+		m.Logger.Warn("connection refused: too many connections (Manager.MaxConns)", zap.Stringer("peer", raw.RemoteAddr()))
+		return
+	}
 	if !m.allowed(raw.RemoteAddr()) {
 		m.Logger.Warn("connection refused: the address is not allowed (-allow)", zap.Stringer("peer", raw.RemoteAddr()))
 		return

@@ -758,3 +758,23 @@ func TestManagerMaxAttempts(t *testing.T) {
 	assert.Equal(t, laboro.StatusFailed, res.Status)
 	require.ErrorIs(t, res.Err, transport.ErrAttempts)
 }
+
+// Beyond MaxConns, a connection is closed before a word is said; once
+// one ends, another is served.
+func TestManagerMaxConns(t *testing.T) {
+	tm := startManager(t, &Manager{MaxConns: 1, Timeout: time.Minute})
+	first := dialRunner(t, tm.addr)
+	require.Eventually(t, func() bool { return tm.m.conns.Load() == 1 }, 10*time.Second, time.Millisecond)
+	second := dialRunner(t, tm.addr)
+	second.say("SALUTON; MI h2")
+	second.closed()
+	assert.Equal(t, 1, tm.logged("too many connections"))
+	first.c.Close()
+	require.Eventually(t, func() bool { return tm.m.conns.Load() == 0 }, 10*time.Second, time.Millisecond)
+	h := tm.submit(t, "a", okScript)
+	r := join(t, tm.addr, "h3")
+	r.take()
+	r.report("a", "success", "ok\n")
+	_, text := result(t, h)
+	assert.Equal(t, "ok\n", text)
+}
