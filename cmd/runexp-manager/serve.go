@@ -16,6 +16,13 @@ import (
 // serve serves every job of the folder not yet done, writes each result,
 // and returns once every job has a result and every runner has said FINO
 // ANKAU (or left).
+// The jobs with the Manager at once, and those queued before them: the
+// runners of a manager seldom have more workers than maxOut between them.
+const (
+	maxOut    = 256
+	maxQueued = 1024
+)
+
 func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr string, sorted bool, progress *cli.Progress) error {
 	log := m.Logger
 	todo, _, skipped, err := folder.Jobs()
@@ -41,10 +48,13 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 		return err
 	}
 	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("runs", folder.Runs))
-	// Every job goes to the Manager at once: runners take them as they ask.
+	// Up to maxOut jobs are with the Manager at once (handed to runners,
+	// or in line for the next PETO), each a goroutine's wait; up to
+	// maxQueued more wait in the Executor's buffer, and the batch driver
+	// submits the rest as room is made.
 	n := max(1, len(jobs))
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithBufferSize(n), laboro.WithPoolSize(min(n, 4096)),
-		laboro.WithConcurrency(min(n, 4096)), laboro.WithLogger(log))
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithBufferSize(min(n, maxQueued)), laboro.WithPoolSize(min(n, maxOut)),
+		laboro.WithConcurrency(min(n, maxOut)), laboro.WithLogger(log))
 	if err != nil {
 		ln.Close()
 		return err
