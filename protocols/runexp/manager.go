@@ -119,7 +119,7 @@ type Manager struct {
 	Logger *zap.Logger
 
 	once    sync.Once
-	conns   atomic.Int64 // connections being served
+	conns   atomic.Int64                              // connections being served
 	d       *transport.Dispatcher[string, laboro.Job] // the jobs, by name
 	mu      sync.Mutex
 	wake    chan struct{}      // closed and replaced when waiting PETOs should look again
