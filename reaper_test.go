@@ -51,8 +51,12 @@ func alive(pid int) bool {
 func TestKilledWorkerLeavesNoProcess(t *testing.T) {
 	dir := t.TempDir()
 	pidFile, after := filepath.Join(dir, "pids"), filepath.Join(dir, "after")
-	script := fmt.Sprintf("echo $$ >> %[1]s; sleep 60 & echo $! >> %[1]s; sh -c 'echo $$ >> %[1]s; sleep 60'; echo ran on >> %[2]s",
-		pidFile, after)
+	// The job first waits until its group is noted for the reaper (which
+	// happens just after it starts: the few microseconds before are the
+	// one window the reaper cannot cover, and the test must not fall in it).
+	script := fmt.Sprintf("until grep -qx '+ '$$ %[3]s 2>/dev/null; do sleep 0.01; done\n"+
+		"echo $$ >> %[1]s; sleep 60 & echo $! >> %[1]s; sh -c 'echo $$ >> %[1]s; sleep 60'; echo ran on >> %[2]s",
+		pidFile, after, filepath.Join(os.TempDir(), "laboro-reaper-*", "groups"))
 	worker := exec.Command(os.Args[0], "-test.run=^$")
 	worker.Env = append(os.Environ(), workerJobEnv+"="+script)
 	require.NoError(t, worker.Start())

@@ -5,6 +5,7 @@ package laboro
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -18,67 +19,126 @@ import (
 // commands of a shell script, a pipeline) would run on, re-parented to
 // init, after a SIGKILL of ours: a job handed to another worker would then
 // run twice at once. So the first job started by a process also starts
-// the reaper: a small shell that reads, on a pipe whose only writer is
-// this process, "+ PGID" when a job starts and "- PGID" when it has been
-// reaped. When the pipe ends (this process is gone, whatever the signal),
-// it kills every group still registered, at once, and exits. It ignores
-// the terminal's signals (it is in a group of its own, and traps them), so
-// that it outlives the process it watches.
+// the reaper: a small shell that waits for the end of a pipe whose only
+// writer is this process, and so learns that this process is gone,
+// whatever the signal. This process notes "+ PGID" in a file when a job
+// starts and "- PGID" once it is reaped (one write each, no wake-up of the
+// reaper); at the pipe's end the reaper reads the file, kills every group
+// still noted, at once, removes the file and exits. The file is rewritten
+// with the live groups alone when it grows past reaperCompact. The reaper
+// ignores the terminal's signals (it is in a group of its own, and traps
+// them), so that it outlives the process it watches.
 //
 // What it cannot cover: a job that leaves its process group (setsid,
 // setpgid: daemons do), and the microseconds between a job's start and its
-// registration (its first process is still killed by Pdeathsig on Linux).
-// A job's group is unregistered once its leader is reaped: the kernel
-// does not reuse a group's id while any process of the group lives, so the
-// reaper never kills a group that is not a job's.
+// note (its first process is still killed by Pdeathsig on Linux). A job's
+// group is struck off once its leader is reaped: the kernel does not reuse
+// a group's id while any process of the group lives, so the reaper never
+// kills a group that is not a job's.
 const reaperScript = `trap '' INT TERM HUP QUIT
+cat >/dev/null
 while read -r op id; do
 	case $op in
 	+) eval "g_$id=1" ;;
 	-) unset "g_$id" ;;
 	esac
-done
+done <"$1"
 for g in $(set | sed -n 's/^g_\([0-9][0-9]*\)=.*/\1/p'); do
 	kill -KILL -"$g" 2>/dev/null
-done`
+done
+rm -rf "$(dirname "$1")"`
+
+// reaperCompact is the size past which the file of groups is rewritten.
+const reaperCompact = 64 << 10
 
 var reaper struct {
 	once sync.Once
 	mu   sync.Mutex
-	w    *os.File // the pipe to the reaper; nil if it could not start
+	pipe *os.File // its write end, never written; nil if the reaper could not start
+	path string   // the file of groups
+	f    *os.File // open on path, appending
+	size int64
+	live map[int]struct{}
 }
 
 // startReaper starts the reaper, once per process.
 func startReaper() {
-	r, w, err := os.Pipe()
+	dir, err := os.MkdirTemp("", "laboro-reaper-")
 	if err != nil {
 		return
 	}
+	path := filepath.Join(dir, "groups")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		os.RemoveAll(dir)
+		return
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		f.Close()
+		os.RemoveAll(dir)
+		return
+	}
 	defer r.Close()
-	cmd := exec.Command("/bin/sh", "-c", reaperScript)
+	cmd := exec.Command("/bin/sh", "-c", reaperScript, "reaper", path)
 	cmd.Stdin = r
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		w.Close()
+		f.Close()
+		os.RemoveAll(dir)
 		return
 	}
 	// Not waited for: it exits only once this process is gone (or if
 	// someone kills it, when it stays a zombie until this process ends).
 	cmd.Process.Release()
-	reaper.w = w
+	reaper.pipe, reaper.path, reaper.f, reaper.live = w, path, f, map[int]struct{}{}
 }
 
-// reap registers (+) or unregisters (-) a job's process group with the
-// reaper. Errors are dropped: a reaper that died leaves jobs to
-// Pdeathsig, as before there was one.
+// reap notes that a job's process group started (+) or was reaped (-).
+// Errors are dropped: without the reaper, jobs are left to Pdeathsig, as
+// before there was one.
 func reap(op byte, pgid int) {
 	reaper.once.Do(startReaper)
-	if reaper.w == nil {
+	if reaper.pipe == nil {
 		return
 	}
-	b := strconv.AppendInt([]byte{op, ' '}, int64(pgid), 10)
+	var buf [24]byte
+	b := strconv.AppendInt(append(buf[:0], op, ' '), int64(pgid), 10)
 	b = append(b, '\n')
 	reaper.mu.Lock()
-	reaper.w.Write(b) // one write under PIPE_BUF: never interleaved
-	reaper.mu.Unlock()
+	defer reaper.mu.Unlock()
+	if op == '+' {
+		reaper.live[pgid] = struct{}{}
+	} else {
+		delete(reaper.live, pgid)
+	}
+	n, _ := reaper.f.Write(b)
+	reaper.size += int64(n)
+	if reaper.size > reaperCompact {
+		compactReaper()
+	}
+}
+
+// compactReaper rewrites the file of groups with the live ones alone, into
+// a new file renamed over it: the reaper, reading it only at the end,
+// reads one or the other whole. reaper.mu is held.
+func compactReaper() {
+	tmp := reaper.path + ".new"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	var b []byte
+	for g := range reaper.live {
+		b = strconv.AppendInt(append(b, '+', ' '), int64(g), 10)
+		b = append(b, '\n')
+	}
+	if _, err := f.Write(b); err != nil || os.Rename(tmp, reaper.path) != nil {
+		f.Close()
+		os.Remove(tmp)
+		return
+	}
+	reaper.f.Close()
+	reaper.f, reaper.size = f, int64(len(b))
 }
