@@ -16,7 +16,9 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // setup starts an embedded server with file storage in a temporary
@@ -331,4 +333,30 @@ func TestOutputOverTheLimit(t *testing.T) {
 	assert.Equal(t, int64(64<<20), s.CachedInfo().Config.MaxBytes)
 	assert.Equal(t, DefaultResultsMaxAge, s.CachedInfo().Config.MaxAge)
 	assert.Equal(t, natsjs.DiscardOld, s.CachedInfo().Config.Discard)
+}
+
+// A worker whose JOBS stream is deleted under it (by a client with every
+// right) says so loudly, makes the stream and its consumer again, and
+// runs the jobs submitted after.
+func TestWorkerStreamDeleted(t *testing.T) {
+	nc := setup(t)
+	core, logs := observer.New(zap.InfoLevel)
+	w := &Worker{Conn: nc, Config: Config{Logger: zap.New(core)}, Concurrency: 1}
+	runWorker(t, w)
+	m := newManager(t, nc, Config{})
+	res := m.Run(testCtx(t, 30*time.Second), laboro.Job{ID: "before", Command: "echo one"})
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	res.Output.Close()
+
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteStream(testCtx(t, 10*time.Second), "LABORO_JOBS"))
+	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("was deleted").Len() > 0 }, 30*time.Second, 10*time.Millisecond, "the worker said nothing")
+	require.Eventually(t, func() bool {
+		_, err := js.Stream(testCtx(t, 5*time.Second), "LABORO_JOBS")
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the stream was not made again")
+	res = m.Run(testCtx(t, 30*time.Second), laboro.Job{ID: "after", Command: "echo two"})
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, "two\n", string(output(t, res)))
 }

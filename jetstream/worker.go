@@ -145,8 +145,11 @@ type workerRun struct {
 	cfg     Config
 	log     *zap.Logger
 	ex      *laboro.Executor
-	cons    natsjs.Consumer
 	results natsjs.Stream
+	// cons is the JOBS stream's consumer, replaced (under consMu) when the
+	// stream or the consumer was deleted.
+	consMu sync.Mutex
+	cons   natsjs.Consumer
 	// finishing counts the finished jobs whose result is being published.
 	finishing sync.WaitGroup
 	draining  <-chan struct{} // closed when no new job is to be taken
@@ -178,12 +181,19 @@ func (r *workerRun) loop(ctx context.Context) {
 			return
 		default:
 		}
-		batch, err := r.cons.Fetch(1, natsjs.FetchMaxWait(fetchWait))
+		r.consMu.Lock()
+		cons := r.cons
+		r.consMu.Unlock()
+		batch, err := cons.Fetch(1, natsjs.FetchMaxWait(fetchWait))
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.Warn("fetching a job", zap.Error(err))
+			if deleted(err) {
+				r.recreate(ctx, cons, err)
+			} else {
+				r.log.Warn("fetching a job", zap.Error(err))
+			}
 			pause.Wait(ctx)
 			continue
 		}
@@ -191,7 +201,39 @@ func (r *workerRun) loop(ctx context.Context) {
 		for msg := range batch.Messages() {
 			r.handle(ctx, msg)
 		}
+		if err := batch.Error(); err != nil && deleted(err) && ctx.Err() == nil {
+			r.recreate(ctx, cons, err)
+			pause.Wait(ctx)
+		}
 	}
+}
+
+// deleted reports whether err says that the JOBS stream or its consumer
+// is gone.
+func deleted(err error) bool {
+	return errors.Is(err, natsjs.ErrConsumerDeleted) || errors.Is(err, natsjs.ErrConsumerNotFound) ||
+		errors.Is(err, natsjs.ErrStreamNotFound) || errors.Is(err, natsjs.ErrNoStreamResponse)
+}
+
+// recreate makes the streams and the consumer again after someone deleted
+// them, saying so loudly: the jobs they held are lost, and their Runs
+// learn of it only by their timeouts. old is the consumer the caller
+// fetched from; another loop may have replaced it already.
+func (r *workerRun) recreate(ctx context.Context, old natsjs.Consumer, cause error) {
+	r.consMu.Lock()
+	defer r.consMu.Unlock()
+	if r.cons != old {
+		return
+	}
+	r.log.Error("the JOBS stream or its consumer was deleted: the jobs it held are lost; making them again",
+		zap.String("stream", r.cfg.jobsStream()), zap.Error(cause))
+	// The RESULTS stream is looked up by its name: r.results serves on.
+	_, _, cons, err := ensure(ctx, r.js, r.cfg)
+	if err != nil {
+		r.log.Error("making the streams again", zap.Error(err))
+		return
+	}
+	r.cons = cons
 }
 
 // take marks job id as handled here. It returns nil when it is already (a
