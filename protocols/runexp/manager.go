@@ -524,12 +524,18 @@ func (m *Manager) next(ctx context.Context, s *remote) (t *transport.Ticket[stri
 	}
 	var timer <-chan time.Time
 	for {
+		// The wake-up is taken before the line is looked at: a job added
+		// (and m.wake closed) after Take found none still wakes this
+		// PETO. Taken after, it could be the new channel, and the PETO
+		// would wait out IdleWait with a job in line.
+		m.mu.Lock()
+		wake := m.wake
+		m.mu.Unlock()
 		if ts := s.w.Take(1, s.accept); len(ts) == 1 {
 			return ts[0], false
 		}
 		m.mu.Lock()
 		end := m.canEnd(s)
-		wake := m.wake
 		m.mu.Unlock()
 		if end {
 			return nil, true

@@ -777,3 +777,26 @@ func TestManagerMaxConns(t *testing.T) {
 	_, text := result(t, h)
 	assert.Equal(t, "ok\n", text)
 }
+
+// A job that comes while a runner's PETO waits for one reaches it at
+// once, whenever it comes: the PETO takes its wake-up before it looks at
+// the line, so a job added in between is not missed (it then waited out
+// IdleWait, and the runner was told ATENDI with a job in line). Run many
+// times, this failed about once in twenty before.
+func TestManagerJobWhilePetoWaits(t *testing.T) {
+	for range 20 {
+		tm := startManager(t, &Manager{IdleWait: time.Minute})
+		r := join(t, tm.addr, "h")
+		h := tm.submit(t, "first", okScript)
+		r.take()
+		r.report("first", "success", "ok\n")
+		result(t, h)
+		r.say("PETO")
+		h = tm.submit(t, "next", okScript)
+		require.Equal(t, "LABORO next .sh 43", r.hear(), "dispatcher: %+v", tm.m.d.Stats())
+		r.say("PRETA")
+		r.payload(len(okScript))
+		r.report("next", "success", "ok\n")
+		result(t, h)
+	}
+}
