@@ -51,12 +51,8 @@ func alive(pid int) bool {
 func TestKilledWorkerLeavesNoProcess(t *testing.T) {
 	dir := t.TempDir()
 	pidFile, after := filepath.Join(dir, "pids"), filepath.Join(dir, "after")
-	// The job first waits until its group is noted for the reaper (which
-	// happens just after it starts: the few microseconds before are the
-	// one window the reaper cannot cover, and the test must not fall in it).
-	script := fmt.Sprintf("until grep -qx '+ '$$ %[3]s 2>/dev/null; do sleep 0.01; done\n"+
-		"echo $$ >> %[1]s; sleep 60 & echo $! >> %[1]s; sh -c 'echo $$ >> %[1]s; sleep 60'; echo ran on >> %[2]s",
-		pidFile, after, filepath.Join(os.TempDir(), "laboro-reaper-*", "groups"))
+	script := fmt.Sprintf("echo $$ >> %[1]s; sleep 60 & echo $! >> %[1]s; sh -c 'echo $$ >> %[1]s; sleep 60'; echo ran on >> %[2]s",
+		pidFile, after)
 	worker := exec.Command(os.Args[0], "-test.run=^$")
 	worker.Env = append(os.Environ(), workerJobEnv+"="+script)
 	require.NoError(t, worker.Start())
@@ -72,6 +68,10 @@ func TestKilledWorkerLeavesNoProcess(t *testing.T) {
 		return len(pids) == 3
 	}, 30*time.Second, 5*time.Millisecond, "the job did not start its processes")
 
+	// The job's group is noted for the reaper just after the job starts:
+	// the few microseconds before are the one window the reaper cannot
+	// cover, and the test must not kill the worker in it.
+	require.Eventually(t, func() bool { return noted(worker.Process.Pid, pids[0]) }, 30*time.Second, time.Millisecond)
 	require.NoError(t, worker.Process.Kill())
 	worker.Wait()
 	killed := time.Now()
@@ -85,4 +85,24 @@ func TestKilledWorkerLeavesNoProcess(t *testing.T) {
 	}, 10*time.Second, time.Millisecond, "processes of the job outlived its worker: %v", pids)
 	t.Logf("every process of the job was gone %v after the worker's SIGKILL", time.Since(killed).Round(time.Millisecond))
 	require.NoFileExists(t, after)
+}
+
+// noted reports whether the reaper's file of process pid notes group
+// pgid: the file has no name, but pid holds it open.
+func noted(pid, pgid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil || !strings.Contains(target, "laboro-reaper-") {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		for _, line := range strings.Split(string(b), "\n") {
+			if line == "+ "+strconv.Itoa(pgid) {
+				return true
+			}
+		}
+	}
+	return false
 }

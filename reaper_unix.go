@@ -5,7 +5,6 @@ package laboro
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -24,10 +23,14 @@ import (
 // whatever the signal. This process notes "+ PGID" in a file when a job
 // starts and "- PGID" once it is reaped (one write each, no wake-up of the
 // reaper); at the pipe's end the reaper reads the file, kills every group
-// still noted, at once, removes the file and exits. The file is rewritten
-// with the live groups alone when it grows past reaperCompact. The reaper
-// ignores the terminal's signals (it is in a group of its own, and traps
-// them), so that it outlives the process it watches.
+// still noted, at once, and exits. The file has no name (it is removed as
+// soon as it is made: the two processes hold it open, the reaper as its
+// descriptor 3, from its start, since this process writes it with pwrite
+// and leaves their shared offset there), so nothing is left of it on disk,
+// however either ends. It is rewritten with the live groups alone when it
+// grows past reaperCompact. The reaper ignores the terminal's signals (it
+// is in a group of its own, and traps them), so that it outlives the
+// process it watches.
 //
 // What it cannot cover: a job that leaves its process group (setsid,
 // setpgid: daemons do), and the microseconds between a job's start and its
@@ -42,11 +45,10 @@ while read -r op id; do
 	+) eval "g_$id=1" ;;
 	-) unset "g_$id" ;;
 	esac
-done <"$1"
+done <&3
 for g in $(set | sed -n 's/^g_\([0-9][0-9]*\)=.*/\1/p'); do
 	kill -KILL -"$g" 2>/dev/null
-done
-rm -rf "$(dirname "$1")"`
+done`
 
 // reaperCompact is the size past which the file of groups is rewritten.
 const reaperCompact = 64 << 10
@@ -55,44 +57,37 @@ var reaper struct {
 	once sync.Once
 	mu   sync.Mutex
 	pipe *os.File // its write end, never written; nil if the reaper could not start
-	path string   // the file of groups
-	f    *os.File // open on path, appending
+	f    *os.File // the file of groups, written with pwrite at size
 	size int64
 	live map[int]struct{}
 }
 
 // startReaper starts the reaper, once per process.
 func startReaper() {
-	dir, err := os.MkdirTemp("", "laboro-reaper-")
+	f, err := os.CreateTemp("", "laboro-reaper-")
 	if err != nil {
 		return
 	}
-	path := filepath.Join(dir, "groups")
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		os.RemoveAll(dir)
-		return
-	}
+	os.Remove(f.Name()) // held open by both: nothing to clean up
 	r, w, err := os.Pipe()
 	if err != nil {
 		f.Close()
-		os.RemoveAll(dir)
 		return
 	}
 	defer r.Close()
-	cmd := exec.Command("/bin/sh", "-c", reaperScript, "reaper", path)
+	cmd := exec.Command("/bin/sh", "-c", reaperScript)
 	cmd.Stdin = r
+	cmd.ExtraFiles = []*os.File{f} // its descriptor 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		f.Close()
-		os.RemoveAll(dir)
 		return
 	}
 	// Not waited for: it exits only once this process is gone (or if
 	// someone kills it, when it stays a zombie until this process ends).
 	cmd.Process.Release()
-	reaper.pipe, reaper.path, reaper.f, reaper.live = w, path, f, map[int]struct{}{}
+	reaper.pipe, reaper.f, reaper.live = w, f, map[int]struct{}{}
 }
 
 // reap notes that a job's process group started (+) or was reaped (-).
@@ -113,32 +108,25 @@ func reap(op byte, pgid int) {
 	} else {
 		delete(reaper.live, pgid)
 	}
-	n, _ := reaper.f.Write(b)
+	n, _ := reaper.f.WriteAt(b, reaper.size)
 	reaper.size += int64(n)
 	if reaper.size > reaperCompact {
 		compactReaper()
 	}
 }
 
-// compactReaper rewrites the file of groups with the live ones alone, into
-// a new file renamed over it: the reaper, reading it only at the end,
-// reads one or the other whole. reaper.mu is held.
+// compactReaper rewrites the file of groups with the live ones alone. The
+// reaper reads it only once this process is gone, so never while it
+// changes. reaper.mu is held.
 func compactReaper() {
-	tmp := reaper.path + ".new"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
-	if err != nil {
-		return
-	}
 	var b []byte
 	for g := range reaper.live {
 		b = strconv.AppendInt(append(b, '+', ' '), int64(g), 10)
 		b = append(b, '\n')
 	}
-	if _, err := f.Write(b); err != nil || os.Rename(tmp, reaper.path) != nil {
-		f.Close()
-		os.Remove(tmp)
+	if reaper.f.Truncate(0) != nil {
 		return
 	}
-	reaper.f.Close()
-	reaper.f, reaper.size = f, int64(len(b))
+	n, _ := reaper.f.WriteAt(b, 0)
+	reaper.size = int64(n)
 }
