@@ -179,3 +179,23 @@ func (p *Process) Await(t testing.TB, re *regexp.Regexp, within time.Duration) s
 		}
 	}
 }
+
+// Token returns the token a server started by the test keeps in the
+// state directory as NAME.token, failing t unless the file is there and
+// its user's alone (0600).
+func Token(t testing.TB, name string) string {
+	t.Helper()
+	path := os.Getenv("LABORO_STATE_DIR") + "/" + name + ".token"
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s has mode %v, want 0600", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}

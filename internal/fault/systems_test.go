@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,21 +168,13 @@ var fuqSystem = system{
 		if !ok {
 			return nil, false
 		}
-		done, ended := map[string]bool{}, 0
-		sc := bufio.NewScanner(strings.NewReader(out))
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) >= 2 && !strings.HasPrefix(sc.Text(), h.fuqJob) {
-				switch f[1] {
-				case "done":
-					done[f[0]] = true
-					ended++
-				case "failed", "cancelled":
-					ended++
-				}
+		// A line a task: its number, its state.
+		return states(h, out, "done", []string{"failed", "cancelled"}, func(f []string) (string, string, bool) {
+			if len(f) < 2 || f[0] == h.fuqJob {
+				return "", "", false
 			}
-		}
-		return done, ended == len(h.jobs)
+			return f[0], f[1], true
+		})
 	},
 }
 
@@ -229,22 +222,13 @@ var workerserverSystem = system{
 		if !ok {
 			return nil, false
 		}
-		done, ended := map[string]bool{}, 0
-		sc := bufio.NewScanner(strings.NewReader(out))
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
+		// A line a job: the master's id, the code, the status.
+		return states(h, out, "Done", []string{"Failed", "Cancelled"}, func(f []string) (string, string, bool) {
 			if len(f) < 3 || h.ids[f[0]] == "" {
-				continue
+				return "", "", false
 			}
-			switch f[2] {
-			case "Done":
-				done[h.ids[f[0]]] = true
-				ended++
-			case "Failed", "Cancelled":
-				ended++
-			}
-		}
-		return done, ended == len(h.jobs)
+			return h.ids[f[0]], f[2], true
+		})
 	},
 }
 
@@ -288,26 +272,17 @@ var jetstreamSystem = system{
 		if !ok {
 			return nil, false
 		}
-		done, ended := map[string]bool{}, 0
-		sc := bufio.NewScanner(strings.NewReader(out))
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
+		// A line a job: fault-N, its state.
+		return states(h, out, "succeeded", []string{"failed", "cancelled", "timedout"}, func(f []string) (string, string, bool) {
 			if len(f) < 2 || !strings.HasPrefix(f[0], "fault-") {
-				continue
+				return "", "", false
 			}
 			n, _ := strconv.Atoi(strings.TrimPrefix(f[0], "fault-"))
 			if n < 1 || n > len(h.jobs) {
-				continue
+				return "", "", false
 			}
-			switch f[1] {
-			case "succeeded":
-				done[h.jobs[n-1]] = true
-				ended++
-			case "failed", "cancelled", "timedout":
-				ended++
-			}
-		}
-		return done, ended == len(h.jobs)
+			return h.jobs[n-1], f[1], true
+		})
 	},
 }
 
@@ -337,4 +312,25 @@ func buildLaboro(t *testing.T) string {
 		t.Fatal(laboroBin.err)
 	}
 	return laboroBin.path
+}
+
+// states reads a status command's output, a line a job: job reads a
+// line's fields into our id of the job and its state (ok false for a line
+// of something else). It returns the jobs that succeeded (their state is
+// done), and whether every job has ended (done or one of failed).
+func states(h *harness, out, done string, failed []string, job func(fields []string) (id, state string, ok bool)) (map[string]bool, bool) {
+	succeeded, ended := map[string]bool{}, 0
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		id, state, ok := job(strings.Fields(sc.Text()))
+		switch {
+		case !ok:
+		case state == done:
+			succeeded[id] = true
+			ended++
+		case slices.Contains(failed, state):
+			ended++
+		}
+	}
+	return succeeded, ended == len(h.jobs)
 }

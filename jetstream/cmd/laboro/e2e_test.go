@@ -233,13 +233,7 @@ func TestJobKillsItsWorker(t *testing.T) {
 func TestToken(t *testing.T) {
 	s := newSystem(t)
 	s.start("-workers", "1")
-	path := filepath.Join(os.Getenv("LABORO_STATE_DIR"), "laboro.token")
-	fi, err := os.Stat(path)
-	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	tok := strings.TrimSpace(string(b))
+	tok := e2e.Token(t, "laboro") // made at its first start, its user's alone
 	out, _, code := s.run("submit", "-wait", "env")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "PATH=")
