@@ -59,7 +59,7 @@ func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([
 	if err := validID(batch); err != nil {
 		return nil, fmt.Errorf("jetstream: batch name: %w", err)
 	}
-	if err := ensureSubmitted(ctx, c.Conn, cfg); err != nil {
+	if err := ensureSubmitted(ctx, c.Conn, cfg, false); err != nil {
 		return nil, err
 	}
 	js, err := natsjs.New(c.Conn)

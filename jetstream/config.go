@@ -161,9 +161,26 @@ func (c Config) advisorySubject() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.jobsStream() + "." + consumerName
 }
 
-// ensure creates or updates the two streams and the workers' consumer.
-func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results natsjs.Stream, cons natsjs.Consumer, err error) {
-	jobs, err = js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+// deletedSubject is where the server says that a stream or consumer was
+// deleted; deletedOurs tells those that matter to the Manager (see
+// Manager.deleted): the JOBS and RESULTS streams, the workers' consumer.
+func (c Config) deletedSubject() string { return "$JS.EVENT.ADVISORY.*.DELETED.>" }
+
+func (c Config) deletedOurs(subject string) bool {
+	const p = "$JS.EVENT.ADVISORY."
+	switch subject {
+	case p + "STREAM.DELETED." + c.jobsStream(), p + "STREAM.DELETED." + c.resultsStream(),
+		p + "CONSUMER.DELETED." + c.jobsStream() + "." + consumerName:
+		return true
+	}
+	return false
+}
+
+// ensure creates the two streams and the workers' consumer, or updates
+// them when update is set (the Manager does; a worker, which may have the
+// rights of RoleWorker only, leaves the streams that exist as they are).
+func ensure(ctx context.Context, js natsjs.JetStream, c Config, update bool) (jobs, results natsjs.Stream, cons natsjs.Consumer, err error) {
+	jobs, err = ensureStream(ctx, js, update, natsjs.StreamConfig{
 		Name:        c.jobsStream(),
 		Description: "laboro jobs waiting for a worker",
 		Subjects:    []string{c.Stream + ".jobs.>"},
@@ -176,7 +193,7 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("jetstream: stream %s: %w", c.jobsStream(), err)
 	}
-	results, err = js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+	results, err = ensureStream(ctx, js, update, natsjs.StreamConfig{
 		Name:        c.resultsStream(),
 		Description: "laboro job results, and the jobs whose Run ended first",
 		Subjects:    []string{c.Stream + ".results.>", c.Stream + ".cancel.>"},
@@ -211,6 +228,22 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config) (jobs, results n
 		return nil, nil, nil, fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
 	return jobs, results, cons, nil
+}
+
+// ensureStream creates the stream sc describes, or updates it when update
+// is set; else a stream that exists stays as it is.
+func ensureStream(ctx context.Context, js natsjs.JetStream, update bool, sc natsjs.StreamConfig) (natsjs.Stream, error) {
+	if update {
+		return js.CreateOrUpdateStream(ctx, sc)
+	}
+	s, err := js.Stream(ctx, sc.Name)
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, sc)
+		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) { // made meanwhile
+			s, err = js.Stream(ctx, sc.Name)
+		}
+	}
+	return s, err
 }
 
 // replicas is the replica count to give stream name: want, or when want is

@@ -23,35 +23,16 @@ type Embedded struct {
 type EmbeddedOption func(*server.Options)
 
 // WithToken makes the embedded server require token from every client
-// (nats.Token(token), or nats://token@host:port), compared in a time that
-// tells nothing of it. A client with the token may do all that laboro
-// does, but not delete a stream, which would lose every job and result
-// without a word to the service (Denied). (Purging, which laboro uses to
-// take back a queued job, stays allowed: NATS cannot tell a purge of one
-// job from a purge of all by its subject.)
+// (Token(token), or nats://token@host:port), compared in a time that tells
+// nothing of it, or a RoleToken derived from it. A client with the token
+// may do all that laboro does, but not delete a stream or the workers'
+// consumer, which would lose every job without a word to the service
+// (Denied); one with a RoleToken may do only what its role needs.
+// (Purging, which the service uses to take back a queued job, stays
+// allowed to the token: NATS cannot tell a purge of one job from a purge
+// of all by its subject.)
 func WithToken(token string) EmbeddedOption {
 	return func(o *server.Options) { o.CustomClientAuthentication = tokenAuth(token) }
-}
-
-// Denied are the subjects no client of an embedded server with a token may
-// publish to: the JetStream API's requests that delete a stream or a
-// consumer.
-var Denied = []string{"$JS.API.STREAM.DELETE.>", "$JS.API.CONSUMER.DELETE.>"}
-
-// tokenAuth admits the clients that present the token, with the rights of
-// laboro's clients.
-type tokenAuth string
-
-func (t tokenAuth) Check(c server.ClientAuthentication) bool {
-	opts := c.GetOpts()
-	if opts == nil || !sameToken(opts.Token, string(t)) {
-		return false
-	}
-	c.RegisterUser(&server.User{Username: "laboro", Permissions: &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{">"}, Deny: Denied},
-		Subscribe: &server.SubjectPermission{Allow: []string{">"}},
-	}})
-	return true
 }
 
 // sameToken compares two tokens in a time that depends on neither.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -46,6 +47,7 @@ type Manager struct {
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	sub    *nats.Subscription
+	delSub *nats.Subscription // deletions of the streams and consumer
 	adv    chan *nats.Msg
 	done   chan struct{} // closed when the advisory goroutine has returned
 	once   sync.Once
@@ -63,7 +65,19 @@ type Manager struct {
 	mu       sync.Mutex
 	waiting  map[string]*waiter // by job id
 	closed   bool               // Close began: Runs that end leave their jobs
+	// lost is closed when a stream or the workers' consumer was deleted
+	// (by hand: laboro's own tokens may not), and replaced: the Runs
+	// waiting then publish their jobs again.
+	lost     chan struct{}
+	problems []string // what went wrong that a user should hear of, last first
+	// made is when the streams and consumer that the advisory goroutine
+	// made again were made, by the server's clock, by "stream NAME" and
+	// "consumer NAME of STREAM".
+	made map[string]time.Time
 }
+
+// maxProblems bounds the problems a Manager remembers.
+const maxProblems = 16
 
 // waiter is a Run waiting for its result.
 type waiter struct {
@@ -87,13 +101,16 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	jobs, results, _, err := ensure(ctx, js, cfg)
+	jobs, results, _, err := ensure(ctx, js, cfg, true)
 	if err != nil {
 		return nil, err
 	}
 	m := &Manager{nc: nc, js: js, cfg: cfg, log: cfg.Logger, jobs: jobs, results: results,
 		adv: make(chan *nats.Msg, 64), done: make(chan struct{})}
 	m.sub, err = nc.ChanSubscribe(cfg.advisorySubject(), m.adv)
+	if err == nil {
+		m.delSub, err = nc.ChanSubscribe(cfg.deletedSubject(), m.adv)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
 	}
@@ -102,7 +119,7 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 	flushCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := nc.FlushWithContext(flushCtx); err != nil {
-		m.sub.Unsubscribe()
+		m.unsubscribe()
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
 	}
 	// Start after the messages stored now, by sequence rather than with
@@ -117,10 +134,11 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 		m.feed, err = cons.Messages(natsjs.PullHeartbeat(feedHeartbeat))
 	}
 	if err != nil {
-		m.sub.Unsubscribe()
+		m.unsubscribe()
 		return nil, fmt.Errorf("jetstream: results: %w", err)
 	}
 	m.waiting = map[string]*waiter{}
+	m.lost = make(chan struct{})
 	m.feedDone = make(chan struct{})
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.endCtx, m.endStop = context.WithCancel(context.Background())
@@ -139,9 +157,12 @@ func (m *Manager) Close() error {
 		m.closed = true
 		m.mu.Unlock()
 		m.cancel()
-		m.sub.Unsubscribe()
-		m.feed.Stop()
-		<-m.done
+		m.unsubscribe()
+		<-m.done // no new feed after this (see deleted)
+		m.mu.Lock()
+		feed := m.feed
+		m.mu.Unlock()
+		feed.Stop()
 		<-m.feedDone
 		recorded := make(chan struct{})
 		go func() { m.ending.Wait(); close(recorded) }()
@@ -157,6 +178,23 @@ func (m *Manager) Close() error {
 		m.endStop()
 	})
 	return nil
+}
+
+// unsubscribe ends the subscriptions to advisories.
+func (m *Manager) unsubscribe() {
+	m.sub.Unsubscribe()
+	if m.delSub != nil {
+		m.delSub.Unsubscribe()
+	}
+}
+
+// Problems returns what went wrong in the streams that a user should hear
+// of (a stream deleted by hand, and what the Manager did about it), last
+// first.
+func (m *Manager) Problems() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.problems)
 }
 
 // Validate refuses a job that cannot travel: its ID, when set (Submit
@@ -193,6 +231,7 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		return fail(fmt.Errorf("%w: %q is already running", laboro.ErrDuplicateID, job.ID))
 	}
 	m.waiting[job.ID] = w
+	lost := m.lost
 	m.mu.Unlock()
 	defer m.forget(job.ID, w)
 
@@ -246,12 +285,24 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 			return m.interrupted(ctx, job, err)
 		}
 	}
-	select {
-	case res := <-w.result:
-		res.ID = job.ID
-		return res
-	case <-ctx.Done():
-		return m.interrupted(ctx, job, nil)
+	for {
+		select {
+		case res := <-w.result:
+			res.ID = job.ID
+			return res
+		case <-ctx.Done():
+			return m.interrupted(ctx, job, nil)
+		case <-lost:
+			// The job may have gone with a deleted stream: published again,
+			// it runs (once: a copy still in the stream is the same
+			// message), or its result, if stored meanwhile, ends the wait.
+			m.mu.Lock()
+			lost = m.lost
+			m.mu.Unlock()
+			if err := m.publish(ctx, job); err != nil {
+				return m.interrupted(ctx, job, err)
+			}
+		}
 	}
 }
 
@@ -278,8 +329,17 @@ func (m *Manager) dispatch() {
 	defer close(m.feedDone)
 	pause := pauses()
 	for {
-		msg, err := m.feed.Next()
+		m.mu.Lock()
+		feed := m.feed
+		m.mu.Unlock()
+		msg, err := feed.Next()
 		if err != nil {
+			m.mu.Lock()
+			replaced := m.feed != feed
+			m.mu.Unlock()
+			if replaced { // the RESULTS stream was made again
+				continue
+			}
 			if errors.Is(err, natsjs.ErrMsgIteratorClosed) || m.nc.IsClosed() {
 				return
 			}
@@ -476,9 +536,92 @@ func (m *Manager) advisories() {
 		case <-m.ctx.Done():
 			return
 		case msg := <-m.adv:
-			m.maxDelivered(msg)
+			if msg.Sub == m.delSub {
+				if m.cfg.deletedOurs(msg.Subject) {
+					m.deleted(msg)
+				}
+			} else {
+				m.maxDelivered(msg)
+			}
 		}
 	}
+}
+
+// deleted handles the deletion of a stream or of the workers' consumer,
+// which laboro's tokens do not allow but a NATS user of the account may
+// do: it says so loudly, makes them again, reads the results from the new
+// RESULTS stream, and has the Runs in progress publish their jobs again,
+// which may have been lost.
+func (m *Manager) deleted(msg *nats.Msg) {
+	var adv struct {
+		Time     time.Time `json:"timestamp"`
+		Stream   string    `json:"stream"`
+		Consumer string    `json:"consumer"`
+	}
+	if err := json.Unmarshal(msg.Data, &adv); err != nil {
+		m.log.Warn("bad advisory", zap.Error(err))
+		return
+	}
+	what := "stream " + adv.Stream
+	if adv.Consumer != "" {
+		what = "consumer " + adv.Consumer + " of " + adv.Stream
+	}
+	if made, ok := m.made[what]; ok && adv.Time.Before(made) {
+		// Made again since (a stream's deletion deletes its consumer too:
+		// two advisories), and the jobs in flight published again.
+		return
+	}
+	m.mu.Lock()
+	inFlight := len(m.waiting)
+	m.mu.Unlock()
+	m.log.Error("deleted by hand: making it again, and publishing again the jobs in flight",
+		zap.String("what", what), zap.Int("jobs", inFlight))
+	pause := pauses()
+	for {
+		jobs, results, cons, err := ensure(m.ctx, m.js, m.cfg, true)
+		if err == nil {
+			m.made = map[string]time.Time{
+				"stream " + m.cfg.jobsStream():                           jobs.CachedInfo().Created,
+				"stream " + m.cfg.resultsStream():                        results.CachedInfo().Created,
+				"consumer " + consumerName + " of " + m.cfg.jobsStream(): cons.CachedInfo().Created,
+			}
+			if adv.Consumer != "" && jobs.CachedInfo().Created.After(adv.Time) {
+				what = "stream " + adv.Stream // deleted with its consumer
+			}
+			break
+		}
+		m.log.Warn("making the streams again", zap.Error(err))
+		if pause.Wait(m.ctx) != nil {
+			return
+		}
+	}
+	if adv.Stream == m.cfg.resultsStream() && adv.Consumer == "" {
+		// The feed read a stream that is gone: read the new one from its
+		// start.
+		cons, err := m.js.OrderedConsumer(m.ctx, m.cfg.resultsStream(), natsjs.OrderedConsumerConfig{
+			FilterSubjects: []string{m.cfg.resultsSubject("*"), m.cfg.cancelSubject("*")},
+		})
+		var feed natsjs.MessagesContext
+		if err == nil {
+			feed, err = cons.Messages(natsjs.PullHeartbeat(feedHeartbeat))
+		}
+		if err != nil {
+			m.log.Error("reading the new RESULTS stream", zap.Error(err))
+		} else {
+			m.mu.Lock()
+			old := m.feed
+			m.feed = feed
+			m.mu.Unlock()
+			old.Stop()
+		}
+	}
+	m.mu.Lock()
+	close(m.lost)
+	m.lost = make(chan struct{})
+	problem := fmt.Sprintf("%s: %s deleted by hand, made again; %d jobs in flight were published again (a job may run twice)",
+		time.Now().UTC().Format(time.RFC3339), what, len(m.waiting))
+	m.problems = append([]string{problem}, m.problems[:min(len(m.problems), maxProblems-1)]...)
+	m.mu.Unlock()
 }
 
 func (m *Manager) maxDelivered(msg *nats.Msg) {

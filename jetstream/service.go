@@ -84,7 +84,7 @@ func (s *Service) run(ctx context.Context) error {
 	if n <= 0 {
 		n = DefaultServiceConcurrency
 	}
-	if err := ensureSubmitted(ctx, s.Conn, cfg); err != nil {
+	if err := ensureSubmitted(ctx, s.Conn, cfg, true); err != nil {
 		return err
 	}
 	if _, err := s.Conn.Request(cfg.statusSubject(), []byte("{}"), time.Second); err == nil {
@@ -231,13 +231,15 @@ func (sv *serving) finish(id string, res laboro.Result) {
 	}
 }
 
-// ensureSubmitted creates or updates the stream of submitted jobs.
-func ensureSubmitted(ctx context.Context, nc *nats.Conn, cfg Config) error {
+// ensureSubmitted creates the stream of submitted jobs, or updates it when
+// update is set (the Service does; a Client, which may have the rights of
+// RoleClient only, leaves it as it is).
+func ensureSubmitted(ctx context.Context, nc *nats.Conn, cfg Config, update bool) error {
 	js, err := natsjs.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	_, err = js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+	_, err = ensureStream(ctx, js, update, natsjs.StreamConfig{
 		Name:        cfg.submitStream(),
 		Description: "laboro jobs submitted to the service",
 		Subjects:    []string{cfg.submitSubject(">")},
@@ -264,7 +266,10 @@ func (sv *serving) answerStatus(ctx context.Context, msg *nats.Msg) {
 		if info, err := sv.workers.Info(ictx); err == nil {
 			reply.InStream = info.NumPending
 			reply.OnWorkers = info.NumAckPending
+		} else if ictx.Err() == nil {
+			reply.Problems = append(reply.Problems, "the workers' consumer: "+err.Error())
 		}
+		reply.Problems = append(reply.Problems, sv.m.Problems()...)
 		cancel()
 	}
 	sv.respond(msg, reply)
@@ -372,6 +377,9 @@ type StatusReply struct {
 	InStream uint64 `json:"in_stream"`
 	// OnWorkers is how many jobs workers have taken and not yet finished.
 	OnWorkers int `json:"on_workers"`
+	// Problems are what went wrong in the streams that a user should hear
+	// of, last first (see Manager.Problems).
+	Problems []string `json:"problems,omitempty"`
 	// Error is set when the request could not be answered.
 	Error string `json:"error,omitempty"`
 }

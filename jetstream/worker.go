@@ -87,7 +87,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	jobs, results, cons, err := ensure(ctx, js, cfg)
+	jobs, results, cons, err := ensure(ctx, js, cfg, false)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -228,7 +228,7 @@ func (r *workerRun) recreate(ctx context.Context, old natsjs.Consumer, cause err
 	r.log.Error("the JOBS stream or its consumer was deleted: the jobs it held are lost; making them again",
 		zap.String("stream", r.cfg.jobsStream()), zap.Error(cause))
 	// The RESULTS stream is looked up by its name: r.results serves on.
-	_, _, cons, err := ensure(ctx, r.js, r.cfg)
+	_, _, cons, err := ensure(ctx, r.js, r.cfg, false)
 	if err != nil {
 		r.log.Error("making the streams again", zap.Error(err))
 		return

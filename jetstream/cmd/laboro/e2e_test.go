@@ -261,6 +261,37 @@ func TestToken(t *testing.T) {
 	assert.NotContains(t, p.Stdout.String(), "s3cret")
 }
 
+// A machine that only runs workers, or only submits, holds a token made
+// for that role by laboro token: each does its work with it, and cannot do
+// the other's.
+func TestRoleTokens(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "0")
+	tokens := map[string]string{}
+	for _, role := range []string{"worker", "client"} {
+		p := e2e.Start(t, nil, s.bin, "token", role)
+		require.Equal(t, 0, p.Wait(t, 30*time.Second), p.Log())
+		tokens[role] = strings.TrimSpace(p.Stdout.String())
+		assert.True(t, strings.HasPrefix(tokens[role], role+".LABORO."), tokens[role])
+	}
+	// Machines of their own: no laboro.token there.
+	env := func(role string) []string {
+		return []string{"LABORO_NATS=" + s.url, "LABORO_TOKEN=" + tokens[role], "LABORO_STATE_DIR=" + t.TempDir()}
+	}
+	e2e.Start(t, env("worker"), s.bin, "worker", "-c", "1")
+	p := e2e.Start(t, env("client"), s.bin, "submit", "-wait", "echo from afar")
+	require.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
+	assert.Equal(t, "from afar\n", p.Stdout.String())
+
+	p = e2e.Start(t, env("worker"), s.bin, "submit", "echo", "forged")
+	assert.Equal(t, 1, p.Wait(t, time.Minute))
+	assert.Contains(t, p.Log(), "this token's rights do not cover it")
+
+	p = e2e.Start(t, nil, s.bin, "token", "admin")
+	assert.Equal(t, 2, p.Wait(t, 30*time.Second))
+	assert.Contains(t, p.Log(), `role "admin": must be worker or client`)
+}
+
 // run needs nothing else: its own server, service and workers.
 func TestRun(t *testing.T) {
 	bin := build(t)

@@ -7,6 +7,7 @@
 //	laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
 //	laboro output [-nats URL,…] ID…
 //	laboro cancel [-nats URL,…] ID…
+//	laboro token  [-stream NAME] (worker | client)
 //
 // Jobs are shell command lines: the COMMAND words joined by spaces, or,
 // with -f, each non-empty line of FILE ("-" is standard input) that does
@@ -49,7 +50,9 @@
 // or nats://127.0.0.1:4222. serve's embedded server requires a token from
 // every client: $LABORO_TOKEN, else laboro.token in the user's state
 // directory, which serve makes at its first start and the commands read;
-// no job sees it. -creds gives a credentials file for a cluster that wants
+// no job sees it. Each command connects with its role's rights only (a
+// worker's, or a client's for submit, status, output and cancel); token
+// prints the token of a role, for a machine that is to have only that. -creds gives a credentials file for a cluster that wants
 // one. Logs go to
 // standard error. Exit status: 0 on success, 1 when a job failed (or, for
 // status and cancel, is unknown) or NATS or the service cannot be reached,

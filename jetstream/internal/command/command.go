@@ -1,5 +1,6 @@
 // Package command is the laboro command (jetstream/cmd/laboro): one file
-// per subcommand (run, serve, worker, submit, status, output, cancel), and
+// per subcommand (run, serve, worker, submit, status, output, cancel,
+// token), and
 // apart from them what they share: their flags (flags.go), the connection
 // to NATS (nats.go), the batch driver that follows jobs to their end
 // (batch.go, progress.go), and the set-up of logging (logging.go), signals
@@ -23,6 +24,7 @@ var commands = map[string]func(args []string) int{
 	"run":    runJobs,
 	"output": output,
 	"cancel": cancel,
+	"token":  token,
 }
 
 const usage = `usage:
@@ -33,6 +35,7 @@ const usage = `usage:
   laboro output [-nats URL,…] ID…
   laboro cancel [-nats URL,…] ID…
   laboro run    [-workers N] (-f FILE | COMMAND…)
+  laboro token  [-stream NAME] (worker | client)
 Run 'laboro COMMAND -h' for a command's flags.`
 
 // Main runs the laboro command with args, the arguments after the

@@ -37,7 +37,7 @@ func newCommon(name, synopsis string) *common {
 		fmt.Fprintf(c.fs.Output(), "usage: laboro %s %s\n", name, synopsis)
 		c.fs.PrintDefaults()
 	}
-	if name != "run" { // run has a server of its own
+	if name != "run" && name != "token" { // run has a server of its own; token needs none
 		c.fs.StringVar(&c.url, "nats", os.Getenv("LABORO_NATS"), "NATS server URLs, comma-separated ($LABORO_NATS)")
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	}

@@ -36,6 +36,13 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrl()))
 		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				c.log.Error("NATS refused a request: this token's rights do not cover it (a worker's token cannot submit, a client's cannot run jobs; see laboro token)", zap.Error(err))
+				return
+			}
+			c.log.Warn("NATS", zap.Error(err))
+		}),
 	}
 	if !c.tokenSet && c.creds == "" {
 		// $LABORO_TOKEN, else the token laboro serve made for this user;
@@ -43,17 +50,51 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		c.token, c.tokenErr = secret.Find("laboro", "LABORO_TOKEN")
 		c.tokenSet = true
 	}
-	if c.token != "" {
-		opts = append(opts, nats.Token(c.token))
-	}
 	if c.creds != "" {
 		opts = append(opts, nats.UserCredentials(c.creds))
 	}
 	if waitForServer {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
-	nc, err := nats.Connect(url, opts...)
-	if errors.Is(err, nats.ErrAuthorization) || (err != nil && strings.Contains(err.Error(), "Authorization Violation")) {
+	var nc *nats.Conn
+	var err error
+	if role := c.role(); c.token != "" && role != "" && jetstream.TokenRole(c.token) == "" {
+		// The server's token: connect with the rights of this command's
+		// role only, derived from it. A NATS server of the user's own with
+		// a plain token takes the token itself.
+		nc, err = nats.Connect(url, append(opts, jetstream.Token(jetstream.RoleToken(c.token, role, c.stream)))...)
+		if !refused(err) {
+			return c.connected(url, nc, err)
+		}
+	}
+	if c.token != "" {
+		opts = append(opts, jetstream.Token(c.token))
+	}
+	nc, err = nats.Connect(url, opts...)
+	return c.connected(url, nc, err)
+}
+
+// role is the rights a command needs on an embedded server (see
+// jetstream.Role): "" for serve and run, which use the server's token.
+func (c *common) role() jetstream.Role {
+	switch c.fs.Name() {
+	case "worker":
+		return jetstream.RoleWorker
+	case "serve", "run":
+		return ""
+	}
+	return jetstream.RoleClient
+}
+
+// refused tells whether err is the server's refusal of a token.
+func refused(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || (err != nil && strings.Contains(err.Error(), "Authorization Violation"))
+}
+
+// connected turns the outcome of connecting to url into what connect
+// returns, with an error a user can act on.
+func (c *common) connected(url string, nc *nats.Conn, err error) (*nats.Conn, error) {
+	if refused(err) {
 		if c.token == "" && c.tokenErr != nil {
 			return nil, fmt.Errorf("NATS at %s wants a token: %w (copy laboro.token from the machine of laboro serve, or set LABORO_TOKEN)", url, c.tokenErr)
 		}

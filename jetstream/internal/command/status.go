@@ -51,6 +51,9 @@ func status(args []string) int {
 			}
 		}
 		printJobs(os.Stdout, reply.Jobs, reply.Truncated)
+		for _, p := range reply.Problems {
+			fmt.Fprintln(os.Stderr, "laboro status: problem:", p)
+		}
 		return unknownJobs(reply.Jobs)
 	})
 }

@@ -1,0 +1,78 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// A stream deleted by hand (laboro's tokens may not; a NATS user of the
+// account may) loses no job: the Manager says so, makes it again, and the
+// jobs in flight are published again and run; the Service's status tells
+// the user.
+func TestStreamDeletedJobsNotLost(t *testing.T) {
+	for _, stream := range []string{"LABORO_JOBS", "LABORO_RESULTS"} {
+		t.Run(stream, func(t *testing.T) {
+			nc := setup(t)
+			core, logs := observer.New(zap.ErrorLevel)
+			cfg := Config{Logger: zap.New(core)}
+			m := newManager(t, nc, cfg)
+			ctx := testCtx(t, time.Minute)
+			// No worker yet: the jobs wait in the JOBS stream.
+			results := make(chan laboro.Result, 3)
+			for i := range 3 {
+				go func() {
+					results <- m.Run(ctx, laboro.Job{ID: fmt.Sprint("j", i), Command: fmt.Sprint("echo ", i)})
+				}()
+			}
+			js, err := natsjs.New(nc)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 3 }, 30*time.Second, 5*time.Millisecond)
+
+			require.NoError(t, js.DeleteStream(ctx, stream))
+			require.Eventually(t, func() bool { return len(m.Problems()) > 0 }, 30*time.Second, 5*time.Millisecond)
+			assert.Contains(t, m.Problems()[0], stream)
+			assert.Contains(t, m.Problems()[0], "3 jobs in flight were published again")
+			assert.Equal(t, 1, logs.FilterMessageSnippet("deleted by hand").Len())
+
+			startWorker(t, nc, Config{}, 2)
+			for range 3 {
+				res := <-results
+				require.Equal(t, laboro.StatusSucceeded, res.Status, "%s: %v", res.ID, res.Err)
+				assert.Equal(t, strings.TrimPrefix(res.ID, "j")+"\n", string(output(t, res)))
+			}
+			// And jobs run as before.
+			res := m.Run(ctx, laboro.Job{ID: "after", Command: "echo after"})
+			require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+			assert.Equal(t, "after\n", string(output(t, res)))
+		})
+	}
+}
+
+// The Service's status names the deletion.
+func TestServiceStatusTellsDeletion(t *testing.T) {
+	nc := setup(t)
+	startService(t, nc, Config{}, 2)
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	ctx := testCtx(t, time.Minute)
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteStream(ctx, "LABORO_JOBS"))
+	var reply StatusReply
+	require.Eventually(t, func() bool {
+		reply, err = cl.Status(context.Background(), StatusRequest{})
+		return err == nil && slices.ContainsFunc(reply.Problems, func(p string) bool {
+			return strings.Contains(p, "stream LABORO_JOBS deleted by hand, made again")
+		})
+	}, 30*time.Second, 5*time.Millisecond, "%q", reply.Problems)
+}

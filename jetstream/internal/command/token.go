@@ -1,0 +1,39 @@
+package command
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/laboro-go/laboro/internal/secret"
+	"github.com/laboro-go/laboro/jetstream"
+)
+
+// token prints the token of a role (worker or client), derived from the
+// server's token, for a machine that is to have that role's rights only:
+// its commands take it from $LABORO_TOKEN or its laboro.token.
+func token(args []string) int {
+	c := newCommon("token", "[flags] (worker | client)")
+	if code, ok := c.parse(args); !ok {
+		return code
+	}
+	if c.fs.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "laboro token: name one role: worker or client")
+		return c.usageError()
+	}
+	role := jetstream.Role(c.fs.Arg(0))
+	if role != jetstream.RoleWorker && role != jetstream.RoleClient {
+		fmt.Fprintf(os.Stderr, "laboro token: role %q: must be worker or client\n", role)
+		return c.usageError()
+	}
+	tok, err := secret.Find("laboro", "LABORO_TOKEN")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "laboro token: the server's token: %v (run it where `laboro serve` ran, or set LABORO_TOKEN)\n", err)
+		return exitFailed
+	}
+	if r := jetstream.TokenRole(tok); r != "" {
+		fmt.Fprintf(os.Stderr, "laboro token: the token found is a %s's, not the server's: no other can be made from it\n", r)
+		return exitFailed
+	}
+	fmt.Println(jetstream.RoleToken(tok, role, c.stream))
+	return 0
+}
