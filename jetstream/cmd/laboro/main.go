@@ -52,8 +52,8 @@
 // directory, which serve makes at its first start and the commands read;
 // no job sees it. Each command connects with its role's rights only (a
 // worker's, or a client's for submit, status, output and cancel); token
-// prints the token of a role, for a machine that is to have only that. -creds gives a credentials file for a cluster that wants
-// one. Logs go to
+// prints the token of a role, for a machine that is to have only that.
+// -creds gives a credentials file for a cluster that wants one. Logs go to
 // standard error. Exit status: 0 on success, 1 when a job failed (or, for
 // status and cancel, is unknown) or NATS or the service cannot be reached,
 // 2 for a usage error, 130 when interrupted.
