@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if script := os.Getenv(workerJobEnv); script != "" {
 		runWorker(script) // never returns: the test kills it
 	}
+	if dirs := os.Getenv(removeAtExitEnv); dirs != "" {
+		holdDirs(dirs) // never returns: the test kills it
+	}
 	goleak.VerifyTestMain(m)
 }
 

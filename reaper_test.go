@@ -3,6 +3,7 @@
 package laboro_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -105,4 +106,45 @@ func noted(pid, pgid int) bool {
 		}
 	}
 	return false
+}
+
+// removeAtExitEnv, when set, makes the test binary a process that has
+// the first of these directories (separated by a newline) removed at its
+// exit, and the second struck off again, until it is killed.
+const removeAtExitEnv = "LABORO_TEST_REMOVE_AT_EXIT"
+
+func holdDirs(dirs string) {
+	gone, kept, _ := strings.Cut(dirs, "\n")
+	laboro.RemoveAtExit(gone)
+	laboro.RemoveAtExit(kept)()
+	fmt.Println("ready")
+	select {}
+}
+
+// A directory of temporary files named with RemoveAtExit goes with its
+// process, even one killed with SIGKILL; one struck off stays.
+func TestRemoveAtExit(t *testing.T) {
+	root := t.TempDir()
+	gone, kept := filepath.Join(root, "outputs of a worker"), filepath.Join(root, "kept")
+	for _, d := range []string{gone, kept} {
+		require.NoError(t, os.MkdirAll(filepath.Join(d, "sub"), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "sub", "1.output"), []byte("x"), 0o600))
+	}
+	p := exec.Command(os.Args[0], "-test.run=^$")
+	p.Env = append(os.Environ(), removeAtExitEnv+"="+gone+"\n"+kept)
+	out, err := p.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	require.DirExists(t, gone)
+
+	require.NoError(t, p.Process.Kill())
+	p.Wait()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(gone)
+		return os.IsNotExist(err)
+	}, 10*time.Second, time.Millisecond, "the directory outlived its process")
+	require.FileExists(t, filepath.Join(kept, "sub", "1.output"))
 }

@@ -5,7 +5,9 @@ package laboro
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -38,16 +40,23 @@ import (
 // group is struck off once its leader is reaped: the kernel does not reuse
 // a group's id while any process of the group lives, so the reaper never
 // kills a group that is not a job's.
+//
+// The reaper also removes the directories of temporary files that this
+// process names with RemoveAtExit ("d PATH", struck off with "u PATH"),
+// once the groups are killed.
 const reaperScript = `trap '' INT TERM HUP QUIT
 cat >/dev/null
-while read -r op id; do
-	case $op in
-	+) eval "g_$id=1" ;;
-	-) unset "g_$id" ;;
+awk '
+$1 == "+" { g[$2] = 1 }
+$1 == "-" { delete g[$2] }
+$1 == "d" { d[substr($0, 3)] = 1 }
+$1 == "u" { delete d[substr($0, 3)] }
+END { for (k in g) print "g " k; for (k in d) print "d " k }' <&3 |
+while IFS= read -r line; do
+	case $line in
+	"g "*) kill -KILL -"${line#g }" 2>/dev/null ;;
+	"d "*) rm -rf -- "${line#d }" ;;
 	esac
-done <&3
-for g in $(set | sed -n 's/^g_\([0-9][0-9]*\)=.*/\1/p'); do
-	kill -KILL -"$g" 2>/dev/null
 done`
 
 // reaperCompact is the size past which the file of groups is rewritten.
@@ -60,6 +69,7 @@ var reaper struct {
 	f    *os.File // the file of groups, written with pwrite at size
 	size int64
 	live map[int]struct{}
+	dirs map[string]struct{}
 }
 
 // startReaper starts the reaper, once per process.
@@ -87,32 +97,54 @@ func startReaper() {
 	// Not waited for: it exits only once this process is gone (or if
 	// someone kills it, when it stays a zombie until this process ends).
 	cmd.Process.Release()
-	reaper.pipe, reaper.f, reaper.live = w, f, map[int]struct{}{}
+	reaper.pipe, reaper.f, reaper.live, reaper.dirs = w, f, map[int]struct{}{}, map[string]struct{}{}
 }
 
 // reap notes that a job's process group started (+) or was reaped (-).
 // Errors are dropped: without the reaper, jobs are left to Pdeathsig, as
 // before there was one.
 func reap(op byte, pgid int) {
-	reaper.once.Do(startReaper)
-	if reaper.pipe == nil {
-		return
-	}
 	var buf [24]byte
 	b := strconv.AppendInt(append(buf[:0], op, ' '), int64(pgid), 10)
-	b = append(b, '\n')
+	note(append(b, '\n'), func() {
+		if op == '+' {
+			reaper.live[pgid] = struct{}{}
+		} else {
+			delete(reaper.live, pgid)
+		}
+	})
+}
+
+// note writes line in the reaper's file, and updates what it holds with
+// update, under reaper.mu; it reports whether the reaper runs.
+func note(line []byte, update func()) bool {
+	reaper.once.Do(startReaper)
+	if reaper.pipe == nil {
+		return false
+	}
 	reaper.mu.Lock()
 	defer reaper.mu.Unlock()
-	if op == '+' {
-		reaper.live[pgid] = struct{}{}
-	} else {
-		delete(reaper.live, pgid)
-	}
-	n, _ := reaper.f.WriteAt(b, reaper.size)
+	update()
+	n, _ := reaper.f.WriteAt(line, reaper.size)
 	reaper.size += int64(n)
 	if reaper.size > reaperCompact {
 		compactReaper()
 	}
+	return true
+}
+
+// removeAtExit notes dir for the reaper, and returns what strikes it off.
+func removeAtExit(dir string) (forget func()) {
+	abs, err := filepath.Abs(dir)
+	if err != nil || strings.ContainsAny(abs, "\n") || abs == "/" {
+		return func() {}
+	}
+	if !note([]byte("d "+abs+"\n"), func() { reaper.dirs[abs] = struct{}{} }) {
+		return func() {}
+	}
+	return sync.OnceFunc(func() {
+		note([]byte("u "+abs+"\n"), func() { delete(reaper.dirs, abs) })
+	})
 }
 
 // compactReaper rewrites the file of groups with the live ones alone. The
@@ -123,6 +155,9 @@ func compactReaper() {
 	for g := range reaper.live {
 		b = strconv.AppendInt(append(b, '+', ' '), int64(g), 10)
 		b = append(b, '\n')
+	}
+	for d := range reaper.dirs {
+		b = append(append(append(b, "d "...), d...), '\n')
 	}
 	if reaper.f.Truncate(0) != nil {
 		return

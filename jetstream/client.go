@@ -235,7 +235,9 @@ func (c *Client) Result(ctx context.Context, id string) (laboro.Result, error) {
 		return laboro.Result{}, fmt.Errorf("jetstream: %w", err)
 	}
 	cfg := c.Config.withDefaults()
-	sweepOutputs(cfg.Dir)
+	if cfg.Dir, err = outputsIn(cfg.Dir); err != nil {
+		return laboro.Result{}, err
+	}
 	var results natsjs.Stream
 	err = retry(ctx, c.Conn, func(ctx context.Context) (err error) {
 		results, err = js.Stream(ctx, cfg.resultsStream())

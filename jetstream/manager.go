@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -96,7 +97,10 @@ var (
 // returns a Manager. Call Close to release it; nc stays the caller's.
 func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error) {
 	cfg = cfg.withDefaults()
-	sweepOutputs(cfg.Dir)
+	var err error
+	if cfg.Dir, err = outputsIn(cfg.Dir); err != nil {
+		return nil, err
+	}
 	js, err := natsjs.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -696,7 +700,12 @@ func (a *assembler) add(h nats.Header, body []byte) (laboro.Result, bool, error)
 			if chunk != 0 {
 				return laboro.Result{}, false, fmt.Errorf("attempt %s starts at chunk %d", attempt, chunk)
 			}
-			f, err := os.CreateTemp(a.dir, outputPattern)
+			f, err := os.CreateTemp(a.dir, "*.output")
+			if errors.Is(err, fs.ErrNotExist) { // removed under us: made again
+				if err = os.Mkdir(a.dir, 0o700); err == nil {
+					f, err = os.CreateTemp(a.dir, "*.output")
+				}
+			}
 			if err != nil {
 				return laboro.Result{}, false, err
 			}
