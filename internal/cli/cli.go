@@ -252,24 +252,49 @@ func Version() string {
 	return v + " " + bi.GoVersion
 }
 
-// Log is a command's -log flag and the logger it makes.
-type Log struct{ level zapcore.Level }
+// Log is a command's -log and -log-format flags and the logger they make.
+type Log struct {
+	level  zapcore.Level
+	format LogFormat
+}
 
-// LogFlag defines -log LEVEL (debug, info, warn, error), def by default.
+// LogFlag defines -log LEVEL (debug, info, warn, error), def by default,
+// and -log-format (console or json).
 func (c *Command) LogFlag(def zapcore.Level) *Log {
-	l := &Log{level: def}
+	l := &Log{level: def, format: "console"}
 	c.Flags.Var(&l.level, "log", "log `level`: debug, info, warn or error")
+	c.Flags.Var(&l.format, "log-format", "log `format`: console (lines for people) or json (one object per line)")
 	return l
 }
 
-// Logger returns the logger of every command: readable lines on standard
-// error (standard output is for what the user asked for), at the level
-// chosen, without stack traces.
-func (l *Log) Logger() *zap.Logger { return Logger(l.level) }
+// Logger returns the logger of every command: on standard error (standard
+// output is for what the user asked for), at the level chosen, in the
+// format chosen, without stack traces or the places in the source.
+func (l *Log) Logger() *zap.Logger { return Logger(l.level, l.format) }
 
-// Logger returns a logger to standard error at level.
-func Logger(level zapcore.Level) *zap.Logger {
+// LogFormat is the format of the log lines: "console" or "json".
+type LogFormat string
+
+// Set accepts console or json.
+func (f *LogFormat) Set(s string) error {
+	if s != "console" && s != "json" {
+		return fmt.Errorf("%q: must be console or json", s)
+	}
+	*f = LogFormat(s)
+	return nil
+}
+
+func (f *LogFormat) String() string { return string(*f) }
+
+// Logger returns a logger to standard error at level, in format ("" is
+// console).
+func Logger(level zapcore.Level, format LogFormat) *zap.Logger {
 	cfg := zap.NewDevelopmentConfig()
+	if format == "json" {
+		cfg = zap.NewProductionConfig()
+		cfg.Sampling = nil // every failed job is logged
+		cfg.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	}
 	cfg.Level = zap.NewAtomicLevelAt(level)
 	cfg.DisableStacktrace, cfg.DisableCaller = true, true
 	cfg.OutputPaths, cfg.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}

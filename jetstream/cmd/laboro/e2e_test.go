@@ -318,28 +318,43 @@ func TestRun(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	bin := build(t)
-	for _, args := range [][]string{
-		{},
-		{"nosuch"},
-		{"submit"},
-		{"submit", "-f", "jobs.txt", "echo"},
-		{"submit", "-nosuchflag", "echo"},
-		{"status", "-watch"},
-		{"serve", "-c", "0"},
-		{"serve", "extra"},
-		{"worker", "-c", "0"},
-		{"output"},
-		{"cancel"},
-		{"run"},
-		{"run", "-workers", "0", "true"},
+	for args, says := range map[string]string{
+		"":                         "usage:",
+		"nosuch":                   `unknown command "nosuch"`,
+		"submit":                   "give a COMMAND, or -f FILE",
+		"submit -f jobs.txt echo":  "not both",
+		"submit -nosuchflag echo":  "flag provided but not defined: -nosuchflag",
+		"status -watch":            "-watch follows one batch",
+		"serve -c 0":               "-c 0: must be at least 1",
+		"serve extra":              `unexpected argument "extra"`,
+		"serve -listen :99999":     `port "99999": must be a number from 0 to 65535`,
+		"worker -c 0":              "-c 0: must be at least 1",
+		"output":                   "name the jobs",
+		"cancel":                   "name the jobs to cancel",
+		"run":                      "give a COMMAND",
+		"run -workers 0 true":      "-workers 0: must be at least 1",
+		"run -log-format xml true": `"xml": must be console or json`,
+		"token admin":              `role "admin": must be worker or client`,
 	} {
-		p := e2e.Start(t, nil, bin, args...)
-		assert.Equal(t, 2, p.Wait(t, 10*time.Second), "laboro %q", args)
-		assert.Contains(t, p.Log(), "usage:", "laboro %q", args)
+		p := e2e.Start(t, nil, bin, strings.Fields(args)...)
+		assert.Equal(t, 2, p.Wait(t, 10*time.Second), "laboro %s", args)
+		assert.Contains(t, p.Log(), says, "laboro %s", args)
+		assert.Empty(t, p.Stdout.String(), "laboro %s", args)
 	}
-	p := e2e.Start(t, nil, bin, "-h")
-	assert.Equal(t, 0, p.Wait(t, 10*time.Second))
-	assert.Contains(t, p.Stdout.String(), "laboro submit")
+	// Help and the version go to standard output, with status 0.
+	for args, says := range map[string]string{
+		"-h":            "laboro submit",
+		"--help":        "laboro submit",
+		"--version":     "laboro ",
+		"run -h":        "-workers int",
+		"run --help":    "-workers int",
+		"status --help": "-failed",
+		"run --version": "laboro ",
+	} {
+		p := e2e.Start(t, nil, bin, strings.Fields(args)...)
+		assert.Equal(t, 0, p.Wait(t, 10*time.Second), "laboro %s", args)
+		assert.Contains(t, p.Stdout.String(), says, "laboro %s", args)
+	}
 }
 
 func TestNoServer(t *testing.T) {

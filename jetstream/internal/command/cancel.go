@@ -17,7 +17,7 @@ func cancel(args []string) int {
 		return code
 	}
 	if c.fs.NArg() == 0 {
-		return c.usageError()
+		return c.usageError("name the jobs to cancel")
 	}
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
 		reply, err := cl.Cancel(ctx, c.fs.Args()...)

@@ -12,6 +12,8 @@ package command
 import (
 	"fmt"
 	"os"
+
+	"github.com/laboro-go/laboro/internal/cli"
 )
 
 // commands are the subcommands, by name: each parses its arguments (the
@@ -36,7 +38,7 @@ const usage = `usage:
   laboro cancel [-nats URL,…] ID…
   laboro run    [-workers N] (-f FILE | COMMAND…)
   laboro token  [-stream NAME] (worker | client)
-Run 'laboro COMMAND -h' for a command's flags.`
+Run 'laboro COMMAND -h' for a command's flags, 'laboro --version' for the version.`
 
 // Main runs the laboro command with args, the arguments after the
 // program's name, and returns its exit status.
@@ -49,6 +51,10 @@ func Main(args []string) int {
 	if cmd == nil {
 		if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 			fmt.Println(usage)
+			return 0
+		}
+		if args[0] == "-version" || args[0] == "--version" || args[0] == "version" {
+			fmt.Println("laboro", cli.Version())
 			return 0
 		}
 		fmt.Fprintf(os.Stderr, "laboro: unknown command %q\n%s\n", args[0], usage)

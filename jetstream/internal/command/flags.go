@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -28,11 +29,16 @@ type common struct {
 	tokenSet   bool   // token is decided (serve's and run's own servers)
 	tokenErr   error  // why no token was found
 	level      zapcore.Level
+	format     cli.LogFormat
+	version    bool
 	log        *zap.Logger
 }
 
 func newCommon(name, synopsis string) *common {
-	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), level: zap.InfoLevel}
+	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), level: zap.InfoLevel, format: "console"}
+	// Parse's messages are parse's to print: help on standard output,
+	// errors on standard error.
+	c.fs.SetOutput(io.Discard)
 	c.fs.Usage = func() {
 		fmt.Fprintf(c.fs.Output(), "usage: laboro %s %s\n", name, synopsis)
 		c.fs.PrintDefaults()
@@ -42,7 +48,9 @@ func newCommon(name, synopsis string) *common {
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	}
 	c.fs.StringVar(&c.stream, "stream", jetstream.DefaultStream, "name of the streams to use")
-	c.fs.Var(&c.level, "log", "log level: debug, info, warn, error")
+	c.fs.Var(&c.level, "log", "log `level`: debug, info, warn or error")
+	c.fs.Var(&c.format, "log-format", "log `format`: console (lines for people) or json (one object per line)")
+	c.fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	return c
 }
 
@@ -57,11 +65,20 @@ func (c *common) deliveryFlags() {
 func (c *common) parse(args []string) (int, bool) {
 	if err := c.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			c.fs.SetOutput(os.Stdout)
+			c.fs.Usage()
 			return 0, false
 		}
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+		c.fs.SetOutput(os.Stderr)
+		c.fs.Usage()
 		return exitUsage, false
 	}
-	log, err := newLogger(c.level)
+	if c.version {
+		fmt.Println("laboro", cli.Version())
+		return 0, false
+	}
+	log, err := newLogger(c.level, c.format)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "laboro:", err)
 		return exitFailed, false
@@ -70,8 +87,11 @@ func (c *common) parse(args []string) (int, bool) {
 	return 0, true
 }
 
-// usageError prints the command's usage and returns exitUsage.
-func (c *common) usageError() int {
+// usageError says what is wrong (format and args), prints the command's
+// usage on standard error, and returns exitUsage.
+func (c *common) usageError(format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "laboro %s: %s\n", c.fs.Name(), fmt.Sprintf(format, args...))
+	c.fs.SetOutput(os.Stderr)
 	c.fs.Usage()
 	return exitUsage
 }
@@ -98,8 +118,13 @@ func (c *common) jobFlags() jobFlags {
 // jobs returns the jobs that -f or the COMMAND words give, or false and
 // the exit status.
 func (c *common) jobs(f jobFlags) ([]laboro.Job, int, bool) {
-	if (*f.file == "") == (c.fs.NArg() == 0) || *f.timeout < 0 {
-		return nil, c.usageError(), false
+	switch {
+	case *f.file == "" && c.fs.NArg() == 0:
+		return nil, c.usageError("give a COMMAND, or -f FILE of commands"), false
+	case *f.file != "" && c.fs.NArg() > 0:
+		return nil, c.usageError("give -f FILE or a COMMAND, not both (%q)", c.fs.Arg(0)), false
+	case *f.timeout < 0:
+		return nil, c.usageError("-timeout %v: must not be negative", *f.timeout), false
 	}
 	lines := []string{strings.Join(c.fs.Args(), " ")}
 	if *f.file != "" {

@@ -8,6 +8,6 @@ import (
 
 // newLogger returns the logger of a command, the one of every command of
 // the project (cli.Logger), named "laboro".
-func newLogger(level zapcore.Level) (*zap.Logger, error) {
-	return cli.Logger(level).Named("laboro"), nil
+func newLogger(level zapcore.Level, format cli.LogFormat) (*zap.Logger, error) {
+	return cli.Logger(level, format).Named("laboro"), nil
 }

@@ -17,7 +17,7 @@ func output(args []string) int {
 		return code
 	}
 	if c.fs.NArg() == 0 {
-		return c.usageError()
+		return c.usageError("name the jobs whose output to print")
 	}
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
 		if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: c.fs.Args()}); err == nil {

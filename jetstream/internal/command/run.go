@@ -35,7 +35,7 @@ func runJobs(args []string) int {
 	secret.FromEnv("LABORO_TOKEN")
 	c.token, c.tokenSet = secret.New(), true
 	if *workers <= 0 {
-		return c.usageError()
+		return c.usageError("-workers %d: must be at least 1", *workers)
 	}
 	defer c.log.Sync()
 	ctx, stop := interruptible()

@@ -30,8 +30,15 @@ func serve(args []string) int {
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
-	if c.fs.NArg() > 0 || *workers < 0 || *concurrency <= 0 || *replicas < 0 {
-		return c.usageError()
+	switch {
+	case c.fs.NArg() > 0:
+		return c.usageError("unexpected argument %q", c.fs.Arg(0))
+	case *workers < 0:
+		return c.usageError("-workers %d: must not be negative", *workers)
+	case *concurrency <= 0:
+		return c.usageError("-c %d: must be at least 1", *concurrency)
+	case *replicas < 0:
+		return c.usageError("-replicas %d: must not be negative", *replicas)
 	}
 	defer c.log.Sync()
 	local := &jetstream.Worker{}
@@ -140,7 +147,7 @@ func splitHostPort(addr string) (string, int, error) {
 	}
 	port, err := strconv.Atoi(p)
 	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("bad port %q", p)
+		return "", 0, fmt.Errorf("port %q: must be a number from 0 to 65535", p)
 	}
 	if port == 0 {
 		port = -1 // the NATS server's "any free port"

@@ -20,7 +20,7 @@ func status(args []string) int {
 		return code
 	}
 	if *follow && c.fs.NArg() != 1 {
-		return c.usageError() // -watch follows one batch
+		return c.usageError("-watch follows one batch: name it")
 	}
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
 		if *follow {

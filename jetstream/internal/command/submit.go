@@ -20,7 +20,7 @@ func submit(args []string) int {
 		return code
 	}
 	if *id != "" && *jf.file != "" {
-		return c.usageError()
+		return c.usageError("-id names one job: it cannot go with -f")
 	}
 	jobs, code, ok := c.jobs(jf)
 	if !ok {

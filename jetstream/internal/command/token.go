@@ -17,13 +17,11 @@ func token(args []string) int {
 		return code
 	}
 	if c.fs.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "laboro token: name one role: worker or client")
-		return c.usageError()
+		return c.usageError("name one role: worker or client")
 	}
 	role := jetstream.Role(c.fs.Arg(0))
 	if role != jetstream.RoleWorker && role != jetstream.RoleClient {
-		fmt.Fprintf(os.Stderr, "laboro token: role %q: must be worker or client\n", role)
-		return c.usageError()
+		return c.usageError("role %q: must be worker or client", role)
 	}
 	tok, err := secret.Find("laboro", "LABORO_TOKEN")
 	if err != nil {

@@ -18,8 +18,11 @@ func worker(args []string) int {
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
-	if c.fs.NArg() > 0 || *n <= 0 {
-		return c.usageError()
+	switch {
+	case c.fs.NArg() > 0:
+		return c.usageError("unexpected argument %q", c.fs.Arg(0))
+	case *n <= 0:
+		return c.usageError("-c %d: must be at least 1", *n)
 	}
 	defer c.log.Sync()
 	w := &jetstream.Worker{Config: c.config(), Concurrency: *n, OutputDir: *dir}
