@@ -69,6 +69,16 @@ func Token(token string) nats.Option {
 	}
 }
 
+// RoleInbox is the inbox prefix (nats.CustomInboxPrefix) of role on the
+// streams of stream, where the answers to its requests come: Token sets it,
+// and a connection that gets its token later (nats.TokenHandler) needs it.
+func RoleInbox(role Role, stream string) string {
+	if stream == "" {
+		stream = DefaultStream
+	}
+	return inboxPrefix(role, stream)
+}
+
 // inboxPrefix is where the answers to a role's requests come: a role may
 // listen there only, and so cannot overhear the answers to others.
 func inboxPrefix(role Role, stream string) string {

@@ -178,7 +178,7 @@ func (s *Service) run(ctx context.Context) error {
 		if md, err := msg.Metadata(); err == nil {
 			when = md.Timestamp
 		}
-		if !sv.t.add(wj.ID, batch, when) {
+		if !sv.t.add(wj.ID, batch, commandLine(wj), when) {
 			log.Debug("job submitted again; the first submission stands", zap.String("job", wj.ID))
 			continue
 		}
@@ -416,6 +416,43 @@ type JobStatus struct {
 	ExitCode int `json:"exit_code"`
 	// Error explains every ending but success.
 	Error string `json:"error,omitempty"`
+	// Command is the job's command line (its Args joined, or its script),
+	// cut at MaxCommandShown bytes.
+	Command string `json:"command,omitempty"`
+	// Stderr is the tail of what a job that did not succeed wrote to its
+	// standard error: its last MaxStderrShown bytes at most.
+	Stderr string `json:"stderr,omitempty"`
+}
+
+// What a Service keeps of each job's command, and of a failed job's
+// standard error, to show them.
+const (
+	MaxCommandShown = 512
+	MaxStderrShown  = 2048
+)
+
+// commandLine is how a job is shown: its command, its arguments joined, or
+// its script, cut at MaxCommandShown bytes.
+func commandLine(j wireJob) string {
+	s := j.Command
+	switch {
+	case s == "" && len(j.Args) > 0:
+		s = strings.Join(j.Args, " ")
+	case s == "":
+		s = j.Script
+	}
+	if len(s) > MaxCommandShown {
+		s = strings.ToValidUTF8(s[:MaxCommandShown], "") + "…"
+	}
+	return s
+}
+
+// stderrTail is the last MaxStderrShown bytes of b, as text.
+func stderrTail(b []byte) string {
+	if len(b) > MaxStderrShown {
+		b = b[len(b)-MaxStderrShown:]
+	}
+	return strings.ToValidUTF8(string(b), "")
 }
 
 // Job states before a result.
@@ -443,13 +480,13 @@ func newTracker() *tracker {
 }
 
 // add records a submitted job, unless its id is known already.
-func (t *tracker) add(id, batch string, when time.Time) bool {
+func (t *tracker) add(id, batch, command string, when time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.jobs[id] != nil {
 		return false
 	}
-	t.jobs[id] = &JobStatus{ID: id, Batch: batch, State: StateWaiting, ExitCode: -1}
+	t.jobs[id] = &JobStatus{ID: id, Batch: batch, State: StateWaiting, ExitCode: -1, Command: command}
 	b := t.batches[batch]
 	if b == nil {
 		b = &batchEntry{BatchStatus: BatchStatus{Batch: batch, Submitted: when}}
@@ -496,6 +533,7 @@ func (t *tracker) finish(id string, res laboro.Result) (BatchStatus, bool) {
 		if res.Err != nil {
 			j.Error = res.Err.Error()
 		}
+		j.Stderr = stderrTail(res.Stderr)
 	}
 	return b.BatchStatus, b.Done() == b.Jobs
 }

@@ -87,7 +87,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	jobs, results, cons, err := ensure(ctx, js, cfg, false)
+	// Wait for the server, however long it takes to come up.
+	var jobs, results natsjs.Stream
+	var cons natsjs.Consumer
+	waiting := false
+	err = retry(ctx, w.Conn, func(ctx context.Context) (err error) {
+		jobs, results, cons, err = ensure(ctx, js, cfg, false)
+		if err != nil && !waiting && transient(w.Conn, err) {
+			log.Info("waiting for the NATS server", zap.Error(err))
+			waiting = true
+		}
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

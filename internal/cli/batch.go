@@ -48,7 +48,8 @@ type Progress struct {
 // period of the plain lines written when w is not a terminal.
 func NewProgress(w io.Writer, every time.Duration) *Progress {
 	f, ok := w.(*os.File)
-	return &Progress{w: w, every: every, tty: ok && term.IsTerminal(int(f.Fd())), start: time.Now()}
+	now := time.Now() // the first line of counts comes after every
+	return &Progress{w: w, every: every, tty: ok && term.IsTerminal(int(f.Fd())), start: now, last: now}
 }
 
 // Terminal reports whether the progress goes to a terminal (as a bar).
@@ -96,6 +97,20 @@ func (p *Progress) eta(c Counts) (time.Duration, bool) {
 	}
 	per := time.Since(p.start) / time.Duration(c.Done())
 	return per * time.Duration(c.Total-c.Done()), true
+}
+
+// Note writes a line of text above the bar (or among the lines of
+// counts).
+func (p *Progress) Note(text string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil && !p.ended {
+		p.bar.Clear()
+	}
+	fmt.Fprintln(p.w, text)
+	if p.bar != nil && !p.ended {
+		p.bar.RenderBlank()
+	}
 }
 
 // Close ends the display.

@@ -357,6 +357,20 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// A worker started before the server, even before serve has made its
+// token, waits for it, and then runs its jobs.
+func TestWorkerWaitsForServer(t *testing.T) {
+	s := newSystem(t)
+	state := []string{"LABORO_STATE_DIR=" + t.TempDir()} // no token there yet
+	w := e2e.Start(t, append(state, "LABORO_NATS="+s.url), s.bin, "worker", "-c", "1")
+	w.Await(t, regexp.MustCompile(`waiting for the NATS server`), 30*time.Second)
+	s.serve = e2e.Start(t, append(state, "LABORO_NATS="), s.bin, "serve", "-data", s.data, "-listen", s.listen, "-workers", "0")
+	s.serve.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+	p := e2e.Start(t, append(state, "LABORO_NATS="+s.url), s.bin, "submit", "-wait", "echo waited")
+	require.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
+	assert.Equal(t, "waited\n", p.Stdout.String())
+}
+
 func TestNoServer(t *testing.T) {
 	bin := build(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

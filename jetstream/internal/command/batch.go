@@ -18,15 +18,29 @@ import (
 // watchInterval is how often the batch driver asks how far a batch is.
 const watchInterval = 200 * time.Millisecond
 
+// noWorkerNotice is how long a batch may wait with no job taken before the
+// user is told that no worker took one.
+const noWorkerNotice = 5 * time.Second
+
 // watch follows batch until n of its jobs (all, for n ≤ 0) ended, with a
 // progress bar on a terminal, then prints a summary and the jobs that did
 // not succeed. It returns exitFailed if any did not.
 func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 	var bar progress
 	defer bar.close()
+	start, said := time.Now(), false
 	show := func(b jetstream.BatchStatus) {
 		bar.show(cli.Counts{Total: max(n, b.Jobs), Queued: b.Waiting, Running: b.Dispatched,
 			Succeeded: b.Succeeded, Failed: b.Failed})
+		if said || b.Done() > 0 || time.Since(start) < noWorkerNotice {
+			return
+		}
+		// Nothing done for a while: say so if no worker took a job.
+		if reply, err := cl.Status(ctx, jetstream.StatusRequest{}); err == nil && reply.OnWorkers == 0 {
+			said = true
+			bar.note(fmt.Sprintf("laboro: no worker has taken a job for %v (is `laboro worker` running, or `laboro serve` with -workers?)",
+				noWorkerNotice))
+		}
 	}
 	if _, err := cl.Status(ctx, jetstream.StatusRequest{Batches: []string{batch}}); errors.Is(err, jetstream.ErrNoService) {
 		fmt.Fprintln(os.Stderr, "laboro: no service is running; the jobs wait for `laboro serve`")
@@ -50,7 +64,7 @@ func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 // printResult writes res's output to standard output and, when it did not
 // succeed, a line to standard error. It returns the exit status for it:
 // with exitCode, the job's own when it has one, else 0 or exitFailed.
-func printResult(res laboro.Result, exitCode bool) int {
+func printResult(res laboro.Result, exitCode bool, command string) int {
 	if res.Output != nil {
 		_, err := res.Output.WriteTo(os.Stdout)
 		res.Output.Close()
@@ -63,6 +77,13 @@ func printResult(res laboro.Result, exitCode bool) int {
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "laboro: job %s %s: %v\n", res.ID, res.Status, res.Err)
+	if command != "" {
+		fmt.Fprintf(os.Stderr, "  command: %s\n", command)
+	}
+	if len(res.Stderr) > 0 {
+		fmt.Fprintln(os.Stderr, "  standard error (its end):")
+		printIndented(os.Stderr, string(res.Stderr))
+	}
 	if exitCode && res.ExitCode > 0 {
 		return res.ExitCode
 	}

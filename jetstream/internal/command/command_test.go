@@ -58,13 +58,19 @@ func TestPrintJobs(t *testing.T) {
 	printJobs(&b, nil, false)
 	assert.Empty(t, b.String(), "nothing for no jobs")
 	printJobs(&b, []jetstream.JobStatus{
-		{ID: "a", State: "succeeded", ExitCode: 0},
-		{ID: "long-id", State: "cancelled", ExitCode: -1, Error: "laboro: job cancelled"},
+		{ID: "a", State: "succeeded", ExitCode: 0, Command: "echo a"},
+		{ID: "long-id", State: "cancelled", ExitCode: -1, Error: "laboro: job cancelled", Command: "sleep 60"},
+		{ID: "b", State: "failed", ExitCode: 3, Error: "exit status 3", Command: "ls /nonexistent;\n exit 3",
+			Stderr: "ls: cannot access '/nonexistent'\nsecond line\n"},
 	}, true)
-	assert.Equal(t, "JOB      STATE      EXIT  ERROR\n"+
-		"a        succeeded  0     \n"+
-		"long-id  cancelled  -     laboro: job cancelled\n"+
-		"(more jobs not listed)\n", b.String())
+	assert.Equal(t, "JOB      STATE      EXIT  COMMAND                  ERROR\n"+
+		"a        succeeded  0     echo a                   \n"+
+		"long-id  cancelled  -     sleep 60                 laboro: job cancelled\n"+
+		"b        failed     3     ls /nonexistent; exit 3  exit status 3\n"+
+		"(more jobs not listed)\n"+
+		"\nstandard error of b (its end):\n"+
+		"  ls: cannot access '/nonexistent'\n"+
+		"  second line\n", b.String())
 }
 
 // The first interrupt calls first; the second ends the context.

@@ -58,6 +58,20 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	}
 	var nc *nats.Conn
 	var err error
+	if role := c.role(); waitForServer && c.token == "" && c.creds == "" && role != "" {
+		// No token yet: serve may not have made it. Look for it at each
+		// attempt, until the server takes it.
+		opts = append(opts, nats.IgnoreAuthErrorAbort(), nats.CustomInboxPrefix(jetstream.RoleInbox(role, c.stream)),
+			nats.TokenHandler(func() string {
+				tok, err := secret.Find("laboro", "LABORO_TOKEN")
+				if err != nil || jetstream.TokenRole(tok) != "" {
+					return tok
+				}
+				return jetstream.RoleToken(tok, role, c.stream)
+			}))
+		nc, err = nats.Connect(url, opts...)
+		return c.connected(url, nc, err)
+	}
 	if role := c.role(); c.token != "" && role != "" && jetstream.TokenRole(c.token) == "" {
 		// The server's token: connect with the rights of this command's
 		// role only, derived from it. A NATS server of the user's own with

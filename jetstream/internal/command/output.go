@@ -20,21 +20,29 @@ func output(args []string) int {
 		return c.usageError("name the jobs whose output to print")
 	}
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
+		commands := map[string]string{}
 		if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: c.fs.Args()}); err == nil {
 			for _, j := range reply.Jobs {
 				if j.State == jetstream.StateUnknown {
 					fmt.Fprintf(os.Stderr, "laboro output: no job %s\n", j.ID)
 					return exitFailed
 				}
+				commands[j.ID] = j.Command
 			}
 		}
 		code := 0
-		for _, id := range c.fs.Args() {
+		for i, id := range c.fs.Args() {
 			res, err := cl.Result(ctx, id)
 			if err != nil {
 				return failed(ctx, "output", err)
 			}
-			if printResult(res, c.fs.NArg() == 1) != 0 {
+			if c.fs.NArg() > 1 { // a heading for each, as tail and head print
+				if i > 0 {
+					fmt.Println()
+				}
+				fmt.Printf("==> %s <==\n", id)
+			}
+			if printResult(res, c.fs.NArg() == 1, commands[id]) != 0 {
 				code = exitFailed
 			}
 		}

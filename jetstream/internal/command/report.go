@@ -3,31 +3,55 @@ package command
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/laboro-go/laboro/jetstream"
 )
 
-// printJobs prints one line per job (id, state, exit status, error) under
-// a heading, and a note when truncated says that more were not listed. It
-// prints nothing for no jobs.
+// printJobs prints one line per job (id, state, exit status, command,
+// error) under a heading, and a note when truncated says that more were
+// not listed; then the tail of the standard error of each job that has
+// one (those that did not succeed). It prints nothing for no jobs.
 func printJobs(out io.Writer, jobs []jetstream.JobStatus, truncated bool) {
 	if len(jobs) == 0 {
 		return
 	}
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(w, "JOB\tSTATE\tEXIT\tERROR")
+	fmt.Fprintln(w, "JOB\tSTATE\tEXIT\tCOMMAND\tERROR")
 	for _, j := range jobs {
 		exit := "-"
 		if j.ExitCode >= 0 {
 			exit = fmt.Sprint(j.ExitCode)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", j.ID, j.State, exit, j.Error)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", j.ID, j.State, exit, oneLine(j.Command, 40), j.Error)
 	}
 	w.Flush()
 	if truncated {
 		fmt.Fprintln(out, "(more jobs not listed)")
+	}
+	for _, j := range jobs {
+		if j.Stderr != "" {
+			fmt.Fprintf(out, "\nstandard error of %s (its end):\n", j.ID)
+			printIndented(out, j.Stderr)
+		}
+	}
+}
+
+// oneLine is s on one line, cut at n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// printIndented writes text with each line indented, ending in a newline.
+func printIndented(out io.Writer, text string) {
+	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		fmt.Fprintln(out, "  "+line)
 	}
 }
 

@@ -101,7 +101,7 @@ func runJobs(args []string) int {
 		if err != nil {
 			return failed(ctx, "run", err)
 		}
-		return printResult(res, true)
+		return printResult(res, true, jobs[0].Script)
 	}
 	return watch(ctx, cl, batch, len(ids))
 }

@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -16,14 +17,28 @@ func status(args []string) int {
 	c := newCommon("status", "[flags] [BATCH|ID…]")
 	follow := c.fs.Bool("watch", false, "follow one batch until it is done, with progress on a terminal")
 	unsuccessful := c.fs.Bool("failed", false, "list the jobs that did not succeed")
+	asJSON := c.fs.Bool("json", false, "print the service's answer as JSON (batches, jobs, problems), for programs")
 	if code, ok := c.parse(args); !ok {
 		return code
+	}
+	if *follow && *asJSON {
+		return c.usageError("-watch and -json do not go together")
 	}
 	if *follow && c.fs.NArg() != 1 {
 		return c.usageError("-watch follows one batch: name it")
 	}
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
 		if *follow {
+			// A batch the service does not know would be waited for
+			// forever; one it knows is followed to its end.
+			reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: c.fs.Args()})
+			if err != nil {
+				return failed(ctx, "status", err)
+			}
+			if len(reply.Batches) == 0 {
+				fmt.Fprintf(os.Stderr, "laboro status: no batch %s (laboro status lists them)\n", c.fs.Arg(0))
+				return exitFailed
+			}
 			return watch(ctx, cl, c.fs.Arg(0), 0)
 		}
 		reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: c.fs.Args(), Unsuccessful: *unsuccessful})
@@ -43,6 +58,14 @@ func status(args []string) int {
 				return failed(ctx, "status", err)
 			}
 			reply.Jobs = append(jobs.Jobs, reply.Jobs...)
+		}
+		if *asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(reply); err != nil {
+				return failed(ctx, "status", err)
+			}
+			return unknownJobs(reply.Jobs)
 		}
 		if len(reply.Batches) > 0 || c.fs.NArg() == 0 {
 			printBatches(os.Stdout, reply.Batches)

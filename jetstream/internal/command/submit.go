@@ -50,7 +50,7 @@ func submit(args []string) int {
 			if err != nil {
 				return failed(ctx, "submit", err)
 			}
-			return printResult(res, true)
+			return printResult(res, true, jobs[0].Script)
 		}
 		return watch(ctx, cl, *batch, len(ids))
 	})
