@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -369,6 +371,42 @@ func TestWorkerWaitsForServer(t *testing.T) {
 	p := e2e.Start(t, append(state, "LABORO_NATS="+s.url), s.bin, "submit", "-wait", "echo waited")
 	require.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
 	assert.Equal(t, "waited\n", p.Stdout.String())
+}
+
+// Wherever jobs are reported, a failed one shows its command, exit status
+// and the end of its standard error; status speaks JSON for programs; an
+// unknown batch, or a batch no worker takes, is said so.
+func TestUserSeesWhy(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "0") // no worker yet
+	jobs := filepath.Join(t.TempDir(), "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte("echo fine\necho why it failed >&2; exit 4\n"), 0o600))
+	_, log, code := s.run("submit", "-batch", "b", "-f", jobs)
+	require.Equal(t, 0, code, log)
+	w := e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "status", "-watch", "b")
+	w.Await(t, regexp.MustCompile(`no worker has taken a job`), time.Minute)
+	e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-c", "1")
+	require.Equal(t, 1, w.Wait(t, time.Minute), w.Log())
+	assert.Regexp(t, `(?m)^b-2\s+failed\s+4\s+echo why it failed >&2; exit 4\s+.*exit status 4$`, w.Stdout.String())
+	assert.Contains(t, w.Stdout.String(), "standard error of b-2 (its end):\n  why it failed\n")
+
+	out, _, code := s.run("status", "-json", "b-2")
+	require.Equal(t, 0, code)
+	var reply jetstream.StatusReply
+	require.NoError(t, json.Unmarshal([]byte(out), &reply), out)
+	require.Len(t, reply.Jobs, 1)
+	assert.Equal(t, jetstream.JobStatus{ID: "b-2", Batch: "b", State: "failed", ExitCode: 4,
+		Error: "jetstream: on the worker: exit status 4", Command: "echo why it failed >&2; exit 4",
+		Stderr: "why it failed\n"}, reply.Jobs[0])
+
+	out, log, code = s.run("output", "b-1", "b-2")
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "==> b-1 <==\nfine\n\n==> b-2 <==\n", out)
+	assert.Contains(t, log, "command: echo why it failed >&2; exit 4\n  standard error (its end):\n  why it failed\n")
+
+	_, log, code = s.run("status", "-watch", "nosuch")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, log, "no batch nosuch")
 }
 
 func TestNoServer(t *testing.T) {
