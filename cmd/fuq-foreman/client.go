@@ -2,8 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"github.com/laboro-go/laboro/transport"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/fuq"
+	"github.com/laboro-go/laboro/transport"
 )
 
 func submitCommand(c *cli.Command) func(context.Context, []string) error {
@@ -64,13 +66,7 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 		if st.State == "succeeded" {
 			return nil
 		}
-		if st.Job != nil { // why: each task that did not succeed, in the worker's words
-			for _, t := range st.Job.Tasks {
-				if t.State != fuq.TaskDone {
-					fmt.Printf("\ttask %d %s on %s: %s\n", t.Task, t.State, or(t.Worker, "no worker"), t.Status)
-				}
-			}
-		}
+		printFailedTasks(st, true)
 		return cli.Exit(cli.ExitFailed)
 	}
 }
@@ -78,6 +74,7 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 func statusCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
 	tasks := c.Flags.Bool("tasks", false, "list every task")
+	asJSON := c.Flags.Bool("json", false, "print the jobs as JSON, for programs")
 	return func(ctx context.Context, args []string) error {
 		cl := fuq.ControlClient{Socket: *control}
 		var list []fuq.JobReport
@@ -95,8 +92,14 @@ func statusCommand(c *cli.Command) func(context.Context, []string) error {
 		default:
 			return cli.Usagef("one JOB at most")
 		}
+		if *asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(list)
+		}
 		for _, st := range list {
 			printStatus(st, *tasks)
+			printFailedTasks(st, false)
 		}
 		return nil
 	}
@@ -136,6 +139,64 @@ func printStatus(st fuq.JobReport, tasks bool) {
 			fmt.Printf("\t%d\t%s\t%s\t%s\n", t.Task, t.State, t.Worker, t.Status)
 		}
 	}
+}
+
+// printFailedTasks says why each task of a job that failed did not
+// succeed (with all, each task that did not, cancelled ones too): how it
+// ended in the worker's words, and for a failed one its command line and
+// the end of its log (its standard output and error) when the log is
+// readable from here.
+func printFailedTasks(st fuq.JobReport, all bool) {
+	if st.Job == nil {
+		return
+	}
+	for _, t := range st.Job.Tasks {
+		if t.State != fuq.TaskFailed && (!all || t.State == fuq.TaskDone) {
+			continue
+		}
+		fmt.Printf("\ttask %d %s on %s: %s\n", t.Task, t.State, or(t.Worker, "no worker"), or(t.Status, "no word from the worker"))
+		if t.State != fuq.TaskFailed {
+			continue
+		}
+		fmt.Printf("\t  command: %s %d\n", st.Job.Command, t.Task)
+		if log, tail := taskLog(st.Job.JobDescription, t.Task); log != "" {
+			fmt.Printf("\t  log %s (its end):\n", log)
+			for _, l := range tail {
+				fmt.Printf("\t  | %s\n", l)
+			}
+		}
+	}
+}
+
+// taskLog returns the newest log of a task (<name>_<task>.log, or
+// <name>_<task>-N.log for a later run) and its last lines, or "" when
+// there is none here.
+func taskLog(d fuq.JobDescription, task int) (string, []string) {
+	base := filepath.Join(d.LoggingDir, fmt.Sprintf("%s_%d", d.Name, task))
+	names, _ := filepath.Glob(base + "-*.log")
+	names = append(names, base+".log")
+	var newest string
+	var when time.Time
+	for _, n := range names {
+		if fi, err := os.Stat(n); err == nil && (newest == "" || fi.ModTime().After(when)) {
+			newest, when = n, fi.ModTime()
+		}
+	}
+	if newest == "" {
+		return "", nil
+	}
+	f, err := os.Open(newest)
+	if err != nil {
+		return "", nil
+	}
+	defer f.Close()
+	const tailBytes = 2048
+	if fi, err := f.Stat(); err == nil && fi.Size() > tailBytes {
+		f.Seek(fi.Size()-tailBytes, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, tailBytes))
+	lines := strings.Split(strings.TrimRight(strings.ToValidUTF8(string(b), ""), "\n"), "\n")
+	return newest, lines[max(0, len(lines)-5):]
 }
 
 func or(s, def string) string {

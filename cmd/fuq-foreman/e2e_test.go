@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/protocols/fuq"
 	"github.com/laboro-go/laboro/protocols/fuq/fuqtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -316,4 +318,40 @@ func TestForemanKilledResumes(t *testing.T) {
 	out, err := exec.Command(foremanBin, "status", "-control", control, "-tasks", "job_1").Output()
 	require.NoError(t, err)
 	assert.Equal(t, 40, strings.Count(string(out), "\tdone\t"), "%s", out)
+}
+
+// A task that fails is shown with how it ended, its command line and the
+// end of its log, by submit -wait and by status; status -json gives the
+// same to programs.
+func TestFailedTaskShowsWhy(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	task := filepath.Join(dir, "task.sh")
+	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\n[ $1 = 2 ] || exit 0\necho \"no input for task $1\" >&2\nexit 3\n"), 0o755))
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"))
+	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
+	e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "2", "-spool", filepath.Join(dir, "spool"))
+
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "f", "-command", task,
+		"-tasks", "3", "-wd", dir, "-logdir", dir)
+	require.Equal(t, 1, submit.Wait(t, time.Minute), submit.Log())
+	why := "\ttask 2 failed on worker-1: error encountered: exit status 3\n" +
+		"\t  command: " + task + " 2\n" +
+		"\t  log " + filepath.Join(dir, "f_2.log") + " (its end):\n" +
+		"\t  | no input for task 2\n"
+	assert.Equal(t, "job_1\njob_1\tf\tfailed\tdone 2/3\tfailed 1\trunning 0\tpending 0\tcancelled 0\n"+why, submit.Stdout.String())
+
+	out, err := exec.Command(foremanBin, "status", "-control", control).Output()
+	require.NoError(t, err)
+	assert.Equal(t, "job_1\tf\tfailed\tdone 2/3\tfailed 1\trunning 0\tpending 0\tcancelled 0\n"+why, string(out))
+
+	out, err = exec.Command(foremanBin, "status", "-json", "-control", control, "job_1").Output()
+	require.NoError(t, err)
+	var jobs []fuq.JobReport
+	require.NoError(t, json.Unmarshal(out, &jobs), "%s", out)
+	require.Len(t, jobs, 1)
+	assert.Equal(t, "failed", jobs[0].State)
+	require.NotNil(t, jobs[0].Job)
+	assert.Equal(t, 1, jobs[0].Job.Failed)
 }
