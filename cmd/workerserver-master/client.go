@@ -65,6 +65,7 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 
 func statusCommand(c *cli.Command) func(context.Context, []string) error {
 	master := urlFlag(c)
+	asJSON := c.Flags.Bool("json", false, "print the jobs' records as JSON, for programs")
 	return func(ctx context.Context, args []string) error {
 		api := master()
 		var recs []workerserver.JobRecord
@@ -82,8 +83,14 @@ func statusCommand(c *cli.Command) func(context.Context, []string) error {
 		default:
 			return cli.Usagef("one JOB at most")
 		}
+		if *asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(recs)
+		}
 		for _, r := range recs {
 			fmt.Println(line(r))
+			why(os.Stdout, r)
 		}
 		return nil
 	}
@@ -127,6 +134,7 @@ func follow(ctx context.Context, api api, id string) error {
 		if workerserver.Final(rec.Status) {
 			fmt.Println(string(rec.Data))
 			if rec.Status != workerserver.JobDone {
+				why(os.Stderr, rec)
 				return cli.Exit(cli.ExitFailed)
 			}
 			return nil
@@ -135,6 +143,29 @@ func follow(ctx context.Context, api api, id string) error {
 		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// why writes, for a job that failed, what it ran (its worker code and
+// parameters) and how it ended (the worker's error: its exit status and
+// the end of its standard error), indented under its line.
+func why(w io.Writer, r workerserver.JobRecord) {
+	if r.Status != workerserver.JobFailed {
+		return
+	}
+	params, _ := json.Marshal(r.Params)
+	fmt.Fprintf(w, "\t  command: %s %s\n", r.Worker, params)
+	var data workerserver.ErrorData
+	if json.Unmarshal(r.Data, &data) != nil || data.Error.Message == "" {
+		fmt.Fprintf(w, "\t  data: %s\n", r.Data)
+		return
+	}
+	first, rest, _ := strings.Cut(strings.TrimRight(data.Error.Message, "\n"), "\n")
+	fmt.Fprintf(w, "\t  error: %s: %s\n", data.Error.Name, first)
+	if rest != "" {
+		for _, l := range strings.Split(rest, "\n") {
+			fmt.Fprintf(w, "\t  | %s\n", l)
 		}
 	}
 }

@@ -389,3 +389,31 @@ func TestTLS(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP was served")
 }
+
+// A job that fails is shown with what it ran and how it ended (its exit
+// status and the end of its standard error), by submit -wait and status;
+// status -json gives the records to programs.
+func TestFailedJobShowsWhy(t *testing.T) {
+	s := newSystem(t)
+	require.NoError(t, os.WriteFile(filepath.Join(s.codes, "fail"), []byte("#!/bin/sh\necho 'no such image' >&2\necho 'second line' >&2\nexit 3\n"), 0o755))
+	s.startMaster()
+	s.startWorker("w1")
+	masterBin, _ := build(t)
+	url := "http://" + s.addr
+	sub := e2e.Start(t, nil, masterBin, "submit", "-url", url, "-worker", "fail", "-params", `{"n":1}`, "-id", "7", "-wait")
+	require.Equal(t, 1, sub.Wait(t, time.Minute), sub.Log())
+	why := "\t  command: fail {\"n\":1}\n\t  error: failed: exit status 3: no such image\n\t  | second line\n"
+	assert.Contains(t, sub.Log(), why)
+
+	out, err := exec.Command(masterBin, "status", "-url", url, "7").Output()
+	require.NoError(t, err)
+	assert.Equal(t, "7\tfail\tFailed\tw1\n"+why, string(out))
+
+	out, err = exec.Command(masterBin, "status", "-json", "-url", url).Output()
+	require.NoError(t, err)
+	var recs []workerserver.JobRecord
+	require.NoError(t, json.Unmarshal(out, &recs), "%s", out)
+	require.Len(t, recs, 1)
+	assert.Equal(t, workerserver.JobFailed, recs[0].Status)
+	assert.Contains(t, string(recs[0].Data), "no such image")
+}
