@@ -15,9 +15,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -28,6 +31,41 @@ import (
 	"github.com/laboro-go/laboro/protocols/jobexec"
 )
 
+// stderrTail writes the end of a failed job's standard error on standard
+// error, under a heading: standard output keeps the server's answer as the
+// protocol frames it.
+type stderrTail struct{}
+
+func (stderrTail) Write(b []byte) (int, error) {
+	fmt.Fprintln(os.Stderr, "jobCommander: the job's standard error (its end):")
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		fmt.Fprintln(os.Stderr, "  "+l)
+	}
+	return len(b), nil
+}
+
+// printQueued prints poll's lines, <job_N, command>, as a JSON array.
+func printQueued(lines string) error {
+	type queued struct {
+		ID      string `json:"id"`
+		Command string `json:"command"`
+	}
+	jobs := []queued{}
+	for _, l := range strings.Split(strings.TrimRight(lines, "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		id, command, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(l, "<"), ">"), ", ")
+		if !ok {
+			return fmt.Errorf("poll answered %q, which is not <job, command>", l)
+		}
+		jobs = append(jobs, queued{ID: id, Command: command})
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(jobs)
+}
+
 var commands = map[string]bool{"issueJob": true, "setConcurrency": true, "stop": true, "poll": true, "exit": true}
 
 func main() {
@@ -37,6 +75,7 @@ func main() {
 			"(~/.local/state/laboro), where a server of the same user keeps it.")
 	ackTimeout := c.Flags.Duration("ack-timeout", jobexec.DefaultAckTimeout,
 		"how long the server may take to acknowledge the command (and to answer any command but issueJob)")
+	asJSON := c.Flags.Bool("json", false, "for poll: print the queued jobs as a JSON array of {id, command}, for programs")
 	// Flags end at serverName: what follows is the command's, flags included.
 	c.Main(os.Args[1:], func(ctx context.Context, cmd []string) error {
 		switch {
@@ -44,6 +83,8 @@ func main() {
 			return cli.Usagef("serverName, portNum and a command are required")
 		case !commands[cmd[2]]:
 			return cli.Usagef("unknown command %q", cmd[2])
+		case *asJSON && cmd[2] != "poll":
+			return cli.Usagef("-json is for poll, not %s", cmd[2])
 		case *ackTimeout <= 0:
 			return cli.Usagef("-ack-timeout %v: must be positive", *ackTimeout)
 		}
@@ -51,8 +92,19 @@ func main() {
 			return cli.Usagef("portNum %q: must be a number from 1 to 65535", cmd[1])
 		}
 		token, tokenErr := secret.Find("jobexec", "LABORO_TOKEN")
-		client := &jobexec.Client{Addr: net.JoinHostPort(cmd[0], cmd[1]), Token: token, AckTimeout: *ackTimeout}
-		code, err := client.Do(ctx, cmd[2], cmd[3:], os.Stdout)
+		client := &jobexec.Client{Addr: net.JoinHostPort(cmd[0], cmd[1]), Token: token, AckTimeout: *ackTimeout,
+			Stderr: stderrTail{}}
+		var out io.Writer = os.Stdout
+		var polled bytes.Buffer
+		if *asJSON {
+			out = &polled
+		}
+		code, err := client.Do(ctx, cmd[2], cmd[3:], out)
+		if err == nil && *asJSON {
+			if err := printQueued(polled.String()); err != nil {
+				return err
+			}
+		}
 		switch {
 		case ctx.Err() != nil:
 			return cli.ErrInterrupted

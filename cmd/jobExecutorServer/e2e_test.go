@@ -270,6 +270,12 @@ func TestExampleSession(t *testing.T) {
 	out, _, code = s.run(t, "issueJob", "sh", "-c", "exit 7")
 	assert.Contains(t, out, "-----job_6 output end-----\n")
 	assert.Equal(t, 7, code, "the commander's status is the job's")
+	// Why a job failed: the end of its standard error, on the commander's
+	// standard error; its standard output stays as the protocol frames it.
+	out, errOut, code := s.run(t, "issueJob", "ls", "/nonexistent")
+	assert.Equal(t, "JOB <job_7, ls /nonexistent> SUBMITTED\n-----job_7 output start-----\n-----job_7 output end-----\n", out)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "jobCommander: the job's standard error (its end):\n  ls: cannot access '/nonexistent': No such file or directory\n")
 	out, _, _ = s.run(t, "poll")
 	assert.Equal(t, "", out)
 	out, _, _ = s.run(t, "stop", "job_1")
@@ -355,6 +361,9 @@ func TestFullBufferStopAndPoll(t *testing.T) {
 
 	out, _, _ = s.run(t, "poll")
 	assert.Equal(t, "<job_3, echo three>\n<job_4, echo four>\n", out)
+	js, err := exec.Command(s.commander, "-json", s.host, s.port, "poll").Output()
+	require.NoError(t, err)
+	assert.JSONEq(t, `[{"id": "job_3", "command": "echo three"}, {"id": "job_4", "command": "echo four"}]`, string(js))
 	for _, id := range []string{"job_1", "job_2", "job_99", "nonsense"} {
 		out, _, code = s.run(t, "stop", id)
 		assert.Equal(t, "JOB <"+id+"> NOTFOUND\n", out, "running, already removed and unknown ids")

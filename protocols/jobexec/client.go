@@ -46,6 +46,9 @@ type Client struct {
 	AckTimeout time.Duration
 	// MaxFrame bounds a frame from the server; 0 means DefaultMaxFrame.
 	MaxFrame int
+	// Stderr receives the end of the standard error of an issued job that
+	// did not succeed, in one write, before Do returns; nil drops it.
+	Stderr io.Writer
 }
 
 // Do sends the command and copies what the server answers to out, as the
@@ -56,16 +59,18 @@ type Client struct {
 // connection failed, or the server broke the protocol; ctx.Err() when ctx
 // ended first.
 //
-// The request asks for an acknowledgement (version 2). A server from
-// before the acknowledgement refuses that version at once; Do then sends
-// the command again as version 1, on a new connection (the refused request
-// did nothing).
+// The request asks for an acknowledgement, and for the end of the
+// standard error of an issued job that does not succeed (version 3), which
+// goes to Stderr. A server from before a version refuses it at once; Do
+// then sends the command again with the version before, on a new
+// connection (the refused request did nothing).
 func (c *Client) Do(ctx context.Context, command string, args []string, out io.Writer) (int, error) {
-	code, err := c.do(ctx, Version, command, args, out)
-	if errors.Is(err, errBeforeAck) {
-		code, err = c.do(ctx, 1, command, args, out)
+	for v := Version; ; v-- {
+		code, err := c.do(ctx, v, command, args, out)
+		if !errors.Is(err, errBeforeAck) || v == MinVersion {
+			return code, err
+		}
 	}
-	return code, err
 }
 
 // do runs one exchange with a request of the given version.
@@ -153,6 +158,10 @@ func (c *Client) do(ctx context.Context, version int, command string, args []str
 			buf = f.Payload
 		case FrameRefusal:
 			refusal = fmt.Errorf("%w: %s", ErrRefused, f.Payload)
+		case FrameStderr:
+			if c.Stderr != nil {
+				_, err = c.Stderr.Write(f.Payload)
+			}
 		case FrameExit:
 			code, err := ParseExit(f.Payload)
 			if err != nil {

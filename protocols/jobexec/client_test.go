@@ -1,9 +1,11 @@
 package jobexec
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -122,7 +124,7 @@ func TestClientHTTPServer(t *testing.T) {
 }
 
 // The exact bytes a server from before the acknowledgement answers to a
-// version 2 request; the Client then speaks version 1 to it, and waits as
+// request of a later version; the Client then speaks version 1 to it, and waits as
 // long as it takes for an issueJob's SUBMITTED (such a server sends
 // nothing while the job waits for a place in a full buffer) and for exit's
 // answer (it answers once the running jobs are done).
@@ -130,7 +132,7 @@ func TestClientOlderServer(t *testing.T) {
 	const ackTimeout = 100 * time.Millisecond
 	p := startPeer(t, func(conn net.Conn, q Request) {
 		if q.Version != 1 {
-			conn.Write(frames(Frame{FrameRefusal, []byte("bad request: jobexec: request version 2, want 1")}, Frame{FrameExit, ExitPayload(1)}))
+			conn.Write(frames(Frame{FrameRefusal, fmt.Appendf(nil, "bad request: jobexec: request version %d, want 1", q.Version)}, Frame{FrameExit, ExitPayload(1)}))
 			return
 		}
 		switch q.Command {
@@ -153,6 +155,7 @@ func TestClientOlderServer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "CONCURRENCY SET AT 2\n", out.String())
+	assert.Equal(t, 3, (<-p.requests).Version, "each version refused, the one before is tried")
 	assert.Equal(t, 2, (<-p.requests).Version)
 	assert.Equal(t, 1, (<-p.requests).Version)
 
@@ -234,5 +237,48 @@ func TestIssueJobAcknowledgedWhileBlocked(t *testing.T) {
 		assert.Equal(t, 0, a.code)
 		id, word := []string{"job_1", "job_2"}[i], []string{"one", "two"}[i]
 		assert.Equal(t, "JOB <"+id+", echo "+word+"> SUBMITTED\n-----"+id+" output start-----\n"+word+"\n-----"+id+" output end-----\n", a.out)
+	}
+}
+
+// An issued job that fails has the end of its standard error sent after
+// its output (version 3), to the Client's Stderr: the output itself stays
+// as the protocol frames it. A job that succeeds sends none, nor does a
+// request of version 2.
+func TestClientStderrOfFailedJob(t *testing.T) {
+	ts := startServer(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	c := &Client{Addr: ts.addr, Stderr: &errOut}
+	code, err := c.Do(ctx, "issueJob", []string{"sh", "-c", "echo out; echo 'no such file' >&2; exit 3"}, &out)
+	require.NoError(t, err)
+	assert.Equal(t, 3, code)
+	assert.Regexp(t, `^JOB <job_1, sh -c .*> SUBMITTED\n-----job_1 output start-----\nout\n-----job_1 output end-----\n$`, out.String())
+	assert.Equal(t, "no such file\n", errOut.String())
+
+	errOut.Reset()
+	code, err = c.Do(ctx, "issueJob", []string{"sh", "-c", "echo fine >&2"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Empty(t, errOut.String(), "a job that succeeds")
+
+	// Version 2: the same answer, without the frame.
+	conn, err := net.Dial("tcp", ts.addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	p, err := Request{Version: 2, Command: "issueJob", Args: []string{"sh", "-c", "echo e >&2; exit 1"}}.AppendBinary(nil)
+	require.NoError(t, err)
+	require.NoError(t, WriteFrame(conn, FrameRequest, p))
+	answer, err := io.ReadAll(conn)
+	require.NoError(t, err)
+	assert.NotContains(t, string(answer), string(FrameStderr)+"e\n")
+	r := bufio.NewReader(bytes.NewReader(answer))
+	for {
+		f, err := ReadFrame(r, DefaultMaxFrame)
+		if err != nil {
+			break
+		}
+		assert.NotEqual(t, FrameStderr, f.Type)
 	}
 }

@@ -13,8 +13,10 @@ import (
 const (
 	// Version is the newest request format this package speaks. A request
 	// of version 2 or later is acknowledged with FrameAck as soon as it is
-	// read; version 1 is the same request without the acknowledgement.
-	Version = 2
+	// read; version 1 is the same request without the acknowledgement. A
+	// job issued by a request of version 3 or later that did not succeed
+	// has the end of its standard error sent too (FrameStderr).
+	Version = 3
 	// MinVersion is the oldest request format a Server accepts.
 	MinVersion = 1
 	// HeaderSize is the length of a frame header.
@@ -39,11 +41,12 @@ const (
 	FrameOutput  FrameType = 'O'
 	FrameRefusal FrameType = 'R'
 	FrameExit    FrameType = 'X'
+	FrameStderr  FrameType = 'E' // only in answer to a request of version 3 or later
 )
 
 func (t FrameType) valid() bool {
 	switch t {
-	case FrameRequest, FrameAck, FrameLine, FrameOutput, FrameRefusal, FrameExit:
+	case FrameRequest, FrameAck, FrameLine, FrameOutput, FrameRefusal, FrameExit, FrameStderr:
 		return true
 	}
 	return false
@@ -257,6 +260,10 @@ func knownVersion(p []byte) bool {
 // wantsAck reports whether request payload p is of a version that this
 // package speaks and that asks for FrameAck.
 func wantsAck(p []byte) bool { return knownVersion(p) && p[0] >= 2 }
+
+// wantsStderr reports whether request payload p is of a version that asks
+// for FrameStderr.
+func wantsStderr(p []byte) bool { return knownVersion(p) && p[0] >= 3 }
 
 // ExitPayload encodes an exit status.
 func ExitPayload(code int) []byte {

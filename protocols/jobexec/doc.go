@@ -83,10 +83,14 @@
 //	'O' output    server → commander: raw bytes of a job's output, in chunks
 //	              of at most OutputChunk bytes
 //	'R' refusal   server → commander: why the command was not carried out
+//	'E' stderr    server → commander: the end of the standard error of an
+//	              issued job that did not succeed (at most laboro's tail of
+//	              it), after its output's end line; sent only for a request
+//	              of version 3 or later, and only when there is some
 //	'X' exit      server → commander: the commander's exit status, a
 //	              big-endian int32; the last frame of every exchange
 //
-// A request's payload is the version byte (2), then a list of strings, each
+// A request's payload is the version byte (3), then a list of strings, each
 // a uvarint length and its bytes: the shared token ("" when none is
 // configured), the command ("issueJob", "setConcurrency", "stop", "poll",
 // "exit") and its arguments as the user typed them, boundaries kept, so
@@ -94,7 +98,12 @@
 // A request holds at most MaxRequestStrings strings, and no string may
 // claim more bytes than the payload has left.
 //
-// # Version 1, and older commanders and servers
+// # Versions 1 and 2, and older commanders and servers
+//
+// Version 2 is version 3 without the 'E' frame. A server from before
+// version 3 refuses a version 3 request as one from before version 2
+// refuses a version 2 request (below), and a Client then tries again with
+// the version before.
 //
 // Version 1 is version 2 without the acknowledgement: a request whose
 // version byte is 1 gets the same answer, with no 'A' frame, which a

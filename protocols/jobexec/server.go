@@ -144,6 +144,7 @@ type exchange struct {
 	log     *zap.Logger
 	err     error  // the first write error: the commander is gone
 	buf     []byte // scratch for the line being built
+	stderr  bool   // the commander takes FrameStderr (version 3 and later)
 }
 
 // watch returns a context that ends when the commander goes away (it sends
@@ -243,6 +244,9 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	f, err := ReadFrame(bufio.NewReader(conn), cmp.Or(s.MaxFrame, DefaultMaxRequest))
 	if err == nil && f.Type != FrameRequest {
 		err = protocolErrorf("expected a request frame, got %v", f.Type)
+	}
+	if err == nil {
+		x.stderr = wantsStderr(f.Payload)
 	}
 	if err == nil && wantsAck(f.Payload) {
 		// At once, before anything that may wait (an issueJob on a full
@@ -362,6 +366,9 @@ func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
 		s.sendOutput(x, res.Output)
 	}
 	x.line("-----%s output end-----", h.ID())
+	if x.stderr && res.Status != laboro.StatusSucceeded && len(res.Stderr) > 0 {
+		x.send(FrameStderr, res.Stderr)
+	}
 	// The file goes before the commander is let go, so that a commander
 	// that has ended never sees it.
 	if err := res.Output.Close(); err != nil {
