@@ -111,7 +111,12 @@ func cancelCommand(c *cli.Command) func(context.Context, []string) error {
 		if len(args) != 1 {
 			return cli.Usagef("one JOB to cancel")
 		}
-		return fuq.ControlClient{Socket: *control}.Do(ctx, "POST", "/jobs/"+url.PathEscape(args[0])+"/cancel", nil, nil)
+		var got struct{ ID, State string }
+		if err := (fuq.ControlClient{Socket: *control}).Do(ctx, "POST", "/jobs/"+url.PathEscape(args[0])+"/cancel", nil, &got); err != nil {
+			return err
+		}
+		fmt.Printf("%s %s\n", got.ID, got.State)
+		return nil
 	}
 }
 

@@ -170,6 +170,7 @@ func TestCancel(t *testing.T) {
 	}
 	out, err := exec.Command(foremanBin, "cancel", "-control", control, "job_1").CombinedOutput()
 	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "job_1 cancelled\n", string(out))
 	assert.Equal(t, 1, submit.Wait(t, 30*time.Second))
 	assert.Regexp(t, `^job_1\njob_1\tc\tcancelled\tdone 0/3\tfailed 0\trunning 0\tpending 0\tcancelled 3\n`+
 		`(\ttask [123] cancelled on (worker-1|no worker): laboro: job cancelled\n){3}$`, submit.Stdout.String(), "each task says why it did not succeed")
@@ -341,6 +342,13 @@ func TestFailedTaskShowsWhy(t *testing.T) {
 		"\t  log " + filepath.Join(dir, "f_2.log") + " (its end):\n" +
 		"\t  | no input for task 2\n"
 	assert.Equal(t, "job_1\njob_1\tf\tfailed\tdone 2/3\tfailed 1\trunning 0\tpending 0\tcancelled 0\n"+why, submit.Stdout.String())
+
+	// Cancelling a job that ended says so.
+	cancel := exec.Command(foremanBin, "cancel", "-control", control, "job_1")
+	var stderr strings.Builder
+	cancel.Stderr = &stderr
+	require.Error(t, cancel.Run())
+	assert.Contains(t, stderr.String(), "job job_1 has ended (failed): nothing to cancel")
 
 	out, err := exec.Command(foremanBin, "status", "-control", control).Output()
 	require.NoError(t, err)

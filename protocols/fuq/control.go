@@ -231,7 +231,15 @@ func (c *Control) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := c.Executor.Cancel(id); err != nil {
-		http.Error(w, "no running job "+id, http.StatusNotFound)
+		c.mu.Lock()
+		_, known := c.handles[id]
+		_, ended := c.past[id]
+		c.mu.Unlock()
+		if known || ended {
+			http.Error(w, "job "+id+" has ended ("+c.status(id).State+"): nothing to cancel", http.StatusConflict)
+			return
+		}
+		http.Error(w, "no job "+id, http.StatusNotFound)
 		return
 	}
 	writeJSON(w, map[string]string{"id": id, "state": "cancelled"})

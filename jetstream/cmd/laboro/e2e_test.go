@@ -404,6 +404,13 @@ func TestUserSeesWhy(t *testing.T) {
 	assert.Equal(t, "==> b-1 <==\nfine\n\n==> b-2 <==\n", out)
 	assert.Contains(t, log, "command: echo why it failed >&2; exit 4\n  standard error (its end):\n  why it failed\n")
 
+	// An id submitted before: its first submission stands, and the user is
+	// told, not handed the old job's output as this one's.
+	out, log, code = s.run("submit", "-wait", "-id", "b-1", "echo", "new")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "fine\n", out)
+	assert.Contains(t, log, "warning: job b-1 was submitted before (echo fine, succeeded): that submission stands, this one is not run")
+
 	_, log, code = s.run("status", "-watch", "nosuch")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, log, "no batch nosuch")

@@ -3,6 +3,7 @@ package command
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/laboro-go/laboro/jetstream"
 	"go.uber.org/zap"
@@ -31,6 +32,16 @@ func submit(args []string) int {
 		*batch = jetstream.NewBatch()
 	}
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
+		if *id != "" {
+			// An id submitted before keeps its first submission: say so,
+			// rather than hand back an old job's output as this one's.
+			if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: []string{*id}}); err == nil &&
+				len(reply.Jobs) == 1 && reply.Jobs[0].State != jetstream.StateUnknown {
+				j := reply.Jobs[0]
+				fmt.Fprintf(os.Stderr, "laboro submit: warning: job %s was submitted before (%s, %s): that submission stands, this one is not run\n",
+					j.ID, oneLine(j.Command, 60), j.State)
+			}
+		}
 		ids, err := cl.Submit(ctx, *batch, jobs)
 		if err != nil {
 			return failed(ctx, "submit", err)
