@@ -142,6 +142,14 @@ func TestUsage(t *testing.T) {
 			assert.Contains(t, string(out), "-allow", "%v: the usage error names the flag", args)
 		}
 	}
+	// Started where there are no runs, it says so, and serves nothing.
+	cmd := exec.Command(manager)
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 2, ee.ExitCode())
+	assert.Contains(t, string(out), "no folder of runs runs: give BASEDIR")
 	for _, args := range [][]string{{}, {"4"}, {"0", "-c", "h:1"}, {"x", "-c", "h:1"}, {"4", "-c", "h:1", "-t", "py=python3"}} {
 		err := exec.Command(runner, args...).Run()
 		var ee *exec.ExitError

@@ -19,6 +19,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -77,6 +79,9 @@ func main() {
 		}
 		folder := runexp.Folder{Runs: or(runs, filepath.Join(base, "runs")), Outputs: or(outputs, filepath.Join(base, "outputs"))}
 		if *printJobs {
+			if err := needRuns(folder); err != nil {
+				return err
+			}
 			return list(folder)
 		}
 		allow, err := parseAllow(*allowFlag)
@@ -92,12 +97,24 @@ func main() {
 		if *maxConns < 1 {
 			return cli.Usagef("--max-conns %d: must be at least 1", *maxConns)
 		}
+		if err := needRuns(folder); err != nil {
+			return err
+		}
 		m := &runexp.Manager{Group: group, Allow: allow, MaxConns: *maxConns, Logger: logFlag.Logger()}
 		if *ban {
 			m.Policy = runexp.BanPolicy{}
 		}
 		return serve(ctx, m, folder, net.JoinHostPort(*listen, strconv.Itoa(port)), *sorted, progress)
 	})
+}
+
+// needRuns is a usage error when the folder of runs does not exist: with
+// no arguments, the manager was likely started in the wrong directory.
+func needRuns(folder runexp.Folder) error {
+	if _, err := os.Stat(folder.Runs); errors.Is(err, fs.ErrNotExist) {
+		return cli.Usagef("no folder of runs %s: give BASEDIR, the folder that holds runs/ and outputs/, or -runs DIR", folder.Runs)
+	}
+	return nil
 }
 
 // parseAllow parses --allow: addresses or prefixes, comma-separated; nil

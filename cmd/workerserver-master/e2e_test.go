@@ -417,3 +417,14 @@ func TestFailedJobShowsWhy(t *testing.T) {
 	assert.Equal(t, workerserver.JobFailed, recs[0].Status)
 	assert.Contains(t, string(recs[0].Data), "no such image")
 }
+
+// Started with no -db, the master keeps its job table in the state
+// directory, not wherever it was started, and says where.
+func TestDefaultTableInStateDir(t *testing.T) {
+	masterBin, _ := build(t)
+	state := t.TempDir()
+	m := e2e.Start(t, []string{"LABORO_STATE_DIR=" + state}, masterBin, "-listen", "127.0.0.1:0")
+	db := m.Await(t, regexp.MustCompile(`serving.*"db": "([^"]+)"`), 20*time.Second)
+	assert.Equal(t, filepath.Join(state, "workerserver.db"), db)
+	assert.FileExists(t, db)
+}

@@ -29,9 +29,11 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/laboro-go/laboro/internal/cli"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/workerserver"
 	"go.uber.org/zap"
 )
@@ -62,7 +64,7 @@ func main() {
 
 func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	listen := c.Flags.String("listen", "127.0.0.1:8080", "address to serve on")
-	db := c.Flags.String("db", "workerserver.db", "the job table (a bbolt file)")
+	db := c.Flags.String("db", "", "the job table, a bbolt file (default workerserver.db in ~/.local/state/laboro)")
 	servers := c.Flags.String("servers", "", `file of "id password" lines: the workers allowed in`)
 	lease := c.Flags.Duration("lease", workerserver.DefaultLease, "a worker silent this long loses its jobs (0: never)")
 	tlsCert := c.Flags.String("tls-cert", "", "serve HTTPS with this certificate (PEM), with -tls-key")
@@ -82,6 +84,16 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		}
 		if *maxConns < 1 {
 			return cli.Usagef("-max-conns %d: must be at least 1", *maxConns)
+		}
+		if *db == "" {
+			dir, err := secret.Dir()
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			*db = filepath.Join(dir, "workerserver.db")
 		}
 		var names []string
 		for _, h := range strings.Split(*hosts, ",") {
