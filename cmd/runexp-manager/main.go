@@ -34,7 +34,7 @@ import (
 )
 
 func main() {
-	c := cli.New("runexp-manager", "[-p PORT] [--listen ADDR --allow ADDRS] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [BASEDIR]",
+	c := cli.New("runexp-manager", "[-p PORT] [--listen ADDR --allow ADDRS] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [--max-conns N] [-log LEVEL] [BASEDIR]",
 		"Serves every job file under RUNS (BASEDIR/runs) to runexp runners and writes the result of job NAME to "+
 			"OUTPUTS/NAME.res (BASEDIR/outputs). Jobs whose result shows success are skipped, so a restarted manager resumes. "+
 			"It listens on the loopback unless told otherwise; the protocol has no room for a secret, so listening beyond "+

@@ -117,9 +117,48 @@ func (c *Command) Help(w io.Writer) {
 	c.Flags.VisitAll(func(*flag.Flag) { n++ })
 	if n > 0 {
 		fmt.Fprintln(w, "\nFlags:")
-		c.Flags.SetOutput(w)
-		c.Flags.PrintDefaults()
-		c.Flags.SetOutput(io.Discard)
+		printFlags(w, c.Flags)
+	}
+}
+
+// printFlags writes the flags as flag.PrintDefaults does, but each set of
+// aliases (flags of the same sentence and default, such as -g and -group)
+// once, under all its names.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	type entry struct {
+		names       []string
+		kind, usage string
+		def         string
+		zeroDefault bool
+	}
+	var entries []*entry
+	byKey := map[string]*entry{}
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		key := kind + "\x00" + usage + "\x00" + f.DefValue
+		if e := byKey[key]; e != nil {
+			e.names = append(e.names, "-"+f.Name)
+			return
+		}
+		e := &entry{names: []string{"-" + f.Name}, kind: kind, usage: usage, def: f.DefValue,
+			zeroDefault: f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "0s"}
+		byKey[key] = e
+		entries = append(entries, e)
+	})
+	for _, e := range entries {
+		line := "  " + strings.Join(e.names, ", ")
+		if e.kind != "" {
+			line += " " + e.kind
+		}
+		line += "\n    \t" + strings.ReplaceAll(e.usage, "\n", "\n    \t")
+		if !e.zeroDefault {
+			if e.kind == "string" {
+				line += fmt.Sprintf(" (default %q)", e.def)
+			} else {
+				line += fmt.Sprintf(" (default %v)", e.def)
+			}
+		}
+		fmt.Fprintln(w, line)
 	}
 }
 

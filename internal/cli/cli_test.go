@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,6 +40,21 @@ func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
 			assert.Contains(t, out.String(), want, arg)
 		}
 	}
+}
+
+// Aliases (-g and -group: one variable, one sentence) are listed once,
+// under both names; -log-format is there for every command with logs.
+func TestHelpListsAliasesOnce(t *testing.T) {
+	c, out, _, _ := command()
+	var group string
+	for _, name := range []string{"g", "group"} {
+		c.Flags.StringVar(&group, name, "main", "group to join")
+	}
+	c.LogFlag(zap.InfoLevel)
+	require.Equal(t, ExitOK, c.Run([]string{"--help"}, func(context.Context, []string) error { return nil }))
+	assert.Equal(t, 1, strings.Count(out.String(), "group to join"), out.String())
+	assert.Contains(t, out.String(), "  -g, -group string\n    \tgroup to join (default \"main\")\n")
+	assert.Contains(t, out.String(), "-log-format format")
 }
 
 func TestVersion(t *testing.T) {
