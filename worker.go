@@ -3,6 +3,7 @@ package laboro
 import (
 	"context"
 	"runtime/debug"
+	"strings"
 
 	"go.uber.org/zap"
 )
@@ -136,8 +137,37 @@ func (e *Executor) run(jc *jobContext, h *Handle) (res Result) {
 				res.Status, res.Err = st, cause
 			}
 		}
+		if res.Status == StatusFailed || res.Status == StatusTimedOut {
+			// Once per job, with why: what an operator reads in the log.
+			e.log.Warn("job failed", zap.String("job", res.ID), zap.String("command", logLine(h.job)),
+				zap.Stringer("status", res.Status), zap.Int("exit", res.ExitCode), zap.Error(res.Err),
+				zap.ByteString("stderr", stderrEnd(res.Stderr)))
+		}
 	}()
 	return e.runner.Run(ctx, h.job)
+}
+
+// logLine is a job as a log line shows it: its String, or a script's
+// text, at most 256 bytes of it.
+func logLine(j Job) string {
+	s := j.String()
+	if j.Func == nil && j.Script != "" {
+		s = j.Script
+	}
+	if len(s) > 256 {
+		s = strings.ToValidUTF8(s[:256], "") + "…"
+	}
+	return s
+}
+
+// stderrEnd is the end of a job's standard error for a log line: its
+// last 512 bytes at most.
+func stderrEnd(b []byte) []byte {
+	const n = 512
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }
 
 // finish runs once, after the last worker returned: it lets the observer
