@@ -3,11 +3,10 @@
 # each round runs every pattern once, each in a process of its own, so that
 # the slow and fast phases of a shared machine fall on all of them alike and
 # figures of one round can be compared. It prints the benchmark lines, ready
-# for benchstat. PKG names the package (the root package by default); DIR
-# names the directory of a nested module (jetstream), in which PKG is then
-# taken.
+# for benchstat. PKG names the package (the root package by default); DIR,
+# if set, is the directory PKG is taken in.
 #
-#   [DIR=jetstream] [PKG=./cmd/...] scripts/bench-rounds.sh ROUNDS BENCHTIME PATTERN...
+#   [PKG=./jetstream] scripts/bench-rounds.sh ROUNDS BENCHTIME PATTERN...
 #   scripts/bench-rounds.sh 10 1000x 'Process/^laboro$/^c=1$' 'Process/^os-exec$/^c=1$'
 set -euo pipefail
 if [ $# -lt 3 ]; then

@@ -292,8 +292,7 @@ var laboroBin struct {
 	err  error
 }
 
-// buildLaboro builds the laboro command of the nested jetstream module
-// (e2e.Build builds within this module only).
+// buildLaboro builds the laboro command (jetstream/cmd/laboro), once.
 func buildLaboro(t *testing.T) string {
 	laboroBin.once.Do(func() {
 		dir, err := os.MkdirTemp("", "fault-laboro")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -499,4 +500,20 @@ func TestCancel(t *testing.T) {
 	out, _, code = s.run("cancel", "stuck")
 	assert.Equal(t, 0, code, "cancelled already")
 	assert.Regexp(t, `(?m)^stuck\s+cancelled`, out)
+}
+
+// The README's first laboro command runs as shipped, from the root of the
+// checkout, on the file of jobs that examples/ holds.
+func TestReadmeRun(t *testing.T) {
+	bin := build(t)
+	cmd := exec.Command(bin, "run", "-f", "examples/jobs.txt")
+	cmd.Dir = filepath.Join("..", "..", "..")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "one of its jobs fails: %s", stderr.String())
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Regexp(t, `(?m)^batch \S+: 6 jobs, 5 succeeded, 1 failed$`, stdout.String())
+	assert.Contains(t, stdout.String(), "ls: cannot access '/nonexistent'")
 }
