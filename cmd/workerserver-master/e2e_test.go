@@ -63,6 +63,7 @@ type system struct {
 
 const echoCode = `#!/bin/sh
 read p
+if [ -n "$STARTED" ]; then : > "$STARTED/$(echo "$p" | tr -cd 0-9)"; fi
 sleep ${DELAY:-0.02}
 if [ -n "$GATE" ] && [ "$(echo "$p" | tr -cd 0-9)" -ge "$GATE_FROM" ]; then
 	while [ ! -e "$GATE" ]; do sleep 0.02; done
@@ -78,8 +79,9 @@ func newSystem(t *testing.T) *system {
 	s := &system{t: t, dir: t.TempDir(), addr: addr, password: "pw-secret"}
 	s.codes = filepath.Join(s.dir, "codes")
 	require.NoError(t, os.MkdirAll(s.codes, 0o755))
-	// echo: the params back, as the job's result. With GATE set, a job
-	// whose n is GATE_FROM or more waits until the file GATE exists.
+	// echo: the params back, as the job's result. With STARTED set, a job
+	// makes the file STARTED/n as it starts. With GATE set, a job whose n
+	// is GATE_FROM or more waits until the file GATE exists.
 	require.NoError(t, os.WriteFile(filepath.Join(s.codes, "echo"), []byte(echoCode), 0o755))
 	var servers strings.Builder
 	for i := 1; i <= 3; i++ {
@@ -244,21 +246,25 @@ func TestMasterKilledAndRestarted(t *testing.T) {
 func TestWorkerKilledAndRestarted(t *testing.T) {
 	s := newSystem(t)
 	s.startMaster()
-	w := s.startWorker("w1", "DELAY=1")
+	// The jobs wait at a gate, opened once the master is gone: they end
+	// while it is away, however slow the machine.
+	gate, started := filepath.Join(s.dir, "gate"), filepath.Join(s.dir, "started")
+	require.NoError(t, os.Mkdir(started, 0o700))
+	w := s.startWorker("w1", "GATE="+gate, "GATE_FROM=0", "STARTED="+started)
 	for i := range 2 {
 		s.submit(fmt.Sprintf("job-%d", i), i)
 	}
+	// Both run on the worker (a job the master handed out as it was
+	// killed may not have reached it: that one is the lease's to requeue).
 	require.Eventually(t, func() bool {
-		processing := 0
-		for _, j := range s.jobs() {
-			if j.Status == workerserver.JobProcessing {
-				processing++
-			}
-		}
-		return processing == 2
+		entries, _ := os.ReadDir(started)
+		return len(entries) == 2
 	}, 20*time.Second, 20*time.Millisecond)
-	s.master.Kill() // the jobs end while the master is away
-	require.Eventually(t, func() bool { return len(cached(t, s.cache("w1"))) == 2 }, 20*time.Second, 20*time.Millisecond)
+	s.master.Kill()
+	require.NoError(t, os.WriteFile(gate, nil, 0o600)) // the jobs end while the master is away
+	if !assert.Eventually(t, func() bool { return len(cached(t, s.cache("w1"))) == 2 }, 30*time.Second, 20*time.Millisecond) {
+		t.Fatalf("cached: %q\nworker:\n%s", cached(t, s.cache("w1")), w.Log())
+	}
 	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGKILL))
 	w.Kill()
 
