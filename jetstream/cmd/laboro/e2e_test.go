@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -310,7 +311,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
 	p = e2e.Start(t, nil, bin, "run", "-workers", "3", "-f", jobs)
 	require.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
-	assert.Regexp(t, `^batch \S+: 30 jobs, 30 succeeded, 0 failed\n$`, p.Stdout.String())
+	assert.Equal(t, "30 jobs: 30 succeeded, 0 failed\n", p.Stdout.String())
 	for i := range 30 {
 		b, err := os.ReadFile(filepath.Join(filepath.Dir(jobs), strconv.Itoa(i)))
 		require.NoError(t, err)
@@ -514,6 +515,84 @@ func TestReadmeRun(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "one of its jobs fails: %s", stderr.String())
 	assert.Equal(t, 1, ee.ExitCode())
-	assert.Regexp(t, `(?m)^batch \S+: 6 jobs, 5 succeeded, 1 failed$`, stdout.String())
+	assert.Regexp(t, `(?m)^6 jobs: 5 succeeded, 1 failed$`, stdout.String())
 	assert.Contains(t, stdout.String(), "ls: cannot access '/nonexistent'")
+}
+
+// run keeps what GNU parallel's users expect: a results directory, a job
+// log to resume from, retries of failed jobs, and a halt after failures.
+func TestRunResultsJobLogResume(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	jobs := filepath.Join(dir, "jobs.txt")
+	// Job 2 fails until the file "fixed" exists; job 3 fails twice, then
+	// succeeds (its attempts are counted in a file).
+	require.NoError(t, os.WriteFile(jobs, []byte("echo one\n"+
+		"[ -e fixed ] || { echo not yet >&2; exit 3; }; echo two\n"+
+		"echo x >> tries; [ $(wc -l < tries) -ge 3 ] && echo three\n"), 0o600))
+	runIn := func(args ...string) (string, string, int) {
+		cmd := exec.Command(bin, append([]string{"run", "-workers", "1", "-f", jobs, "-joblog", "log.tsv"}, args...)...)
+		cmd.Dir = dir
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return stdout.String(), stderr.String(), code
+	}
+
+	out, _, code := runIn("-results", "res", "-retries", "3")
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "3 jobs: 2 succeeded, 1 failed\n"+
+		"2 failed, exit status 3: [ -e fixed ] || { echo not yet >&2; exit 3; }; echo two\n    | not yet\n", out)
+	for file, want := range map[string]string{
+		"res/1/stdout": "one\n", "res/1/exitval": "0\n", "res/1/cmd": "echo one\n",
+		"res/2/stdout": "", "res/2/stderr": "not yet\n", "res/2/exitval": "3\n",
+		"res/3/stdout": "three\n", "tries": "x\nx\nx\n",
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		require.NoError(t, err)
+		assert.Equal(t, want, string(b), file)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "log.tsv"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	require.Len(t, lines, 4, string(log))
+	assert.Equal(t, "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand", lines[0])
+	assert.Regexp(t, `^2\t\S+\t\d+\.\d{3}\t\d+\.\d{3}\t0\t0\t3\t0\t\[ -e fixed \]`, lines[2])
+
+	// -resume runs nothing more; -resume-failed runs job 2 again, alone.
+	out, _, code = runIn("-resume")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "every job is in the job log already")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "fixed"), nil, 0o600))
+	out, _, code = runIn("-resume-failed")
+	assert.Equal(t, 0, code, out)
+	assert.Equal(t, "1 jobs: 1 succeeded, 0 failed\n", out)
+}
+
+// -halt now,fail=1 stops at the first failure: the job running beside it
+// is killed, and the jobs after it never start.
+func TestRunHalt(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	jobs := filepath.Join(dir, "jobs.txt")
+	// The jobs after the failure take long: one may start before the halt,
+	// and is killed; the other cannot start.
+	require.NoError(t, os.WriteFile(jobs, []byte("sleep 60\nexit 5\nsleep 60; touch never1\nsleep 60; touch never2\n"), 0o600))
+	cmd := exec.Command(bin, "run", "-workers", "2", "-f", jobs, "-halt", "now,fail=1")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, string(out), "2 failed, exit status 5: exit 5")
+	assert.Contains(t, string(out), "1 killed")
+	assert.NoFileExists(t, filepath.Join(dir, "never1"))
+	assert.NoFileExists(t, filepath.Join(dir, "never2"))
 }

@@ -1,6 +1,6 @@
 // Command laboro runs shell jobs on NATS JetStream, on one machine or many.
 //
-//	laboro run    [-workers N] (-f FILE | COMMAND…)
+//	laboro run    [-workers N] [-results DIR] [-joblog FILE [-resume|-resume-failed]] [-retries N] [-halt now|soon,fail=N] (-f FILE | COMMAND…)
 //	laboro serve  [-nats URL,…] [-data DIR] [-listen HOST:PORT] [-workers N] [-c N]
 //	laboro worker [-nats URL,…] [-c N] [-dir DIR]
 //	laboro submit [-nats URL,…] [-batch NAME] [-wait] (-f FILE | COMMAND…)
@@ -13,8 +13,14 @@
 // with -f, each non-empty line of FILE ("-" is standard input) that does
 // not start with '#'.
 //
-// run runs jobs on this machine and waits for them, with a NATS server of
-// its own that lives as long as the command: nothing to set up.
+// run runs jobs on this machine through the core Executor and waits for
+// them: nothing to set up, no server. -results keeps each job's stdout,
+// stderr, exit status and command in DIR/<seq>/; -joblog appends a line per
+// job as GNU parallel does (Seq, Host, Starttime, JobRuntime, Send,
+// Receive, Exitval, Signal, Command), from which -resume runs the jobs not
+// in the log and -resume-failed those that did not succeed; -retries runs a
+// failing job up to N times in all; -halt stops after N failures, now
+// (killing the running jobs) or soon (letting them finish).
 //
 // serve runs the service that dispatches submitted jobs. With no -nats it
 // starts a NATS server with JetStream inside the process, storing its data

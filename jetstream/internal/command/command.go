@@ -36,7 +36,7 @@ const usage = `usage:
   laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
   laboro output [-nats URL,…] ID…
   laboro cancel [-nats URL,…] ID…
-  laboro run    [-workers N] (-f FILE | COMMAND…)
+  laboro run    [-workers N] [-results DIR] [-joblog FILE [-resume|-resume-failed]] [-retries N] [-halt now|soon,fail=N] (-f FILE | COMMAND…)
   laboro token  [-stream NAME] (worker | client)
 Run 'laboro COMMAND -h' for a command's flags, 'laboro --version' for the version.`
 

@@ -5,103 +5,222 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
-	"time"
+	"strconv"
+	"strings"
+	"sync"
 
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
-	"github.com/laboro-go/laboro/jetstream"
-	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
 
-// runJobs runs jobs on this machine alone, through an embedded server, a
-// service and a worker of its own that live as long as the command, and
-// follows them to their end.
+// runJobs runs jobs on this machine, -workers at a time, through the core
+// Executor: nothing to set up, nothing kept but what the user asks for
+// (-results, -joblog). A single COMMAND prints its output and returns its
+// exit status; a batch shows progress, then a summary and the jobs that did
+// not succeed.
 func runJobs(args []string) int {
 	c := newCommon("run", "[flags] (-f FILE | COMMAND…)")
 	c.level = zap.WarnLevel
 	jf := c.jobFlags()
 	workers := c.fs.Int("workers", runtime.NumCPU(), "jobs run at once")
+	var o runOptions
+	c.fs.StringVar(&o.results, "results", "", "keep each job's stdout, stderr, exit status and command in DIR/<seq>/")
+	c.fs.StringVar(&o.joblog, "joblog", "", "append a line per job to FILE, tab-separated as GNU parallel writes it: Seq Host Starttime JobRuntime Send Receive Exitval Signal Command")
+	c.fs.BoolVar(&o.resume, "resume", false, "with -joblog: skip the jobs the log lists, run the rest")
+	c.fs.BoolVar(&o.resumeFailed, "resume-failed", false, "with -joblog: skip the jobs the log lists as succeeded, run the rest (the failed ones again)")
+	c.fs.IntVar(&o.retries, "retries", 1, "run a job that fails up to N times in all")
+	halt := c.fs.String("halt", "", "stop after failures: now,fail=N (kill the running jobs) or soon,fail=N (let them finish)")
 	if code, ok := c.parse(args); !ok {
 		return code
+	}
+	var err error
+	if o.halt, err = parseHalt(*halt); err != nil {
+		return c.usageError("-halt %q: %v", *halt, err)
+	}
+	switch {
+	case *workers <= 0:
+		return c.usageError("-workers %d: must be at least 1", *workers)
+	case o.retries < 1:
+		return c.usageError("-retries %d: must be at least 1", o.retries)
+	case (o.resume || o.resumeFailed) && o.joblog == "":
+		return c.usageError("-resume and -resume-failed need -joblog FILE")
+	case o.resume && o.resumeFailed:
+		return c.usageError("-resume and -resume-failed do not go together")
 	}
 	jobs, code, ok := c.jobs(jf)
 	if !ok {
 		return code
 	}
-	// Its server is its own, with a token that only this process knows;
-	// the user's token leaves the environment, so that no job sees it.
+	// The user's token leaves the environment: no job sees it.
 	secret.FromEnv("LABORO_TOKEN")
-	c.token, c.tokenSet = secret.New(), true
-	if *workers <= 0 {
-		return c.usageError("-workers %d: must be at least 1", *workers)
-	}
 	defer c.log.Sync()
 	ctx, stop := interruptible()
 	defer stop()
-	dir, err := os.MkdirTemp("", "laboro-run-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro run:", err)
-		return exitFailed
+	for i := range jobs {
+		jobs[i].ID = strconv.Itoa(i + 1) // its sequence number, as in the job log
 	}
-	defer os.RemoveAll(dir)
-	srv, err := jetstream.StartEmbedded(filepath.Join(dir, "nats"), "127.0.0.1", -1, jetstream.WithToken(c.token))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro run:", err)
-		return exitFailed
-	}
-	defer srv.Shutdown()
-	nc, err := c.connect(srv.URL(), false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro run:", err)
-		return exitFailed
-	}
-	defer nc.Close()
-	cfg := c.config()
-	cfg.Dir = dir
-
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 2)
-	go func() { done <- (&jetstream.Service{Conn: nc, Config: cfg}).Run(runCtx) }()
-	go func() {
-		done <- (&jetstream.Worker{Conn: nc, Config: cfg, Concurrency: *workers, OutputDir: dir}).Run(runCtx)
-	}()
-	defer func() {
-		cancel()
-		for range 2 {
-			if err := <-done; err != nil {
-				fmt.Fprintln(os.Stderr, "laboro run:", err)
-			}
-		}
-	}()
-
-	cl := &jetstream.Client{Conn: nc, Config: cfg}
-	ask := transport.Backoff{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}
-	for { // until the service answers
-		if _, err := cl.Status(ctx, jetstream.StatusRequest{}); !errors.Is(err, jetstream.ErrNoService) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return failed(ctx, "run", ctx.Err())
-		case err := <-done: // the service or the worker could not start
-			done <- err // the deferred wait reports it
+	single := len(jobs) == 1 && *jf.file == ""
+	if o.resume || o.resumeFailed {
+		done, err := readJobLog(o.joblog, o.resumeFailed)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "laboro run:", err)
 			return exitFailed
-		case <-time.After(ask.Next()):
+		}
+		jobs = skipDone(jobs, done)
+		if len(jobs) == 0 {
+			fmt.Println("laboro run: every job is in the job log already")
+			return 0
 		}
 	}
-	batch := jetstream.NewBatch()
-	ids, err := cl.Submit(ctx, batch, jobs)
+	outDir, err := os.MkdirTemp("", "laboro-run-")
 	if err != nil {
-		return failed(ctx, "run", err)
+		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		return exitFailed
 	}
-	if len(ids) == 1 && *jf.file == "" {
-		res, err := cl.Result(ctx, ids[0])
+	forget := laboro.RemoveAtExit(outDir) // however this process ends
+	defer func() { os.RemoveAll(outDir); forget() }()
+	pr := &laboro.ProcessRunner{Dir: outDir}
+	if o.results != "" {
+		pr.StderrTail = resultsStderr
+	}
+	ex, err := laboro.New(laboro.WithRunner(retrying{pr, o.retries}), laboro.WithPoolSize(*workers),
+		laboro.WithConcurrency(*workers), laboro.WithBufferSize(2**workers),
+		// Failed jobs are in the summary: the log keeps to errors.
+		laboro.WithLogger(c.log.WithOptions(zap.IncreaseLevel(zap.ErrorLevel))))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		return exitFailed
+	}
+	defer ex.Close()
+	rec, err := newRecorder(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		return exitFailed
+	}
+	defer rec.close()
+
+	if single {
+		h, err := ex.Submit(ctx, jobs[0])
 		if err != nil {
 			return failed(ctx, "run", err)
 		}
+		res, err := h.Wait(ctx)
+		if err != nil {
+			return failed(ctx, "run", err)
+		}
+		if err := rec.record(jobs[0], res); err != nil {
+			fmt.Fprintln(os.Stderr, "laboro run:", err)
+		}
 		return printResult(res, true, jobs[0].Script)
 	}
-	return watch(ctx, cl, batch, len(ids))
+
+	var halted haltState
+	batch := cli.Batch{
+		Progress: cli.NewProgress(os.Stderr, summaryEvery),
+		OnResult: func(job laboro.Job, res laboro.Result) error {
+			err := rec.record(job, res)
+			if res.Status != laboro.StatusSucceeded {
+				halted.failed(ex, o.halt)
+			}
+			return err
+		},
+		Command: func(job laboro.Job) string { return job.Script },
+	}
+	sum, err := batch.Run(ctx, ex, jobs)
+	if err != nil && !(halted.done() && errors.Is(err, laboro.ErrClosed)) {
+		return failed(ctx, "run", err)
+	}
+	if err := rec.close(); err != nil {
+		fmt.Fprintln(os.Stderr, "laboro run:", err)
+	}
+	fmt.Printf("%d jobs: %d succeeded, %d failed", sum.Total, sum.Succeeded, sum.Failed)
+	if n := sum.Total - sum.Succeeded - sum.Failed; n > 0 {
+		fmt.Printf(", %d not run (halted after %d failures)", n, o.halt.fails)
+	}
+	fmt.Println()
+	cli.WriteFailures(os.Stdout, sum.Failures)
+	return sum.Code()
+}
+
+// runOptions are run's flags about keeping results and about failures.
+type runOptions struct {
+	results, joblog      string
+	resume, resumeFailed bool
+	retries              int
+	halt                 haltRule
+}
+
+// resultsStderr is how much of each job's standard error -results keeps.
+const resultsStderr = 1 << 20
+
+// retrying runs a job that fails again, up to attempts times in all, as
+// long as its context lasts.
+type retrying struct {
+	laboro.Runner
+	attempts int
+}
+
+func (r retrying) Run(ctx context.Context, job laboro.Job) laboro.Result {
+	for i := 1; ; i++ {
+		res := r.Runner.Run(ctx, job)
+		if res.Status != laboro.StatusFailed || i >= r.attempts || ctx.Err() != nil {
+			return res
+		}
+		res.Output.Close()
+	}
+}
+
+// haltRule is -halt: after fails failures, stop (now: kill the running
+// jobs too). fails 0 means never.
+type haltRule struct {
+	now   bool
+	fails int
+}
+
+// haltState counts failures and halts the Executor once, by the rule.
+type haltState struct {
+	mu     sync.Mutex
+	count  int
+	halted bool
+}
+
+func (h *haltState) failed(ex *laboro.Executor, rule haltRule) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count++
+	if rule.fails == 0 || h.count < rule.fails || h.halted {
+		return
+	}
+	h.halted = true
+	if rule.now {
+		go ex.Close() // kills the running jobs; the batch sees them end
+		return
+	}
+	// Soon: no new job starts, the running ones finish.
+	go ex.Shutdown(context.Background())
+}
+
+func (h *haltState) done() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.halted
+}
+
+// parseHalt parses -halt: "", now,fail=N or soon,fail=N.
+func parseHalt(s string) (haltRule, error) {
+	if s == "" {
+		return haltRule{}, nil
+	}
+	when, fails, ok := strings.Cut(s, ",fail=")
+	n, err := strconv.Atoi(fails)
+	switch {
+	case !ok || (when != "now" && when != "soon"):
+		return haltRule{}, errors.New("must be now,fail=N or soon,fail=N")
+	case err != nil || n < 1:
+		return haltRule{}, errors.New("N must be a number of failures, at least 1")
+	}
+	return haltRule{now: when == "now", fails: n}, nil
 }

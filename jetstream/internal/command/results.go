@@ -1,0 +1,166 @@
+package command
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/laboro-go/laboro"
+)
+
+// recorder keeps what run's user asked to keep of each job: its files
+// under -results, its line in -joblog.
+type recorder struct {
+	results string
+	host    string
+	mu      sync.Mutex
+	log     *os.File // nil without -joblog
+	w       *bufio.Writer
+}
+
+func newRecorder(o runOptions) (*recorder, error) {
+	r := &recorder{results: o.results}
+	r.host, _ = os.Hostname()
+	if o.results != "" {
+		if err := os.MkdirAll(o.results, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if o.joblog != "" {
+		f, err := os.OpenFile(o.joblog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		r.log, r.w = f, bufio.NewWriter(f)
+		if fi, err := f.Stat(); err == nil && fi.Size() == 0 {
+			fmt.Fprintln(r.w, "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand")
+		}
+	}
+	return r, nil
+}
+
+// record keeps job's result: its files, then its log line (written at
+// once, so that a run killed midway can be resumed from the log).
+func (r *recorder) record(job laboro.Job, res laboro.Result) error {
+	var errs []error
+	if r.results != "" {
+		errs = append(errs, r.save(job, res))
+	}
+	if r.log != nil {
+		var size int64
+		if res.Output != nil {
+			size = res.Output.Size()
+		}
+		start := float64(res.Started.UnixMilli()) / 1000
+		line := fmt.Sprintf("%s\t%s\t%.3f\t%.3f\t0\t%d\t%d\t%d\t%s\n", job.ID, r.host, start,
+			res.Duration().Seconds(), size, max(res.ExitCode, 0), signalOf(res), oneLine(job.Script, 1<<20))
+		r.mu.Lock()
+		_, err := r.w.WriteString(line)
+		if err == nil {
+			err = r.w.Flush()
+		}
+		r.mu.Unlock()
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// save writes DIR/<seq>/{cmd,stdout,stderr,exitval}.
+func (r *recorder) save(job laboro.Job, res laboro.Result) error {
+	dir := filepath.Join(r.results, job.ID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var stdout io.Reader = strings.NewReader("")
+	if res.Output != nil {
+		f, err := res.Output.Open()
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		stdout = f
+	}
+	out, err := os.Create(filepath.Join(dir, "stdout"))
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, stdout)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return errors.Join(err,
+		os.WriteFile(filepath.Join(dir, "stderr"), res.Stderr, 0o644),
+		os.WriteFile(filepath.Join(dir, "exitval"), []byte(strconv.Itoa(res.ExitCode)+"\n"), 0o644),
+		os.WriteFile(filepath.Join(dir, "cmd"), []byte(job.Script+"\n"), 0o644))
+}
+
+// close flushes and closes the job log; it may be called more than once.
+func (r *recorder) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.log == nil {
+		return nil
+	}
+	err := errors.Join(r.w.Flush(), r.log.Close())
+	r.log = nil
+	return err
+}
+
+// signalOf is the signal that ended res's process, 0 for none.
+func signalOf(res laboro.Result) int {
+	var ee *exec.ExitError
+	if errors.As(res.Err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return int(ws.Signal())
+		}
+	}
+	return 0
+}
+
+// readJobLog returns the sequence numbers of the jobs a job log lists:
+// every one, or with succeededOnly those that exited 0 with no signal.
+func readJobLog(path string, succeededOnly bool) (map[string]bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]bool{}, nil // nothing ran yet
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	done := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for n := 1; sc.Scan(); n++ {
+		fields := strings.SplitN(sc.Text(), "\t", 9)
+		if n == 1 && fields[0] == "Seq" {
+			continue
+		}
+		if len(fields) < 9 {
+			return nil, fmt.Errorf("%s:%d: not a job log line (9 tab-separated fields)", path, n)
+		}
+		if !succeededOnly || (fields[6] == "0" && fields[7] == "0") {
+			done[fields[0]] = true
+		}
+	}
+	return done, sc.Err()
+}
+
+// skipDone returns the jobs whose sequence number done does not hold.
+func skipDone(jobs []laboro.Job, done map[string]bool) []laboro.Job {
+	left := jobs[:0]
+	for _, j := range jobs {
+		if !done[j.ID] {
+			left = append(left, j)
+		}
+	}
+	return left
+}
