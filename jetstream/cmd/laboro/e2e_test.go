@@ -258,7 +258,7 @@ func TestToken(t *testing.T) {
 	assert.Equal(t, 0, p.Wait(t, 30*time.Second), p.Log())
 	assert.NotContains(t, p.Stdout.String(), "s3cret")
 
-	// run's server is its own: the user's token does not reach its jobs.
+	// run needs no server: the user's token does not reach its jobs.
 	p = e2e.Start(t, []string{"LABORO_TOKEN=s3cret"}, s.bin, "run", "env")
 	assert.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
 	assert.Contains(t, p.Stdout.String(), "PATH=")
@@ -296,7 +296,7 @@ func TestRoleTokens(t *testing.T) {
 	assert.Contains(t, p.Log(), `role "admin": must be worker or client`)
 }
 
-// run needs nothing else: its own server, service and workers.
+// run needs nothing else: no server, no token.
 func TestRun(t *testing.T) {
 	bin := build(t)
 	p := e2e.Start(t, []string{"LABORO_NATS=nats://127.0.0.1:1"}, bin, "run", "printf '%s\\n' one two; exit 6")

@@ -26,7 +26,7 @@ type common struct {
 	maxDeliver int
 	creds      string
 	token      string // the server's token; see connect
-	tokenSet   bool   // token is decided (serve's and run's own servers)
+	tokenSet   bool   // token is decided (serve's own server)
 	tokenErr   error  // why no token was found
 	level      zapcore.Level
 	format     cli.LogFormat
@@ -43,7 +43,7 @@ func newCommon(name, synopsis string) *common {
 		fmt.Fprintf(c.fs.Output(), "usage: laboro %s %s\n", name, synopsis)
 		c.fs.PrintDefaults()
 	}
-	if name != "run" && name != "token" { // run has a server of its own; token needs none
+	if name != "run" && name != "token" { // neither needs a server
 		c.fs.StringVar(&c.url, "nats", os.Getenv("LABORO_NATS"), "NATS server URLs, comma-separated ($LABORO_NATS)")
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	}
