@@ -249,3 +249,27 @@ func ExampleProcessRunner() {
 	// failed 3
 	// no such file: notes.txt
 }
+
+// RemoveAtExit has a directory of temporary files removed when the
+// process ends, even if it is killed: here a directory for outputs that a
+// program keeps while it runs, and removes itself on a normal exit.
+func ExampleRemoveAtExit() {
+	dir, err := os.MkdirTemp("", "outputs-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	forget := laboro.RemoveAtExit(dir) // gone with the process, however it ends
+	defer func() {
+		os.RemoveAll(dir)
+		forget() // removed already: nothing left for the reaper
+	}()
+	ex, _ := laboro.New(laboro.WithOutputDir(dir))
+	defer ex.Close()
+	h, _ := ex.Submit(context.Background(), laboro.Job{Command: "echo kept until exit"})
+	res, _ := h.Wait(context.Background())
+	defer res.Output.Close()
+	out, _ := res.Output.ReadAll()
+	fmt.Print(string(out))
+	// Output: kept until exit
+}
