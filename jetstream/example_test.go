@@ -139,3 +139,33 @@ func ExampleClient() {
 	// 3 jobs, 2 succeeded, 1 failed
 	// two
 }
+
+// A machine that only runs workers gets a worker's token, derived from the
+// server's: with it, a connection may take jobs and store results, and
+// nothing else.
+func ExampleRoleToken() {
+	dir, _ := os.MkdirTemp("", "laboro-nats-")
+	defer os.RemoveAll(dir)
+	const token = "the server's token"
+	srv, err := jetstream.StartEmbedded(dir, "127.0.0.1", -1, jetstream.WithToken(token))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+
+	workerToken := jetstream.RoleToken(token, jetstream.RoleWorker, "")
+	nc, err := nats.Connect(srv.URL(), jetstream.Token(workerToken))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+	fmt.Println(jetstream.TokenRole(workerToken), jetstream.TokenRole(token) == "")
+
+	_, err = nats.Connect(srv.URL(), jetstream.Token(jetstream.RoleToken("another server's", jetstream.RoleWorker, "")))
+	fmt.Println(err != nil)
+	// Output:
+	// worker true
+	// true
+}
