@@ -86,6 +86,9 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		if err := web.check(); err != nil {
 			return err
 		}
+		if err := cli.CheckAddr("listen", *listen); err != nil {
+			return err
+		}
 		if *maxTasks < 1 {
 			return cli.Usagef("-max-tasks %d: must be at least 1", *maxTasks)
 		}

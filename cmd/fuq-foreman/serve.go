@@ -36,7 +36,7 @@ func (w webFlags) check() error {
 	if w.cert == "" || w.key == "" {
 		return cli.Usagef("-web needs -tls-cert and -tls-key: the reference's workers speak HTTPS only")
 	}
-	return nil
+	return cli.CheckAddr("web", w.listen)
 }
 
 // secret returns the workers' shared secret: from -auth-file, else

@@ -65,6 +65,11 @@ func main() {
 		case w.Procs < 1:
 			return cli.Usagef("-np %d: must be at least 1", w.Procs)
 		}
+		if w.Addr != "" {
+			if err := cli.CheckAddr("connect", w.Addr); err != nil {
+				return err
+			}
+		}
 		auth, err := loadSecret(web.auth)
 		if err != nil {
 			return err

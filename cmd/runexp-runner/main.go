@@ -66,6 +66,9 @@ func main() {
 		case r.Addr == "":
 			return cli.Usagef("-c HOST:PORT is required")
 		}
+		if err := cli.CheckAddr("c", r.Addr); err != nil {
+			return err
+		}
 		r.Workers, r.Logger = n, logFlag.Logger()
 		drain, kill, stop := cli.Interrupts(context.Background())
 		defer stop()

@@ -85,6 +85,9 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		if *maxConns < 1 {
 			return cli.Usagef("-max-conns %d: must be at least 1", *maxConns)
 		}
+		if err := cli.CheckAddr("listen", *listen); err != nil {
+			return err
+		}
 		if *db == "" {
 			dir, err := secret.Dir()
 			if err != nil {

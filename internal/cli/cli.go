@@ -22,9 +22,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -199,10 +202,51 @@ func (c *Command) Parse(args []string) error {
 		c.Help(c.Stdout)
 		return errHelp
 	case err != nil:
-		return &UsageError{Msg: err.Error()}
+		return &UsageError{Msg: flagError(c.Flags, err)}
 	case *c.version:
 		fmt.Fprintln(c.Stdout, c.Name, Version())
 		return errVersion
+	}
+	return nil
+}
+
+// badValue is the flag package's message for a value it cannot parse.
+var badValue = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): (.*)$`)
+
+// flagError says what is wrong with a flag in words a user can act on:
+// `-p "abc": not a valid int` rather than the flag package's "parse error".
+func flagError(fs *flag.FlagSet, err error) string {
+	m := badValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error()
+	}
+	why := m[3]
+	if f := fs.Lookup(m[2]); f != nil && strings.HasSuffix(why, "parse error") {
+		kind, _ := flag.UnquoteUsage(f)
+		switch kind {
+		case "int", "uint":
+			why = "not a whole number"
+		case "duration":
+			why = "not a duration (like 300ms, 5s, 2m)"
+		case "float":
+			why = "not a number"
+		default:
+			why = "not a valid " + kind
+		}
+	}
+	return fmt.Sprintf("-%s %q: %s", m[2], m[1], why)
+}
+
+// CheckAddr is a usage error unless addr, the value of flag name, is
+// HOST:PORT with a port from 0 to 65535 (HOST may be empty: every
+// interface).
+func CheckAddr(name, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return Usagef("-%s %q: must be HOST:PORT", name, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return Usagef("-%s %q: port %q must be a number from 0 to 65535", name, addr, port)
 	}
 	return nil
 }

@@ -57,6 +57,34 @@ func TestHelpListsAliasesOnce(t *testing.T) {
 	assert.Contains(t, out.String(), "-log-format format")
 }
 
+// A bad flag value, or an address with a bad port, is a usage error that
+// names the flag, the value and what it must be.
+func TestBadValuesNamed(t *testing.T) {
+	c, _, errOut, _ := command()
+	c.Flags.Duration("pulse", 0, "how often")
+	for args, want := range map[string]string{
+		"-n abc":     `tool: -n "abc": not a whole number`,
+		"-pulse xyz": `tool: -pulse "xyz": not a duration (like 300ms, 5s, 2m)`,
+	} {
+		errOut.Reset()
+		code := c.Run(strings.Fields(args), func(context.Context, []string) error { return nil })
+		assert.Equal(t, ExitUsage, code, args)
+		assert.Contains(t, errOut.String(), want, args)
+	}
+	require.NoError(t, CheckAddr("listen", "127.0.0.1:0"))
+	require.NoError(t, CheckAddr("listen", ":7720"))
+	for addr, want := range map[string]string{
+		":99999":    `-listen ":99999": port "99999" must be a number from 0 to 65535`,
+		"host:abc":  `-listen "host:abc": port "abc" must be a number from 0 to 65535`,
+		"localhost": `-listen "localhost": must be HOST:PORT`,
+	} {
+		err := CheckAddr("listen", addr)
+		var ue *UsageError
+		require.ErrorAs(t, err, &ue, addr)
+		assert.Equal(t, want, ue.Msg)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	c, out, _, _ := command()
 	assert.Equal(t, ExitOK, c.Run([]string{"--version"}, nil))
@@ -72,7 +100,7 @@ func TestUsageErrorsNameWhatIsWrong(t *testing.T) {
 
 	c, _, errOut, _ = command()
 	assert.Equal(t, ExitUsage, c.Run([]string{"-n", "abc"}, nil))
-	assert.Contains(t, errOut.String(), `invalid value "abc" for flag -n`)
+	assert.Contains(t, errOut.String(), `-n "abc": not a whole number`)
 
 	c, _, errOut, n := command()
 	code = c.Run([]string{"-n", "0", "f"}, func(_ context.Context, args []string) error {
