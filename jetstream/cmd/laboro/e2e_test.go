@@ -596,3 +596,15 @@ func TestRunHalt(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(dir, "never1"))
 	assert.NoFileExists(t, filepath.Join(dir, "never2"))
 }
+
+// serve logs each failed job once, with why, though its service and its
+// local worker both see it fail.
+func TestServeLogsFailureOnce(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "1")
+	_, _, code := s.run("submit", "-wait", "-id", "bad", "echo broken >&2; exit 9")
+	assert.Equal(t, 9, code)
+	assert.Eventually(t, func() bool { return s.serve.Logged(`"job": "bad"`) > 0 }, 30*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, s.serve.Logged("job failed"), s.serve.Log())
+	assert.Contains(t, s.serve.Log(), `"stderr": "broken\n"`)
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/jetstream"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // serve runs the service, and with no -nats an embedded NATS server, and
@@ -78,6 +79,8 @@ func serve(args []string) int {
 	if *workers > 0 {
 		running++
 		local.Conn, local.Config, local.Concurrency, local.OutputDir = nc, cfg, *workers, *dir
+		// The service logs each failed job; its local worker need not too.
+		local.Logger = c.log.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core { return withoutFailures{core} }))
 		go func() { errs <- local.Run(ctx) }()
 	}
 	code := 0
@@ -153,4 +156,19 @@ func splitHostPort(addr string) (string, int, error) {
 		port = -1 // the NATS server's "any free port"
 	}
 	return host, port, nil
+}
+
+// withoutFailures is a log core that drops the Executor's "job failed"
+// lines, which the service's own log has already.
+type withoutFailures struct{ zapcore.Core }
+
+func (c withoutFailures) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Message == "job failed" {
+		return ce
+	}
+	return c.Core.Check(e, ce)
+}
+
+func (c withoutFailures) With(fields []zapcore.Field) zapcore.Core {
+	return withoutFailures{c.Core.With(fields)}
 }
