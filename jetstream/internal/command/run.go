@@ -220,7 +220,7 @@ func parseHalt(s string) (haltRule, error) {
 	case !ok || (when != "now" && when != "soon"):
 		return haltRule{}, errors.New("must be now,fail=N or soon,fail=N")
 	case err != nil || n < 1:
-		return haltRule{}, errors.New("N must be a number of failures, at least 1")
+		return haltRule{}, errors.New("fail=N: N must be a number of failures, at least 1")
 	}
 	return haltRule{now: when == "now", fails: n}, nil
 }
