@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -233,10 +234,12 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config, update bool) (jo
 // ensureStream creates the stream sc describes, or updates it when update
 // is set; else a stream that exists stays as it is.
 func ensureStream(ctx context.Context, js natsjs.JetStream, update bool, sc natsjs.StreamConfig) (natsjs.Stream, error) {
-	if update {
+	s, err := js.Stream(ctx, sc.Name)
+	if update && (err != nil || !sameStream(s.CachedInfo().Config, sc)) {
+		// Only a stream that differs is updated: an update of a stream in
+		// use is work for the server, and has raced in it.
 		return js.CreateOrUpdateStream(ctx, sc)
 	}
-	s, err := js.Stream(ctx, sc.Name)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, sc)
 		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) { // made meanwhile
@@ -244,6 +247,15 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, update bool, sc nats
 		}
 	}
 	return s, err
+}
+
+// sameStream reports whether a stream's configuration has every setting
+// that want sets.
+func sameStream(have, want natsjs.StreamConfig) bool {
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention && have.MaxAge == want.MaxAge && have.MaxBytes == want.MaxBytes &&
+		have.Discard == want.Discard && have.AllowDirect == want.AllowDirect && have.Storage == want.Storage &&
+		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates
 }
 
 // replicas is the replica count to give stream name: want, or when want is

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 )
 
@@ -25,7 +27,7 @@ func TestStreamDeletedJobsNotLost(t *testing.T) {
 		t.Run(stream, func(t *testing.T) {
 			nc := setup(t)
 			core, logs := observer.New(zap.ErrorLevel)
-			cfg := Config{Logger: zap.New(core)}
+			cfg := Config{Logger: zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Core()))}
 			m := newManager(t, nc, cfg)
 			ctx := testCtx(t, time.Minute)
 			// No worker yet: the jobs wait in the JOBS stream.
@@ -43,7 +45,7 @@ func TestStreamDeletedJobsNotLost(t *testing.T) {
 			require.Eventually(t, func() bool { return len(m.Problems()) > 0 }, 30*time.Second, 5*time.Millisecond)
 			assert.Contains(t, m.Problems()[0], stream)
 			assert.Contains(t, m.Problems()[0], "3 jobs in flight were published again")
-			assert.Equal(t, 1, logs.FilterMessageSnippet("deleted by hand").Len())
+			assert.GreaterOrEqual(t, logs.FilterMessageSnippet("deleted by hand").Len(), 1)
 
 			startWorker(t, nc, Config{}, 2)
 			for range 3 {

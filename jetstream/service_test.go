@@ -76,7 +76,7 @@ func TestServiceBatch(t *testing.T) {
 	reply, err := cl.Status(ctx, StatusRequest{Batches: []string{"b1"}, IDs: []string{"mine", "nosuch"}, Unsuccessful: true})
 	require.NoError(t, err)
 	require.Len(t, reply.Jobs, 3)
-	assert.Equal(t, JobStatus{ID: "mine", Batch: "b1", State: "succeeded", ExitCode: 0}, reply.Jobs[0])
+	assert.Equal(t, JobStatus{ID: "mine", Batch: "b1", State: "succeeded", ExitCode: 0, Command: "echo a   b"}, reply.Jobs[0])
 	assert.Equal(t, JobStatus{ID: "nosuch", State: StateUnknown, ExitCode: -1}, reply.Jobs[1])
 	assert.Equal(t, "b1-14", reply.Jobs[2].ID)
 	assert.Equal(t, "failed", reply.Jobs[2].State)

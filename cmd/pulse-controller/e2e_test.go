@@ -246,5 +246,5 @@ func TestControllerKilledResumes(t *testing.T) {
 	require.Equal(t, 0, again.Wait(t, 60*time.Second), again.Log())
 	checkResults(t, out, sums)
 	assert.Contains(t, again.Log(), `"tasks": 4`, "the four done before are skipped")
-	assert.Contains(t, again.Log(), " of 4 done", "the batch is the four left: %s", again.Log())
+	assert.Contains(t, again.Stdout.String(), "4 jobs: 4 succeeded, 0 failed", "the batch is the four left: %s", again.Log())
 }

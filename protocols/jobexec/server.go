@@ -347,6 +347,7 @@ func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
 	}
 	defer res.Output.Close()
 	if x.err != nil {
+		res.Output.Close() // gone before it is said to be
 		x.log.Info("job ended; output discarded", zap.String("job", h.ID()),
 			zap.Stringer("status", res.Status), zap.Int("exit", res.ExitCode))
 		return

@@ -95,9 +95,10 @@ func TestOneMachine(t *testing.T) {
 	out, _, code = s.run("submit", "-batch", "nightly", "-wait", "-f", jobs)
 	assert.Equal(t, 1, code)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 3, out)
+	require.Len(t, lines, 6, out)
 	assert.Equal(t, "batch nightly: 50 jobs, 49 succeeded, 1 failed", lines[0])
-	assert.Regexp(t, `^nightly-50\s+failed\s+4\s+.*exit status 4`, lines[2])
+	assert.Regexp(t, `^nightly-50\s+failed\s+4\s+echo broken >&2; exit 4\s+.*exit status 4$`, lines[2])
+	assert.Equal(t, []string{"standard error of nightly-50 (its end):", "  broken"}, lines[4:])
 
 	out, errText, code := s.run("output", "nightly-7", "nosuch")
 	assert.Equal(t, 1, code)
@@ -486,7 +487,7 @@ func TestCancel(t *testing.T) {
 
 	out, _, code = s.run("cancel", "stuck", "nosuch")
 	assert.Equal(t, 1, code, "an unknown id")
-	assert.Regexp(t, `(?m)^stuck\s+cancelled\s+-\s+laboro: job cancelled`, out)
+	assert.Regexp(t, `(?m)^stuck\s+cancelled\s+-\s+echo .*\s+laboro: job cancelled$`, out)
 	assert.Regexp(t, `(?m)^nosuch\s+unknown\s+-`, out)
 	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 10*time.Second, 5*time.Millisecond,
 		"the job's process is killed")
