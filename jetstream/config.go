@@ -454,6 +454,10 @@ func retry(ctx context.Context, nc *nats.Conn, f func(context.Context) error) er
 	}
 }
 
+// errCodeDuplicateInProcess is the server's error code for a message
+// whose id is being stored by an attempt still under way.
+const errCodeDuplicateInProcess natsjs.ErrorCode = 10158
+
 // transient tells whether err may go away if the request is made again: no
 // answer (a server restarting, a connection being re-established), or
 // JetStream saying it is not available for now. Other refusals from the
@@ -464,7 +468,11 @@ func transient(nc *nats.Conn, err error) bool {
 	}
 	var apiErr *natsjs.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503 || apiErr.ErrorCode == natsjs.JSErrCodeJetStreamNotEnabled
+		// 10158: a copy of the message, with the same id, is being
+		// stored (an attempt made again while the first is under way): the
+		// next attempt gets the first one's answer.
+		return apiErr.Code == 503 || apiErr.ErrorCode == natsjs.JSErrCodeJetStreamNotEnabled ||
+			apiErr.ErrorCode == errCodeDuplicateInProcess
 	}
 	return true
 }

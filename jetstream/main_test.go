@@ -70,7 +70,7 @@ func managerProcess(url, marks string) int {
 		return 1
 	}
 	defer nc.Close()
-	m, err := NewManager(ctx, nc, Config{AckWait: time.Second})
+	m, err := NewManager(ctx, nc, Config{AckWait: managerAckWait})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -97,3 +97,7 @@ func managerProcess(url, marks string) int {
 	ex.Shutdown(ctx)
 	return 0
 }
+
+// managerAckWait is the AckWait of TestManagerProcessKilled, whose workers
+// never die.
+const managerAckWait = 10 * time.Second

@@ -105,7 +105,9 @@ func TestManagerProcessKilled(t *testing.T) {
 		t.Skip("starts a manager process")
 	}
 	nc, url := setupURL(t)
-	cfg := Config{AckWait: time.Second}
+	// No worker dies here: a long AckWait keeps a slow machine from
+	// redelivering a job whose worker is only late.
+	cfg := Config{AckWait: managerAckWait}
 	marks := filepath.Join(t.TempDir(), "started")
 
 	mgr := exec.Command(os.Args[0], "-test.run=^$")
