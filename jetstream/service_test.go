@@ -411,9 +411,11 @@ func TestServiceTimeout(t *testing.T) {
 	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
 	ctx := testCtx(t, time.Minute)
 	_, err := cl.Submit(ctx, "t", []laboro.Job{
-		{ID: "first", Script: "sleep 1"},
-		{ID: "quick", Script: "echo quick", Timeout: 500 * time.Millisecond}, // waits 1 s for the worker
-		{ID: "slow", Script: "sleep 30", Timeout: 500 * time.Millisecond},
+		// quick waits 3 s for the worker, more than its timeout, which
+		// leaves an echo 2 s to run however loaded the machine.
+		{ID: "first", Script: "sleep 3"},
+		{ID: "quick", Script: "echo quick", Timeout: 2 * time.Second},
+		{ID: "slow", Script: "sleep 30", Timeout: 2 * time.Second},
 	})
 	require.NoError(t, err)
 	b, err := cl.Wait(ctx, "t", 3, 10*time.Millisecond, nil)
