@@ -177,6 +177,24 @@ func (c Config) deletedOurs(subject string) bool {
 	return false
 }
 
+// remakeDelay is how long a stream deleted by hand is left alone before it
+// is made again: the server removes the old stream's files after it says
+// the stream is gone, and a stream made at once under the same name can
+// lose its own files to that removal.
+const remakeDelay = time.Second
+
+// afterDeletion waits remakeDelay, or until ctx ends.
+func afterDeletion(ctx context.Context) error {
+	t := time.NewTimer(remakeDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // ensure creates the two streams and the workers' consumer, or updates
 // them when update is set (the Manager does; a worker, which may have the
 // rights of RoleWorker only, leaves the streams that exist as they are).

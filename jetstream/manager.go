@@ -71,9 +71,8 @@ type Manager struct {
 	// waiting then publish their jobs again.
 	lost     chan struct{}
 	problems []string // what went wrong that a user should hear of, last first
-	// made is when the streams and consumer that the advisory goroutine
-	// made again were made, by the server's clock, by "stream NAME" and
-	// "consumer NAME of STREAM".
+	// made is when the streams that the advisory goroutine made again
+	// were made, by the server's clock, by name.
 	made map[string]time.Time
 }
 
@@ -566,31 +565,33 @@ func (m *Manager) deleted(msg *nats.Msg) {
 		m.log.Warn("bad advisory", zap.Error(err))
 		return
 	}
-	what := "stream " + adv.Stream
 	if adv.Consumer != "" {
-		what = "consumer " + adv.Consumer + " of " + adv.Stream
-	}
-	if made, ok := m.made[what]; ok && adv.Time.Before(made) {
-		// Made again since (a stream's deletion deletes its consumer too:
-		// two advisories), and the jobs in flight published again.
+		// The jobs stay in the stream; the workers make their consumer
+		// again when they miss it (and so does this Manager, below, when
+		// the stream itself went).
+		m.log.Error("the workers' consumer was deleted by hand; the workers make it again", zap.String("stream", adv.Stream))
+		m.problem(fmt.Sprintf("%s: the workers' consumer of %s deleted by hand; the workers make it again",
+			adv.Time.UTC().Format(time.RFC3339), adv.Stream))
 		return
+	}
+	if made, ok := m.made[adv.Stream]; ok && adv.Time.Before(made) {
+		return // made again since, and the jobs in flight published again
 	}
 	m.mu.Lock()
 	inFlight := len(m.waiting)
 	m.mu.Unlock()
-	m.log.Error("deleted by hand: making it again, and publishing again the jobs in flight",
-		zap.String("what", what), zap.Int("jobs", inFlight))
+	m.log.Error("stream deleted by hand: making it again, and publishing again the jobs in flight",
+		zap.String("stream", adv.Stream), zap.Int("jobs", inFlight))
+	if afterDeletion(m.ctx) != nil {
+		return
+	}
 	pause := pauses()
 	for {
-		jobs, results, cons, err := ensure(m.ctx, m.js, m.cfg, true)
+		jobs, results, _, err := ensure(m.ctx, m.js, m.cfg, true)
 		if err == nil {
 			m.made = map[string]time.Time{
-				"stream " + m.cfg.jobsStream():                           jobs.CachedInfo().Created,
-				"stream " + m.cfg.resultsStream():                        results.CachedInfo().Created,
-				"consumer " + consumerName + " of " + m.cfg.jobsStream(): cons.CachedInfo().Created,
-			}
-			if adv.Consumer != "" && jobs.CachedInfo().Created.After(adv.Time) {
-				what = "stream " + adv.Stream // deleted with its consumer
+				m.cfg.jobsStream():    jobs.CachedInfo().Created,
+				m.cfg.resultsStream(): results.CachedInfo().Created,
 			}
 			break
 		}
@@ -599,7 +600,7 @@ func (m *Manager) deleted(msg *nats.Msg) {
 			return
 		}
 	}
-	if adv.Stream == m.cfg.resultsStream() && adv.Consumer == "" {
+	if adv.Stream == m.cfg.resultsStream() {
 		// The feed read a stream that is gone: read the new one from its
 		// start.
 		cons, err := m.js.OrderedConsumer(m.ctx, m.cfg.resultsStream(), natsjs.OrderedConsumerConfig{
@@ -622,10 +623,17 @@ func (m *Manager) deleted(msg *nats.Msg) {
 	m.mu.Lock()
 	close(m.lost)
 	m.lost = make(chan struct{})
-	problem := fmt.Sprintf("%s: %s deleted by hand, made again; %d jobs in flight were published again (a job may run twice)",
-		time.Now().UTC().Format(time.RFC3339), what, len(m.waiting))
-	m.problems = append([]string{problem}, m.problems[:min(len(m.problems), maxProblems-1)]...)
+	n := len(m.waiting)
 	m.mu.Unlock()
+	m.problem(fmt.Sprintf("%s: stream %s deleted by hand, made again; %d jobs in flight were published again (a job may run twice)",
+		adv.Time.UTC().Format(time.RFC3339), adv.Stream, n))
+}
+
+// problem records a problem for Problems, last first.
+func (m *Manager) problem(p string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.problems = append([]string{p}, m.problems[:min(len(m.problems), maxProblems-1)]...)
 }
 
 func (m *Manager) maxDelivered(msg *nats.Msg) {

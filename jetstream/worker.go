@@ -238,6 +238,9 @@ func (r *workerRun) recreate(ctx context.Context, old natsjs.Consumer, cause err
 	}
 	r.log.Error("the JOBS stream or its consumer was deleted: the jobs it held are lost; making them again",
 		zap.String("stream", r.cfg.jobsStream()), zap.Error(cause))
+	if afterDeletion(ctx) != nil {
+		return
+	}
 	// The RESULTS stream is looked up by its name: r.results serves on.
 	_, _, cons, err := ensure(ctx, r.js, r.cfg, false)
 	if err != nil {
