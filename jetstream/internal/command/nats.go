@@ -58,25 +58,23 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	}
 	var nc *nats.Conn
 	var err error
-	if role := c.role(); waitForServer && c.token == "" && c.creds == "" && role != "" {
+	role := c.role()
+	if waitForServer && c.token == "" && c.creds == "" && role != "" {
 		// No token yet: serve may not have made it. Look for it at each
 		// attempt, until the server takes it.
 		opts = append(opts, nats.IgnoreAuthErrorAbort(), nats.CustomInboxPrefix(jetstream.RoleInbox(role, c.stream)),
 			nats.TokenHandler(func() string {
-				tok, err := secret.Find("laboro", "LABORO_TOKEN")
-				if err != nil || jetstream.TokenRole(tok) != "" {
-					return tok
-				}
-				return jetstream.RoleToken(tok, role, c.stream)
+				tok, _ := secret.Find("laboro", "LABORO_TOKEN")
+				return c.roleToken(tok, role)
 			}))
 		nc, err = nats.Connect(url, opts...)
 		return c.connected(url, nc, err)
 	}
-	if role := c.role(); c.token != "" && role != "" && jetstream.TokenRole(c.token) == "" {
+	if tok := c.roleToken(c.token, role); tok != c.token {
 		// The server's token: connect with the rights of this command's
 		// role only, derived from it. A NATS server of the user's own with
 		// a plain token takes the token itself.
-		nc, err = nats.Connect(url, append(opts, jetstream.Token(jetstream.RoleToken(c.token, role, c.stream)))...)
+		nc, err = nats.Connect(url, append(opts, jetstream.Token(tok))...)
 		if !refused(err) {
 			return c.connected(url, nc, err)
 		}
@@ -86,6 +84,16 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	}
 	nc, err = nats.Connect(url, opts...)
 	return c.connected(url, nc, err)
+}
+
+// roleToken is the token to present for role, from tok: the role's token
+// derived from a server's token, or tok itself (a role's token already,
+// none, or no role).
+func (c *common) roleToken(tok string, role jetstream.Role) string {
+	if tok == "" || role == "" || jetstream.TokenRole(tok) != "" {
+		return tok
+	}
+	return jetstream.RoleToken(tok, role, c.stream)
 }
 
 // role is the rights a command needs on an embedded server (see
