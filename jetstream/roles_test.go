@@ -8,6 +8,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -133,4 +134,38 @@ func TestRoleTokenForged(t *testing.T) {
 	nc, err := nats.Connect(srv.URL(), Token(RoleToken("s3cret", RoleClient, "OTHER")))
 	require.NoError(t, err)
 	nc.Close()
+}
+
+// A Manager or Service that finds the streams as it would make them leaves
+// them alone: an update of a stream in use is work for the server (and has
+// raced in it with a consumer being made), so none is sent.
+func TestStreamsNotUpdatedWhenSame(t *testing.T) {
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken("s3cret"))
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	owner, _ := roleConn(t, srv.URL(), "s3cret")
+	js, err := natsjs.New(owner)
+	require.NoError(t, err)
+	ctx := testCtx(t, 30*time.Second)
+	cfg := Config{}.withDefaults()
+	_, _, _, err = ensure(ctx, js, cfg, true)
+	require.NoError(t, err)
+	require.NoError(t, ensureSubmitted(ctx, owner, cfg, true))
+
+	updates, err := owner.SubscribeSync("$JS.API.STREAM.UPDATE.>")
+	require.NoError(t, err)
+	require.NoError(t, owner.Flush())
+	_, _, _, err = ensure(ctx, js, cfg, true)
+	require.NoError(t, err)
+	require.NoError(t, ensureSubmitted(ctx, owner, cfg, true))
+	require.NoError(t, owner.Flush())
+	n, _, err := updates.Pending()
+	require.NoError(t, err)
+	assert.Zero(t, n, "stream updates sent for streams that were as wanted")
+
+	// A setting that differs is still put right.
+	cfg.ResultsMaxAge = time.Hour
+	_, results, _, err := ensure(ctx, js, cfg, true)
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, results.CachedInfo().Config.MaxAge)
 }

@@ -94,3 +94,18 @@ func TestManagerKilledKillsTheJobs(t *testing.T) {
 	requireGone(t, pids)
 	assert.Contains(t, runner.Log(), "connection lost while jobs ran")
 }
+
+// A runner whose manager has no more jobs ends with status 0, and says
+// nothing of an interrupt that never came.
+func TestRunnerEndsWhenJobsAreDone(t *testing.T) {
+	base := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(base, "runs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(base, "runs", "one.sh"), []byte("echo RES:ok\n"), 0o644))
+	manager := e2e.Start(t, nil, e2e.Build(t, "github.com/laboro-go/laboro/cmd/runexp-manager"), "-p", "0", "-listen", "127.0.0.1", base)
+	addr := manager.Await(t, serving, 20*time.Second)
+	runner := e2e.Start(t, nil, e2e.Build(t, "github.com/laboro-go/laboro/cmd/runexp-runner"), "2", "-c", addr)
+	assert.Equal(t, 0, runner.Wait(t, 30*time.Second), runner.Log())
+	assert.Contains(t, runner.Log(), "no more jobs")
+	assert.NotContains(t, runner.Log(), "interrupted")
+	assert.Equal(t, 0, manager.Wait(t, 30*time.Second), manager.Log())
+}

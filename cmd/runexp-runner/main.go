@@ -72,10 +72,17 @@ func main() {
 		r.Workers, r.Logger = n, logFlag.Logger()
 		drain, kill, stop := cli.Interrupts(context.Background())
 		defer stop()
+		// stop ends both contexts too: only a signal is told.
 		context.AfterFunc(drain, func() {
-			r.Logger.Warn("interrupted: finishing the running jobs (interrupt again to kill them and quit)")
+			if errors.Is(context.Cause(drain), cli.ErrInterrupted) {
+				r.Logger.Warn("interrupted: finishing the running jobs (interrupt again to kill them and quit)")
+			}
 		})
-		context.AfterFunc(kill, func() { r.Logger.Warn("interrupted again: killing the running jobs") })
+		context.AfterFunc(kill, func() {
+			if errors.Is(context.Cause(kill), cli.ErrInterrupted) {
+				r.Logger.Warn("interrupted again: killing the running jobs")
+			}
+		})
 		switch err := r.RunDrain(kill, drain); {
 		case err == nil:
 			return nil

@@ -18,11 +18,16 @@ import (
 	"github.com/laboro-go/laboro/protocols/workerserver"
 )
 
-// urlFlag defines -url, the master's base URL, and returns its API, with
-// the token from $WORKERSERVER_API_TOKEN or the state directory's
-// workerserver-api.token ("" if neither: the master says what is missing).
+// urlFlag defines -url, the master's base URL ($WORKERSERVER_URL, else the
+// master's default address), and returns its API, with the token from
+// $WORKERSERVER_API_TOKEN or the state directory's workerserver-api.token
+// ("" if neither: the master says what is missing).
 func urlFlag(c *cli.Command) func() api {
-	base := c.Flags.String("url", "http://127.0.0.1:8080", "the master's base URL")
+	def := os.Getenv("WORKERSERVER_URL")
+	if def == "" {
+		def = "http://127.0.0.1:8080"
+	}
+	base := c.Flags.String("url", def, "the master's base URL ($WORKERSERVER_URL)")
 	return func() api {
 		tok, err := secret.Find("workerserver-api", "WORKERSERVER_API_TOKEN")
 		return api{base: strings.TrimSuffix(*base, "/"), token: tok, tokenErr: err}

@@ -608,9 +608,9 @@ func (s *workerState) loadSpool() error {
 }
 
 // taskRunner runs a task's process (its Job.Payload is its Task) with its
-// output in the job's LoggingDir, so that the log is made by a link in one
-// directory. A CANCEL ends it through Executor.Cancel, which kills its
-// process group.
+// output in the job's LoggingDir (made if missing), so that the log is made
+// by a link in one directory. A CANCEL ends it through Executor.Cancel,
+// which kills its process group.
 type taskRunner struct{}
 
 func (taskRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
@@ -618,6 +618,14 @@ func (taskRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	if !ok {
 		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1,
 			Err: fmt.Errorf("%w: a task's Payload is its Task", laboro.ErrInvalidJob)}
+	}
+	// The logging directory is made if it is not there yet, as a user who
+	// names a new one on submit expects.
+	if dir := t.JobDescription.LoggingDir; dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1,
+				Err: fmt.Errorf("the job's logging directory: %w", err)}
+		}
 	}
 	pr := &laboro.ProcessRunner{Dir: t.JobDescription.LoggingDir, Stderr: laboro.StderrToOutput}
 	return pr.Run(ctx, job)

@@ -118,6 +118,30 @@ func TestWorkerAgainstScriptedForeman(t *testing.T) {
 	}
 }
 
+// A job whose logging directory does not exist yet gets it made, as a
+// user who names a new one on submit expects: the task runs and its log is
+// there.
+func TestWorkerMakesLoggingDir(t *testing.T) {
+	s := startScripted(t, &Worker{Procs: 1, SpoolDir: t.TempDir()})
+	s.read()
+	s.write(Message{Header: Header{Type: TypeOK, Seq: 0, Arg0: PackOK(1, 0)}})
+
+	logDir := filepath.Join(t.TempDir(), "new", "logs")
+	desc := JobDescription{JobId: 3, Name: "n", NumTasks: 1, WorkingDir: t.TempDir(), LoggingDir: logDir, Command: "/bin/echo"}
+	s.write(Message{Header: Header{Type: TypeJob, Seq: 1}, Tasks: []Task{{Task: 1, JobDescription: desc}}})
+	assert.Equal(t, Header{Type: TypeOK, Seq: 1, Arg0: PackOK(0, 1)}, s.read().Header)
+	up := s.read()
+	require.Equal(t, TypeUpdate, up.Type)
+	assert.Equal(t, StatusUpdate{JobId: 3, Task: 1, Success: true, Status: "done"}, *up.Update)
+	log, err := os.ReadFile(filepath.Join(logDir, "n_1.log"))
+	require.NoError(t, err)
+	assert.Equal(t, "1\n", string(log))
+	s.write(Message{Header: Header{Type: TypeOK, Seq: up.Seq, Arg0: PackOK(1, 0)}})
+	s.write(Message{Header: Header{Type: TypeStop, Seq: 3, Arg0: 1}})
+	assert.Equal(t, Header{Type: TypeOK, Seq: 3, Arg0: PackOK(0, 0)}, s.read().Header)
+	<-s.ran
+}
+
 // CANCEL kills a task's whole process group: {JobId, Task} one task, and
 // {JobId, -1} (what the reference foreman sends) every task of the job.
 // Each cancelled task is reported by an UPDATE that says it failed (the
