@@ -446,6 +446,40 @@ func (e *Executor) retire(h *Handle, res *Result) {
 	}
 }
 
+// Running is a job that runs now, as Executor.Running reports it.
+type Running struct {
+	// Job is the job, with its id.
+	Job Job
+	// Started is when a worker took it from the buffer.
+	Started time.Time
+	// PID and Output are its process and the file its standard output is
+	// being written to, once its Runner reported them (ReportProcess;
+	// ProcessRunner does): 0 and "" before that, and for a job that is no
+	// process. The file grows while the job runs: reading it follows the
+	// job's output live.
+	PID    int
+	Output string
+}
+
+// Running returns the jobs that run now, in the order of the pool's
+// workers.
+func (e *Executor) Running() []Running {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Running, 0, e.running)
+	for _, h := range e.current {
+		if h == nil {
+			continue
+		}
+		r := Running{Job: h.job, Started: h.started}
+		h.mu.Lock()
+		r.PID, r.Output = h.pid, h.output
+		h.mu.Unlock()
+		out = append(out, r)
+	}
+	return out
+}
+
 // Queued returns the jobs waiting in the buffer, with their ids, in the
 // order they will start.
 func (e *Executor) Queued() []Job {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Handle follows one submitted job to its result. It is safe for concurrent
@@ -24,6 +25,10 @@ type Handle struct {
 	// for before stop was set. Both are guarded by mu.
 	stop  context.CancelCauseFunc
 	cause error
+
+	started time.Time // when a worker took the job; guarded by the Executor's lock
+	pid     int       // its process and output file, from ReportProcess;
+	output  string    // guarded by mu
 }
 
 type jobState uint8

@@ -185,6 +185,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		tail.start(res.PID)
 	}
 	path := r.nameOutput(out.Name(), dir, res.PID)
+	ReportProcess(ctx, res.PID, path)
 
 	if tail != nil {
 		tail.collect()

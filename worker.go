@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -70,6 +72,7 @@ func (e *Executor) start(i int) *Handle {
 	}
 	h := e.queue.Pop()
 	h.state = stateRunning
+	h.started = time.Now()
 	e.current[i] = h
 	e.running++
 	e.admit()
@@ -89,15 +92,37 @@ func (e *Executor) start(i int) *Handle {
 type jobContext struct {
 	ctx  context.Context
 	stop context.CancelCauseFunc
+	cur  atomic.Pointer[Handle] // the job it runs, for ReportProcess
 }
+
+// jobContextKey finds a job's jobContext from its context.
+type jobContextKey struct{}
 
 // get returns the context for the next job, new if the last one ended.
 func (c *jobContext) get() (context.Context, context.CancelCauseFunc) {
 	if c.ctx == nil || c.ctx.Err() != nil {
 		c.release()
-		c.ctx, c.stop = context.WithCancelCause(context.Background())
+		c.ctx, c.stop = context.WithCancelCause(context.WithValue(context.Background(), jobContextKey{}, c))
 	}
 	return c.ctx, c.stop
+}
+
+// ReportProcess tells the Executor that runs the job of ctx (the context
+// its Runner was given) which process runs it and where its output is
+// being written, so that Executor.Running shows them, for example to
+// follow a running job's output. ProcessRunner reports its processes; a
+// Runner of one's own may report its own. Outside an Executor's job it
+// does nothing.
+func ReportProcess(ctx context.Context, pid int, output string) {
+	c, ok := ctx.Value(jobContextKey{}).(*jobContext)
+	if !ok {
+		return
+	}
+	if h := c.cur.Load(); h != nil {
+		h.mu.Lock()
+		h.pid, h.output = pid, output
+		h.mu.Unlock()
+	}
 }
 
 func (c *jobContext) release() {
@@ -114,6 +139,8 @@ func (c *jobContext) release() {
 func (e *Executor) run(jc *jobContext, h *Handle) (res Result) {
 	ctx, stop := jc.get()
 	h.bind(stop)
+	jc.cur.Store(h)
+	defer jc.cur.Store(nil)
 	if h.job.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, h.job.Timeout, ErrTimeout)
