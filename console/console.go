@@ -1,0 +1,525 @@
+// Package console serves a live web console for an Executor: the jobs
+// queued, running and finished, counts by status with a rate and an ETA,
+// each job's page with its standard error tail and a live tail of its
+// output while it runs, and the actions an operator needs: cancel a job,
+// stop a queued one, change the concurrency level while jobs run.
+//
+// Three lines add it to a program that embeds laboro:
+//
+//	con := console.New(console.Options{Token: token})
+//	ex, err := laboro.New(laboro.WithObserver(con.Observe))
+//	con.Attach(ex); http.Handle("/", con)
+//
+// The page is rendered on the server (html/template) and kept up to date
+// by a small script of its own over server-sent events; it works without
+// the script too (forms and reloads). With a Token, every request must
+// carry it: the console's URL with ?token=… sets a cookie (HttpOnly,
+// SameSite=Strict) and the page then works with that; a program can send
+// "Authorization: Bearer …". Every action is a POST refused unless it
+// comes from the console's own page (same origin).
+//
+// A slow browser never slows the jobs: Observe only marks the state
+// changed, and each browser gets a fresh snapshot when it can take one;
+// updates it was too slow for are not queued but folded into the next.
+package console
+
+import (
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/laboro-go/laboro"
+)
+
+//go:embed static templates
+var files embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+	"ts":    func(t time.Time) string { return t.Format("15:04:05") },
+}).ParseFS(files, "templates/*.html"))
+
+// Options set up a Console.
+type Options struct {
+	// Token, when set, is required of every request (see the package
+	// documentation). Leave it empty only behind another authentication.
+	Token string
+	// History is how many finished jobs the console remembers (200 if 0).
+	History int
+	// MaxClients bounds the browsers following the live updates at once
+	// (64 if 0); more are answered 503.
+	MaxClients int
+}
+
+// Console is an http.Handler for one Executor's console. Its methods are
+// safe for concurrent use.
+type Console struct {
+	opts Options
+	ex   atomic.Pointer[laboro.Executor]
+	mux  *http.ServeMux
+
+	mu       sync.Mutex
+	finished []Finished // the last History, oldest first
+	counts   map[string]int
+	ends     []time.Time // when recent jobs ended, for the rate
+	subs     map[chan struct{}]struct{}
+	clients  atomic.Int32
+}
+
+// Finished is a job that ended, as the console shows it.
+type Finished struct {
+	ID      string    `json:"id"`
+	Command string    `json:"command"`
+	Status  string    `json:"status"`
+	Exit    int       `json:"exit"`
+	Error   string    `json:"error,omitempty"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended"`
+	Stderr  string    `json:"stderr,omitempty"`
+	Output  string    `json:"-"` // the output file while the job's consumer keeps it
+}
+
+// New returns a Console; give its Observe to laboro.WithObserver, then
+// Attach the Executor.
+func New(opts Options) *Console {
+	if opts.History <= 0 {
+		opts.History = 200
+	}
+	if opts.MaxClients <= 0 {
+		opts.MaxClients = 64
+	}
+	c := &Console{opts: opts, counts: map[string]int{}, subs: map[chan struct{}]struct{}{}}
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(files, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", c.index)
+	mux.HandleFunc("GET /api/state", c.stateJSON)
+	mux.HandleFunc("GET /api/events", c.events)
+	mux.HandleFunc("GET /jobs/{id}", c.job)
+	mux.HandleFunc("GET /jobs/{id}/output", c.output)
+	mux.HandleFunc("POST /jobs/{id}/cancel", c.act(func(ex *laboro.Executor, r *http.Request) error { return ex.Cancel(r.PathValue("id")) }))
+	mux.HandleFunc("POST /jobs/{id}/stop", c.act(func(ex *laboro.Executor, r *http.Request) error { return ex.Stop(r.PathValue("id")) }))
+	mux.HandleFunc("POST /concurrency", c.act(func(ex *laboro.Executor, r *http.Request) error {
+		n, err := strconv.Atoi(r.FormValue("n"))
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: concurrency %q: must be a number of at least 0", errBadInput, r.FormValue("n"))
+		}
+		return ex.SetConcurrency(n)
+	}))
+	c.mux = mux
+	return c
+}
+
+// Attach makes the console show ex.
+func (c *Console) Attach(ex *laboro.Executor) {
+	c.ex.Store(ex)
+	c.changed()
+}
+
+// Observe follows the Executor's events. It never blocks on a browser.
+func (c *Console) Observe(ev laboro.Event) {
+	if ev.Kind == laboro.EventFinished {
+		res := ev.Result
+		f := Finished{ID: res.ID, Command: ev.Job.String(), Status: res.Status.String(), Exit: res.ExitCode,
+			Started: res.Started, Ended: res.Ended, Stderr: string(res.Stderr)}
+		if ev.Job.Func == nil && ev.Job.Script != "" {
+			f.Command = ev.Job.Script
+		}
+		if res.Err != nil {
+			f.Error = res.Err.Error()
+		}
+		if res.Output != nil {
+			f.Output = res.Output.Path()
+		}
+		c.mu.Lock()
+		if len(c.finished) == c.opts.History {
+			c.finished = slices.Delete(c.finished, 0, 1)
+		}
+		c.finished = append(c.finished, f)
+		c.counts[f.Status]++
+		c.ends = append(c.ends, ev.Time)
+		if cut := ev.Time.Add(-rateWindow); c.ends[0].Before(cut) {
+			i, _ := slices.BinarySearchFunc(c.ends, cut, func(a, b time.Time) int { return a.Compare(b) })
+			c.ends = slices.Delete(c.ends, 0, i)
+		}
+		c.mu.Unlock()
+	}
+	c.changed()
+}
+
+// rateWindow is how far back the rate of finished jobs looks.
+const rateWindow = time.Minute
+
+// changed wakes every browser that follows the updates, without waiting
+// for any.
+func (c *Console) changed() {
+	c.mu.Lock()
+	for ch := range c.subs {
+		select {
+		case ch <- struct{}{}:
+		default: // it has a wake-up pending: the next snapshot has this too
+		}
+	}
+	c.mu.Unlock()
+}
+
+// ServeHTTP serves the console, once the request proved it holds the token.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !c.authorized(w, r) {
+		return
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	c.mux.ServeHTTP(w, r)
+}
+
+const cookieName = "laboro_console"
+
+// authorized checks the token: a Bearer header, the cookie, or ?token= on
+// a GET, which sets the cookie and sends the browser to the same URL
+// without it.
+func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if c.opts.Token == "" {
+		return true
+	}
+	match := func(s string) bool { return subtle.ConstantTimeCompare([]byte(s), []byte(c.opts.Token)) == 1 }
+	if auth := r.Header.Get("Authorization"); len(auth) > 7 && auth[:7] == "Bearer " && match(auth[7:]) {
+		return true
+	}
+	if ck, err := r.Cookie(cookieName); err == nil && match(ck.Value) {
+		return true
+	}
+	if tok := r.URL.Query().Get("token"); tok != "" && r.Method == http.MethodGet && match(tok) {
+		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: c.opts.Token, Path: "/", HttpOnly: true,
+			SameSite: http.SameSiteStrictMode})
+		u := *r.URL
+		q := u.Query()
+		q.Del("token")
+		u.RawQuery = q.Encode()
+		http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+		return false
+	}
+	http.Error(w, "the console needs its token: open the URL with ?token=… that the program printed", http.StatusUnauthorized)
+	return false
+}
+
+// sameOrigin refuses what another site's page could make a browser send.
+func sameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		return err == nil && u.Host == r.Host
+	}
+	return true
+}
+
+// errBadInput is a form value an action cannot take.
+var errBadInput = errors.New("console")
+
+// act runs an action from the console's page: a POST from its own origin,
+// answered with a redirect back for a form, or 204 for the script.
+func (c *Console) act(do func(*laboro.Executor, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !sameOrigin(r) {
+			http.Error(w, "refused: not from the console's own page", http.StatusForbidden)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+		ex := c.ex.Load()
+		if ex == nil {
+			http.Error(w, "no executor attached", http.StatusServiceUnavailable)
+			return
+		}
+		if err := do(ex, r); err != nil {
+			code := http.StatusConflict
+			if errors.Is(err, laboro.ErrInvalidConfig) || errors.Is(err, errBadInput) {
+				code = http.StatusBadRequest
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		c.changed()
+		if r.Header.Get("X-Requested-With") == "console" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		back := r.Header.Get("Referer")
+		if u, err := url.Parse(back); back == "" || err != nil || u.Host != r.Host {
+			back = "/"
+		}
+		http.Redirect(w, r, back, http.StatusSeeOther)
+	}
+}
+
+// State is what the console shows, as /api/state gives it.
+type State struct {
+	Concurrency int            `json:"concurrency"`
+	Parallelism int            `json:"parallelism"`
+	PoolSize    int            `json:"pool_size"`
+	BufferSize  int            `json:"buffer_size"`
+	Running     []RunningJob   `json:"running"`
+	Queued      []QueuedJob    `json:"queued"`       // the first MaxListed
+	QueuedCount int            `json:"queued_count"` // all of them
+	Finished    []Finished     `json:"finished"`     // the last MaxListed, newest first
+	Counts      map[string]int `json:"counts"`       // finished jobs by status
+	Rate        float64        `json:"rate"`         // jobs finished per second, over the last minute
+	ETA         float64        `json:"eta"`          // seconds until the queued and running jobs are done; -1 unknown
+}
+
+// RunningJob is a job that runs, as the console shows it.
+type RunningJob struct {
+	ID      string    `json:"id"`
+	Command string    `json:"command"`
+	PID     int       `json:"pid,omitempty"`
+	Started time.Time `json:"started"`
+}
+
+// QueuedJob is a job waiting in the buffer.
+type QueuedJob struct {
+	ID      string `json:"id"`
+	Command string `json:"command"`
+}
+
+// MaxListed bounds the queued and finished jobs a snapshot lists.
+const MaxListed = 100
+
+func command(j laboro.Job) string {
+	if j.Func == nil && j.Script != "" {
+		return j.Script
+	}
+	return j.String()
+}
+
+// Snapshot returns what the console shows now.
+func (c *Console) Snapshot() State {
+	st := State{Counts: map[string]int{}, ETA: -1, Running: []RunningJob{}, Queued: []QueuedJob{}}
+	if ex := c.ex.Load(); ex != nil {
+		s := ex.Stats()
+		st.Concurrency, st.Parallelism, st.PoolSize, st.BufferSize = s.Concurrency, s.Parallelism, s.PoolSize, s.BufferSize
+		for _, r := range ex.Running() {
+			st.Running = append(st.Running, RunningJob{ID: r.Job.ID, Command: command(r.Job), PID: r.PID, Started: r.Started})
+		}
+		q := ex.Queued()
+		st.QueuedCount = len(q)
+		for _, j := range q[:min(len(q), MaxListed)] {
+			st.Queued = append(st.Queued, QueuedJob{ID: j.ID, Command: command(j)})
+		}
+	}
+	c.mu.Lock()
+	n := min(len(c.finished), MaxListed)
+	st.Finished = make([]Finished, 0, n)
+	for i := len(c.finished) - 1; i >= len(c.finished)-n; i-- {
+		st.Finished = append(st.Finished, c.finished[i])
+	}
+	for k, v := range c.counts {
+		st.Counts[k] = v
+	}
+	if len(c.ends) > 1 {
+		span := time.Since(c.ends[0])
+		if span > 0 {
+			st.Rate = float64(len(c.ends)) / span.Seconds()
+		}
+	}
+	c.mu.Unlock()
+	if st.Rate > 0 {
+		st.ETA = float64(st.QueuedCount+len(st.Running)) / st.Rate
+	}
+	return st
+}
+
+func (c *Console) lookup(id string) (running *RunningJob, output string, fin *Finished) {
+	if ex := c.ex.Load(); ex != nil {
+		for _, r := range ex.Running() {
+			if r.Job.ID == id {
+				return &RunningJob{ID: id, Command: command(r.Job), PID: r.PID, Started: r.Started}, r.Output, nil
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.finished) - 1; i >= 0; i-- {
+		if c.finished[i].ID == id {
+			f := c.finished[i]
+			return nil, f.Output, &f
+		}
+	}
+	return nil, "", nil
+}
+
+func (c *Console) index(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := pages.ExecuteTemplate(w, "index.html", c.Snapshot()); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+func (c *Console) stateJSON(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(c.Snapshot())
+}
+
+func (c *Console) job(w http.ResponseWriter, r *http.Request) {
+	running, output, fin := c.lookup(r.PathValue("id"))
+	if running == nil && fin == nil {
+		http.Error(w, "no such job among those running or remembered", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	data := struct {
+		ID        string
+		Running   *RunningJob
+		Finished  *Finished
+		HasOutput bool
+	}{r.PathValue("id"), running, fin, output != ""}
+	if err := pages.ExecuteTemplate(w, "job.html", data); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// writeTimeout bounds each write to a browser: one that stops reading is
+// cut off rather than held.
+const writeTimeout = 10 * time.Second
+
+// minInterval is the shortest time between two snapshots to one browser.
+const minInterval = 200 * time.Millisecond
+
+// sse starts a server-sent event stream, within the bound of clients.
+func (c *Console) sse(w http.ResponseWriter) (*http.ResponseController, func(), bool) {
+	if int(c.clients.Add(1)) > c.opts.MaxClients {
+		c.clients.Add(-1)
+		http.Error(w, "too many consoles open", http.StatusServiceUnavailable)
+		return nil, nil, false
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	return http.NewResponseController(w), func() { c.clients.Add(-1) }, true
+}
+
+// events streams a snapshot at once and after every change.
+func (c *Console) events(w http.ResponseWriter, r *http.Request) {
+	rc, done, ok := c.sse(w)
+	if !ok {
+		return
+	}
+	defer done()
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{}
+	c.mu.Lock()
+	c.subs[wake] = struct{}{}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.subs, wake)
+		c.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-wake:
+		}
+		b, _ := json.Marshal(c.Snapshot())
+		rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := fmt.Fprintf(w, "event: state\ndata: %s\n\n", b); err != nil {
+			return
+		}
+		if rc.Flush() != nil {
+			return
+		}
+		select { // changes meanwhile are folded into the next snapshot
+		case <-r.Context().Done():
+			return
+		case <-time.After(minInterval):
+		}
+	}
+}
+
+// outputChunk bounds what one event of the output stream carries.
+const outputChunk = 16 << 10
+
+// output streams a job's output as it is written: what the file holds,
+// then what is added while the job runs, then an "end" event. Nothing is
+// held whole: the file is read a chunk at a time.
+func (c *Console) output(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	running, path, fin := c.lookup(id)
+	if running == nil && fin == nil {
+		http.Error(w, "no such job among those running or remembered", http.StatusNotFound)
+		return
+	}
+	rc, done, ok := c.sse(w)
+	if !ok {
+		return
+	}
+	defer done()
+	send := func(event, data string) bool {
+		b, _ := json.Marshal(data)
+		rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	for path == "" && running != nil { // started, its process not yet reported
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(minInterval):
+		}
+		running, path, fin = c.lookup(id)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		send("end", "the output is gone (its consumer closed it)")
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, outputChunk)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if !send("output", string(buf[:n])) {
+				return
+			}
+			continue
+		}
+		if err != nil && err != io.EOF {
+			send("end", err.Error())
+			return
+		}
+		// At the end of what is written: follow while the job runs.
+		if still, _, _ := c.lookup(id); still == nil {
+			if n, _ := f.Read(buf); n > 0 { // written just before it ended
+				if !send("output", string(buf[:n])) {
+					return
+				}
+				continue
+			}
+			send("end", "")
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(minInterval):
+		}
+	}
+}

@@ -1,0 +1,259 @@
+package console_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/console"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const token = "t0ken"
+
+// start serves a console of a new Executor; the client holds the token's
+// cookie, as a browser that opened the URL with ?token= does.
+func start(t *testing.T, opts ...laboro.Option) (*laboro.Executor, *httptest.Server, *http.Client) {
+	con := console.New(console.Options{Token: token})
+	ex, err := laboro.New(append([]laboro.Option{laboro.WithObserver(con.Observe), laboro.WithOutputDir(t.TempDir())}, opts...)...)
+	require.NoError(t, err)
+	con.Attach(ex)
+	srv := httptest.NewServer(con)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		ex.Close()
+	})
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar}
+	res, err := client.Get(srv.URL + "/?token=" + token)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, "/", res.Request.URL.Path, "sent on without the token in the URL")
+	assert.Empty(t, res.Request.URL.RawQuery)
+	return ex, srv, client
+}
+
+func get(t *testing.T, c *http.Client, url string) (int, string) {
+	res, err := c.Get(url)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(b)
+}
+
+// Without the token, nothing: not the page, not the state, not an action.
+func TestTokenRequired(t *testing.T) {
+	ex, srv, _ := start(t)
+	for _, path := range []string{"/", "/api/state", "/api/events", "/jobs/x", "/?token=wrong"} {
+		code, _ := get(t, http.DefaultClient, srv.URL+path)
+		assert.Equal(t, http.StatusUnauthorized, code, path)
+	}
+	res, err := http.PostForm(srv.URL+"/concurrency", url.Values{"n": {"7"}})
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, res.StatusCode)
+	assert.NotEqual(t, 7, ex.Concurrency())
+
+	req, _ := http.NewRequest("GET", srv.URL+"/api/state", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode, "a program sends the token as a Bearer")
+}
+
+// The page and the state show jobs finished, with why a failed one
+// failed.
+func TestStateShowsJobs(t *testing.T) {
+	ex, srv, client := start(t, laboro.WithPoolSize(2))
+	ctx := context.Background()
+	for _, job := range []laboro.Job{{ID: "good", Command: "echo hi"}, {ID: "bad", Script: "echo no such thing >&2; exit 4"}} {
+		h, err := ex.Submit(ctx, job)
+		require.NoError(t, err)
+		res, err := h.Wait(ctx)
+		require.NoError(t, err)
+		defer res.Output.Close()
+	}
+	code, body := get(t, client, srv.URL+"/api/state")
+	require.Equal(t, http.StatusOK, code)
+	var st console.State
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	assert.Equal(t, map[string]int{"succeeded": 1, "failed": 1}, st.Counts)
+	require.Len(t, st.Finished, 2)
+	bad := st.Finished[0]
+	assert.Equal(t, "bad", bad.ID, "newest first")
+	assert.Equal(t, "failed", bad.Status)
+	assert.Equal(t, 4, bad.Exit)
+	assert.Equal(t, "no such thing\n", bad.Stderr)
+	assert.Contains(t, bad.Command, "exit 4")
+
+	code, page := get(t, client, srv.URL+"/")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, page, `href="/jobs/bad"`)
+	assert.Contains(t, page, "no such thing")
+	code, page = get(t, client, srv.URL+"/jobs/bad")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, page, "failed")
+	assert.Contains(t, page, "no such thing")
+	code, _ = get(t, client, srv.URL+"/jobs/never")
+	assert.Equal(t, http.StatusNotFound, code)
+}
+
+// sse reads server-sent events.
+type sse struct {
+	body io.Closer
+	r    *bufio.Reader
+}
+
+func openSSE(t *testing.T, c *http.Client, url string) *sse {
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+	res, err := c.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+	s := &sse{body: res.Body, r: bufio.NewReader(res.Body)}
+	t.Cleanup(func() { res.Body.Close() })
+	return s
+}
+
+// next returns the next event's name and its data, decoded.
+func (s *sse) next(t *testing.T, data any) string {
+	var event string
+	for {
+		line, err := s.r.ReadString('\n')
+		require.NoError(t, err)
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			require.NoError(t, json.Unmarshal([]byte(line[6:]), data))
+		case line == "" && event != "":
+			return event
+		}
+	}
+}
+
+// The live updates follow jobs from queued to running to done.
+func TestEventsFollowJobs(t *testing.T) {
+	ex, srv, client := start(t, laboro.WithPoolSize(1))
+	events := openSSE(t, client, srv.URL+"/api/events")
+	var st console.State
+	require.Equal(t, "state", events.next(t, &st))
+	assert.Empty(t, st.Finished)
+
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	ctx := context.Background()
+	_, err = ex.Submit(ctx, laboro.Job{ID: "first", Command: "cat", Stdin: r})
+	require.NoError(t, err)
+	_, err = ex.Submit(ctx, laboro.Job{ID: "second", Command: "true"})
+	require.NoError(t, err)
+	for len(st.Running) == 0 || len(st.Queued) == 0 {
+		events.next(t, &st)
+	}
+	assert.Equal(t, "first", st.Running[0].ID)
+	assert.Positive(t, st.Running[0].PID)
+	assert.Equal(t, []console.QueuedJob{{ID: "second", Command: "true"}}, st.Queued)
+	w.Close()
+	for st.Counts["succeeded"] < 2 {
+		events.next(t, &st)
+	}
+	assert.Empty(t, st.Running)
+	assert.Equal(t, 0, st.QueuedCount)
+}
+
+// A running job's output is followed as it is written, and ends when the
+// job does.
+func TestLiveOutput(t *testing.T) {
+	ex, srv, client := start(t)
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	h, err := ex.Submit(context.Background(), laboro.Job{ID: "talk", Script: "echo first; read x; echo second", Stdin: r})
+	require.NoError(t, err)
+	out := openSSE(t, client, srv.URL+"/jobs/talk/output")
+	var text string
+	require.Equal(t, "output", out.next(t, &text))
+	assert.Equal(t, "first\n", text)
+	w.Close() // the job goes on only now: the first line came while it ran
+	got := ""
+	for {
+		if out.next(t, &text) == "end" {
+			break
+		}
+		got += text
+	}
+	assert.Equal(t, "second\n", got)
+	res, err := h.Wait(context.Background())
+	require.NoError(t, err)
+	res.Output.Close()
+}
+
+func post(t *testing.T, c *http.Client, url string, form url.Values, header map[string]string) int {
+	req, _ := http.NewRequest("POST", url, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := c.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// The actions: the concurrency level, cancelling a running job, stopping
+// a queued one; none from another site's page.
+func TestActions(t *testing.T) {
+	ex, srv, client := start(t, laboro.WithPoolSize(4), laboro.WithConcurrency(1))
+	script := map[string]string{"X-Requested-With": "console", "Origin": srv.URL}
+
+	assert.Equal(t, http.StatusForbidden, post(t, client, srv.URL+"/concurrency", url.Values{"n": {"3"}},
+		map[string]string{"Origin": "http://evil.example"}))
+	assert.Equal(t, http.StatusForbidden, post(t, client, srv.URL+"/concurrency", url.Values{"n": {"3"}},
+		map[string]string{"Sec-Fetch-Site": "cross-site"}))
+	assert.Equal(t, 1, ex.Concurrency())
+	assert.Equal(t, http.StatusBadRequest, post(t, client, srv.URL+"/concurrency", url.Values{"n": {"many"}}, script))
+	assert.Equal(t, http.StatusNoContent, post(t, client, srv.URL+"/concurrency", url.Values{"n": {"2"}}, script))
+	assert.Equal(t, 2, ex.Concurrency())
+
+	ctx := context.Background()
+	require.NoError(t, ex.SetConcurrency(1))
+	long, err := ex.Submit(ctx, laboro.Job{ID: "long", Command: "sleep 300"})
+	require.NoError(t, err)
+	queued, err := ex.Submit(ctx, laboro.Job{ID: "queued", Command: "true"})
+	require.NoError(t, err)
+	// A form without the script is sent back to the page.
+	assert.Equal(t, http.StatusOK, post(t, client, srv.URL+"/jobs/queued/stop", nil, nil))
+	res, err := queued.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusStopped, res.Status)
+	require.Eventually(t, func() bool { return len(ex.Running()) == 1 && ex.Running()[0].PID > 0 }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, http.StatusNoContent, post(t, client, srv.URL+"/jobs/long/cancel", nil, script))
+	res, err = long.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusCancelled, res.Status)
+	if res.Output != nil {
+		res.Output.Close()
+	}
+	assert.Equal(t, http.StatusConflict, post(t, client, srv.URL+"/jobs/long/cancel", nil, script), "it ended")
+}
