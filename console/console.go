@@ -62,6 +62,10 @@ type Options struct {
 	// MaxClients bounds the browsers following the live updates at once
 	// (64 if 0); more are answered 503.
 	MaxClients int
+	// Metrics, when set, is served at /metrics behind the same token (a
+	// Prometheus scraper sends it as a bearer token), for example
+	// promhttp.HandlerFor a registry that holds a metrics.Collector.
+	Metrics http.Handler
 }
 
 // Console is an http.Handler for one Executor's console. Its methods are
@@ -119,6 +123,9 @@ func New(opts Options) *Console {
 		}
 		return ex.SetConcurrency(n)
 	}))
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
 	c.mux = mux
 	return c
 }

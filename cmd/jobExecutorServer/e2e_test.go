@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -708,4 +709,45 @@ func TestCommanderUsage(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 1, ee.ExitCode())
 	assert.Contains(t, string(out), "connection refused")
+}
+
+// -http serves the console and the metrics, behind the server's token,
+// and only on the loopback unless told otherwise.
+func TestConsoleAndMetrics(t *testing.T) {
+	s := startServer(t, "0", "4", "2", "-http", "127.0.0.1:0")
+	re := regexp.MustCompile(`console.*"url": "(http://[^/]+)/\?token=…"`)
+	require.Eventually(t, func() bool { return re.MatchString(s.log()) }, 20*time.Second, time.Millisecond, s.log())
+	base := re.FindStringSubmatch(s.log())[1]
+	token := e2e.Token(t, "jobexec")
+	assert.NotContains(t, s.log(), token, "the token is never logged")
+
+	_, _, code := s.run(t, "issueJob", "sh", "-c", "echo out; echo why >&2; exit 3")
+	require.Equal(t, 3, code, "the job's exit status")
+	getAuth := func(path, tok string) (int, string) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	var body string
+	require.Eventually(t, func() bool {
+		code, body = getAuth("/metrics", token)
+		return code == http.StatusOK && strings.Contains(body, `laboro_jobs_finished_total{status="failed"} 1`)
+	}, 20*time.Second, 10*time.Millisecond, "the job's end in the metrics: %s", body)
+	assert.Contains(t, body, "laboro_concurrency 1")
+	code, body = getAuth("/api/state", token)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"stderr":"why\n"`)
+	code, _ = getAuth("/metrics", "wrong")
+	assert.Equal(t, http.StatusUnauthorized, code)
+
+	bin, _ := build(t)
+	out, err := exec.Command(bin, "0", "4", "2", "-http", "0.0.0.0:0").CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 2, ee.ExitCode())
+	assert.Contains(t, string(out), "-http-public")
 }

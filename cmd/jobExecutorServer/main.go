@@ -1,6 +1,6 @@
 // Command jobExecutorServer runs the jobs that jobCommander sends it.
 //
-//	jobExecutorServer portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-max-conns N] [-log LEVEL] [-request-timeout D]
+//	jobExecutorServer portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-max-conns N] [-http ADDR] [-log LEVEL] [-request-timeout D]
 //
 // Every commander must send the server's token: $LABORO_TOKEN when it is
 // set, else the token kept in jobexec.token in the user's state directory
@@ -10,6 +10,10 @@
 // another machine, copy the file there or set LABORO_TOKEN. Jobs do not
 // see the token. The server keeps nothing on disk but the outputs: a
 // restart loses its queue, as the specification has it.
+//
+// With -http ADDR (on the loopback unless -http-public) it serves a live
+// web console of its jobs and their Prometheus metrics at /metrics, both
+// behind the same token: open http://ADDR/?token=TOKEN.
 package main
 
 import (
@@ -24,21 +28,25 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
+	"github.com/laboro-go/laboro/internal/web"
 	"github.com/laboro-go/laboro/protocols/jobexec"
 	"go.uber.org/zap"
 )
 
 func main() {
-	c := cli.New("jobExecutorServer", "portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-max-conns N] [-log LEVEL] [-request-timeout D]",
+	c := cli.New("jobExecutorServer", "portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-max-conns N] [-http ADDR] [-log LEVEL] [-request-timeout D]",
 		"Runs the jobs that jobCommander sends: at most bufferSize wait, at most threadPoolSize run at once. "+
 			"Every commander must send the server's token: $LABORO_TOKEN, else the token in jobexec.token in the user's "+
 			"state directory (~/.local/state/laboro), created at the first start; jobCommander on the same account "+
 			"reads it, and on another machine needs a copy of the file or LABORO_TOKEN. "+
-			"Nothing but the outputs is kept on disk: a restart loses the queue.")
+			"Nothing but the outputs is kept on disk: a restart loses the queue. "+
+			"-http serves a live web console and /metrics behind the same token (http://ADDR/?token=TOKEN).")
 	listen := c.Flags.String("listen", "127.0.0.1", "address to listen on")
 	dir := c.Flags.String("dir", ".", "directory for <pid>.output files")
 	timeout := c.Flags.Duration("request-timeout", jobexec.DefaultRequestTimeout, "how long a commander may take to send its command")
 	maxConns := c.Flags.Int("max-conns", jobexec.DefaultMaxConns, "connections served at once; more are refused")
+	httpAddr := c.Flags.String("http", "", "serve the web console and /metrics on this HOST:PORT (loopback unless -http-public)")
+	httpPublic := c.Flags.Bool("http-public", false, "let -http listen beyond this machine")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	args := os.Args[1:]
 	var nums []int
@@ -60,8 +68,13 @@ func main() {
 		case *maxConns < 1:
 			return cli.Usagef("-max-conns %d: must be at least 1", *maxConns)
 		}
+		if *httpAddr != "" {
+			if err := web.CheckAddr(*httpAddr, *httpPublic); err != nil {
+				return cli.Usagef("%v", err)
+			}
+		}
 		log := logFlag.Logger()
-		err := serve(ctx, *listen, nums, *dir, *timeout, *maxConns, log)
+		err := serve(ctx, *listen, nums, *dir, *timeout, *maxConns, *httpAddr, log)
 		switch {
 		case errors.Is(err, jobexec.ErrServerTerminated):
 			log.Info("terminated by an exit command")
@@ -74,15 +87,26 @@ func main() {
 	})
 }
 
-func serve(ctx context.Context, host string, nums []int, dir string, timeout time.Duration, maxConns int, log *zap.Logger) error {
+func serve(ctx context.Context, host string, nums []int, dir string, timeout time.Duration, maxConns int, httpAddr string, log *zap.Logger) error {
 	// Read first, so that LABORO_TOKEN leaves the environment before any
 	// job could inherit it.
 	token, path, err := secret.Ensure("jobexec", "LABORO_TOKEN")
 	if err != nil {
 		return fmt.Errorf("the commanders' token: %w", err)
 	}
-	ex, err := laboro.New(laboro.WithBufferSize(nums[1]), laboro.WithPoolSize(nums[2]),
-		laboro.WithOutputDir(dir), laboro.WithLogger(log))
+	opts := []laboro.Option{laboro.WithBufferSize(nums[1]), laboro.WithPoolSize(nums[2]),
+		laboro.WithOutputDir(dir), laboro.WithLogger(log)}
+	var console *web.Web
+	var consoleLn net.Listener
+	if httpAddr != "" {
+		if consoleLn, err = web.Listen(httpAddr); err != nil {
+			return err
+		}
+		defer consoleLn.Close()
+		console = web.New(token)
+		opts = append(opts, laboro.WithObserver(console.Observe))
+	}
+	ex, err := laboro.New(opts...)
 	if err != nil {
 		return err
 	}
@@ -98,7 +122,23 @@ func serve(ctx context.Context, host string, nums []int, dir string, timeout tim
 	}
 	srv := &jobexec.Server{Executor: ex, Token: token, Logger: log, RequestTimeout: timeout, MaxConns: maxConns}
 	context.AfterFunc(ctx, func() { ex.Close() })
-	return srv.Serve(ctx, ln)
+	if console == nil {
+		return srv.Serve(ctx, ln)
+	}
+	from := path
+	if from == "" {
+		from = "$LABORO_TOKEN"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	consoleDone := make(chan error, 1)
+	go func() { consoleDone <- console.Serve(ctx, consoleLn, ex, from, log) }()
+	err = srv.Serve(ctx, ln)
+	cancel()
+	if cerr := <-consoleDone; cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // positional parses the three numbers; one that is not a number is -1.

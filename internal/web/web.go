@@ -1,0 +1,99 @@
+// Package web serves the console and the Prometheus metrics of a binary's
+// Executor (the -http flag of jobExecutorServer and laboro run).
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
+
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/console"
+	"github.com/laboro-go/laboro/metrics"
+)
+
+// MaxConns bounds the connections the console serves at once.
+const MaxConns = 128
+
+// Web is a console and a metrics collector for one Executor.
+type Web struct {
+	Console   *console.Console
+	Collector *metrics.Collector
+	reg       *prometheus.Registry
+}
+
+// New makes the console, behind token, and the collector; give Observe to
+// laboro.WithObserver.
+func New(token string) *Web {
+	w := &Web{Collector: metrics.New(), reg: prometheus.NewRegistry()}
+	w.reg.MustRegister(w.Collector, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	w.Console = console.New(console.Options{Token: token,
+		Metrics: promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second})})
+	return w
+}
+
+// Observe feeds both the console and the collector.
+func (w *Web) Observe(ev laboro.Event) {
+	w.Console.Observe(ev)
+	w.Collector.Observe(ev)
+}
+
+// CheckAddr refuses an address beyond the loopback unless allowed: the
+// console can run commands' lifecycles (cancel, concurrency), so it stays
+// on the machine unless the operator says otherwise.
+func CheckAddr(addr string, beyond bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("-http %q: must be HOST:PORT (like 127.0.0.1:8081)", addr)
+	}
+	if host == "localhost" || beyond {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("-http %q reaches beyond this machine: add -http-public to mean it (the console still needs the token)", addr)
+}
+
+// Listen listens on the console's address.
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("the console: %w", err)
+	}
+	return ln, nil
+}
+
+// Serve attaches ex and serves on ln until ctx ends. tokenFrom tells the
+// operator where the token is, for the log line that gives the URL (the
+// token itself is never logged).
+func (w *Web) Serve(ctx context.Context, ln net.Listener, ex *laboro.Executor, tokenFrom string, log *zap.Logger) error {
+	w.Console.Attach(ex)
+	w.Collector.Attach(ex)
+	log.Info("console", zap.String("url", "http://"+ln.Addr().String()+"/?token=…"), zap.String("token", tokenFrom),
+		zap.String("metrics", "http://"+ln.Addr().String()+"/metrics"))
+	srv := &http.Server{Handler: w.Console, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: zap.NewStdLog(log)}
+	stop := context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+		srv.Close() // the live streams do not end by themselves
+	})
+	defer stop()
+	err := srv.Serve(netutil.LimitListener(ln, MaxConns))
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
