@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -608,4 +611,53 @@ func TestServeLogsFailureOnce(t *testing.T) {
 	assert.Eventually(t, func() bool { return s.serve.Logged(`"job": "bad"`) > 0 }, 30*time.Second, 10*time.Millisecond)
 	assert.Equal(t, 1, s.serve.Logged("job failed"), s.serve.Log())
 	assert.Contains(t, s.serve.Log(), `"stderr": "broken\n"`)
+}
+
+// run -http shows the batch live and takes a new concurrency level while
+// it runs: two jobs that wait, one worker; raised to two, both run.
+func TestRunConsole(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	var jobs strings.Builder
+	for _, name := range []string{"a", "b"} {
+		fifo := filepath.Join(dir, name)
+		require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+		fmt.Fprintf(&jobs, "cat %s\n", fifo)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "jobs.txt"), []byte(jobs.String()), 0o600))
+	p := e2e.Start(t, nil, bin, "run", "-workers", "1", "-http", "127.0.0.1:0", "-f", filepath.Join(dir, "jobs.txt"))
+	base := p.Await(t, regexp.MustCompile(`console at (http://[^/]+)/\?token=…`), 20*time.Second)
+	token := e2e.Token(t, "laboro")
+	assert.NotContains(t, p.Log(), token)
+
+	call := func(method, path string, form url.Values) (int, string) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Requested-With", "console")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	state := func() (st struct {
+		Running []struct{ ID string } `json:"running"`
+		Queued  []struct{ ID string } `json:"queued"`
+	}) {
+		code, body := call("GET", "/api/state", nil)
+		require.Equal(t, http.StatusOK, code, body)
+		require.NoError(t, json.Unmarshal([]byte(body), &st))
+		return st
+	}
+	require.Eventually(t, func() bool { st := state(); return len(st.Running) == 1 && len(st.Queued) == 1 },
+		20*time.Second, 10*time.Millisecond, "one job runs, the other waits")
+	code, body := call("POST", "/concurrency", url.Values{"n": {"2"}})
+	require.Equal(t, http.StatusNoContent, code, body)
+	require.Eventually(t, func() bool { return len(state().Running) == 2 }, 20*time.Second, 10*time.Millisecond,
+		"both run once the level is 2")
+	for _, name := range []string{"a", "b"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(name+"\n"), 0o600))
+	}
+	assert.Equal(t, 0, p.Wait(t, 30*time.Second), p.Log())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -13,8 +14,13 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
+	"github.com/laboro-go/laboro/internal/web"
 	"go.uber.org/zap"
 )
+
+// consolePool is the pool of a run with a console, whose concurrency level
+// the user may raise while it runs.
+const consolePool = 256
 
 // runJobs runs jobs on this machine, -workers at a time, through the core
 // Executor: nothing to set up, nothing kept but what the user asks for
@@ -33,8 +39,15 @@ func runJobs(args []string) int {
 	c.fs.BoolVar(&o.resumeFailed, "resume-failed", false, "with -joblog: skip the jobs the log lists as succeeded, run the rest (the failed ones again)")
 	c.fs.IntVar(&o.retries, "retries", 1, "run a job that fails up to N times in all")
 	halt := c.fs.String("halt", "", "stop after failures: now,fail=N (kill the running jobs) or soon,fail=N (let them finish)")
+	httpAddr := c.fs.String("http", "", "serve a live web console and /metrics on this HOST:PORT, behind laboro.token (loopback unless -http-public)")
+	httpPublic := c.fs.Bool("http-public", false, "let -http listen beyond this machine")
 	if code, ok := c.parse(args); !ok {
 		return code
+	}
+	if *httpAddr != "" {
+		if err := web.CheckAddr(*httpAddr, *httpPublic); err != nil {
+			return c.usageError("%v", err)
+		}
 	}
 	var err error
 	if o.halt, err = parseHalt(*halt); err != nil {
@@ -54,8 +67,29 @@ func runJobs(args []string) int {
 	if !ok {
 		return code
 	}
-	// The user's token leaves the environment: no job sees it.
-	secret.FromEnv("LABORO_TOKEN")
+	// The user's token leaves the environment: no job sees it. The console
+	// needs it (made at the first start if need be, as serve does).
+	var console *web.Web
+	var consoleLn net.Listener
+	tokenFrom := "$LABORO_TOKEN"
+	if *httpAddr != "" {
+		tok, path, err := secret.Ensure("laboro", "LABORO_TOKEN")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "laboro run: the console's token:", err)
+			return exitFailed
+		}
+		if path != "" {
+			tokenFrom = path
+		}
+		if consoleLn, err = web.Listen(*httpAddr); err != nil {
+			fmt.Fprintln(os.Stderr, "laboro run:", err)
+			return exitFailed
+		}
+		defer consoleLn.Close()
+		console = web.New(tok)
+	} else {
+		secret.FromEnv("LABORO_TOKEN")
+	}
 	defer c.log.Sync()
 	ctx, stop := interruptible()
 	defer stop()
@@ -86,15 +120,32 @@ func runJobs(args []string) int {
 	if o.results != "" {
 		pr.StderrTail = resultsStderr
 	}
-	ex, err := laboro.New(laboro.WithRunner(retrying{pr, o.retries}), laboro.WithPoolSize(*workers),
-		laboro.WithConcurrency(*workers), laboro.WithBufferSize(2**workers),
+	opts := []laboro.Option{laboro.WithRunner(retrying{pr, o.retries}), laboro.WithPoolSize(*workers),
+		laboro.WithConcurrency(*workers), laboro.WithBufferSize(2 * *workers),
 		// Failed jobs are in the summary: the log keeps to errors.
-		laboro.WithLogger(c.log.WithOptions(zap.IncreaseLevel(zap.ErrorLevel))))
+		laboro.WithLogger(c.log.WithOptions(zap.IncreaseLevel(zap.ErrorLevel)))}
+	if console != nil {
+		// The console may raise the concurrency level: room for it.
+		opts = append(opts, laboro.WithPoolSize(max(*workers, consolePool)), laboro.WithObserver(console.Observe))
+	}
+	ex, err := laboro.New(opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "laboro run:", err)
 		return exitFailed
 	}
 	defer ex.Close()
+	if console != nil {
+		consoleCtx, stopConsole := context.WithCancel(context.Background())
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			if err := console.Serve(consoleCtx, consoleLn, ex, tokenFrom, c.log); err != nil {
+				fmt.Fprintln(os.Stderr, "laboro run: the console:", err)
+			}
+		}()
+		defer func() { stopConsole(); <-served }()
+		fmt.Fprintf(os.Stderr, "laboro run: console at http://%s/?token=… (the token of %s)\n", consoleLn.Addr(), tokenFrom)
+	}
 	rec, err := newRecorder(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "laboro run:", err)
