@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"runtime"
@@ -23,6 +25,8 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/console"
+	"github.com/laboro-go/laboro/metrics"
 )
 
 // benchNop is the job of the overhead benchmarks. It is a package-level
@@ -66,6 +70,7 @@ func BenchmarkOverhead(b *testing.B) {
 		run  func(b *testing.B, c int)
 	}{
 		{"laboro", benchOverheadLaboro},
+		{"laboro+console", benchOverheadConsole},
 		{"floor", benchOverheadFloor},
 		{"semaphore", benchOverheadSemaphore},
 	}
@@ -90,6 +95,43 @@ func benchOverheadLaboro(b *testing.B, c int) {
 		b.Fatal(err)
 	}
 	defer ex.Close()
+
+	submitAndCollect(b, ctx, ex, laboro.Job{Func: benchNop})
+}
+
+// benchOverheadConsole: as benchOverheadLaboro, with the web console and
+// the Prometheus collector attached (what -http adds), and a browser
+// following the live updates: what watching the Executor costs its jobs.
+func benchOverheadConsole(b *testing.B, c int) {
+	b.ReportAllocs()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	con := console.New(console.Options{})
+	col := metrics.New()
+	ex, err := laboro.New(laboro.WithPoolSize(c), laboro.WithConcurrency(c), laboro.WithBufferSize(1024),
+		laboro.WithObserver(func(ev laboro.Event) {
+			con.Observe(ev)
+			col.Observe(ev)
+		}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close()
+	con.Attach(ex)
+	col.Attach(ex)
+	srv := httptest.NewServer(con)
+	defer srv.Close()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/events", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	browsing := make(chan struct{})
+	go func() { // a browser that reads every update it is sent
+		defer close(browsing)
+		io.Copy(io.Discard, res.Body)
+	}()
+	defer func() { cancel(); res.Body.Close(); <-browsing }()
 
 	submitAndCollect(b, ctx, ex, laboro.Job{Func: benchNop})
 }

@@ -35,7 +35,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -75,12 +74,27 @@ type Console struct {
 	ex   atomic.Pointer[laboro.Executor]
 	mux  *http.ServeMux
 
-	mu       sync.Mutex
-	finished []Finished // the last History, oldest first
-	counts   map[string]int
-	ends     []time.Time // when recent jobs ended, for the rate
-	subs     map[chan struct{}]struct{}
-	clients  atomic.Int32
+	// Observe keeps what it is given as it is, and the snapshots make it
+	// readable: an event costs a copy and a few counts.
+	mu      sync.Mutex
+	ring    []laboro.Event // the last History EventFinished; next is the oldest when full
+	next    int
+	counts  [statuses]int
+	seconds [rateSeconds]second // jobs finished in each of the last seconds
+	subs    map[chan struct{}]struct{}
+	clients atomic.Int32
+}
+
+// statuses bounds laboro.Status values, for counts by status.
+const statuses = 16
+
+// rateSeconds is how far back, in seconds, the rate of finished jobs looks.
+const rateSeconds = 60
+
+// second counts the jobs that ended in the Unix second at.
+type second struct {
+	at int64
+	n  int
 }
 
 // Finished is a job that ended, as the console shows it.
@@ -105,7 +119,7 @@ func New(opts Options) *Console {
 	if opts.MaxClients <= 0 {
 		opts.MaxClients = 64
 	}
-	c := &Console{opts: opts, counts: map[string]int{}, subs: map[chan struct{}]struct{}{}}
+	c := &Console{opts: opts, ring: make([]laboro.Event, 0, opts.History), subs: map[chan struct{}]struct{}{}}
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(files, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
@@ -138,49 +152,65 @@ func (c *Console) Attach(ex *laboro.Executor) {
 
 // Observe follows the Executor's events. It never blocks on a browser.
 func (c *Console) Observe(ev laboro.Event) {
+	c.mu.Lock()
 	if ev.Kind == laboro.EventFinished {
-		res := ev.Result
-		f := Finished{ID: res.ID, Command: ev.Job.String(), Status: res.Status.String(), Exit: res.ExitCode,
-			Started: res.Started, Ended: res.Ended, Stderr: string(res.Stderr)}
-		if ev.Job.Func == nil && ev.Job.Script != "" {
-			f.Command = ev.Job.Script
+		if len(c.ring) < cap(c.ring) {
+			c.ring = append(c.ring, ev)
+		} else {
+			c.ring[c.next] = ev
+			c.next = (c.next + 1) % len(c.ring)
 		}
-		if res.Err != nil {
-			f.Error = res.Err.Error()
+		if st := int(ev.Result.Status); st < statuses {
+			c.counts[st]++
 		}
-		if res.Output != nil {
-			f.Output = res.Output.Path()
+		sec := ev.Time.Unix()
+		if b := &c.seconds[sec%rateSeconds]; b.at == sec {
+			b.n++
+		} else {
+			*b = second{at: sec, n: 1}
 		}
-		c.mu.Lock()
-		if len(c.finished) == c.opts.History {
-			c.finished = slices.Delete(c.finished, 0, 1)
-		}
-		c.finished = append(c.finished, f)
-		c.counts[f.Status]++
-		c.ends = append(c.ends, ev.Time)
-		if cut := ev.Time.Add(-rateWindow); c.ends[0].Before(cut) {
-			i, _ := slices.BinarySearchFunc(c.ends, cut, func(a, b time.Time) int { return a.Compare(b) })
-			c.ends = slices.Delete(c.ends, 0, i)
-		}
-		c.mu.Unlock()
 	}
-	c.changed()
+	c.wake()
+	c.mu.Unlock()
 }
 
-// rateWindow is how far back the rate of finished jobs looks.
-const rateWindow = time.Minute
+// finished returns the remembered job that ended i-th from the newest.
+// c.mu is held.
+func (c *Console) finished(i int) *laboro.Event {
+	n := len(c.ring)
+	return &c.ring[(c.next+n-1-i+n)%n]
+}
 
-// changed wakes every browser that follows the updates, without waiting
-// for any.
+// describe makes a finished job readable.
+func describe(ev *laboro.Event) Finished {
+	res := ev.Result
+	f := Finished{ID: res.ID, Command: command(ev.Job), Status: res.Status.String(), Exit: res.ExitCode,
+		Started: res.Started, Ended: res.Ended, Stderr: string(res.Stderr)}
+	if res.Err != nil {
+		f.Error = res.Err.Error()
+	}
+	if res.Output != nil {
+		f.Output = res.Output.Path()
+	}
+	return f
+}
+
+// changed wakes every browser that follows the updates.
 func (c *Console) changed() {
 	c.mu.Lock()
+	c.wake()
+	c.mu.Unlock()
+}
+
+// wake wakes every browser that follows the updates, without waiting for
+// any. c.mu is held.
+func (c *Console) wake() {
 	for ch := range c.subs {
 		select {
 		case ch <- struct{}{}:
 		default: // it has a wake-up pending: the next snapshot has this too
 		}
 	}
-	c.mu.Unlock()
 }
 
 // ServeHTTP serves the console, once the request proved it holds the token.
@@ -331,19 +361,29 @@ func (c *Console) Snapshot() State {
 		}
 	}
 	c.mu.Lock()
-	n := min(len(c.finished), MaxListed)
+	n := min(len(c.ring), MaxListed)
 	st.Finished = make([]Finished, 0, n)
-	for i := len(c.finished) - 1; i >= len(c.finished)-n; i-- {
-		st.Finished = append(st.Finished, c.finished[i])
+	for i := range n {
+		st.Finished = append(st.Finished, describe(c.finished(i)))
 	}
-	for k, v := range c.counts {
-		st.Counts[k] = v
-	}
-	if len(c.ends) > 1 {
-		span := time.Since(c.ends[0])
-		if span > 0 {
-			st.Rate = float64(len(c.ends)) / span.Seconds()
+	for s, v := range c.counts {
+		if v > 0 {
+			st.Counts[laboro.Status(s).String()] = v
 		}
+	}
+	// The rate over the last minute, or since the first job ended when
+	// that is sooner.
+	now, first, jobs := time.Now().Unix(), int64(0), 0
+	for _, b := range c.seconds {
+		if b.n > 0 && b.at > now-rateSeconds {
+			jobs += b.n
+			if first == 0 || b.at < first {
+				first = b.at
+			}
+		}
+	}
+	if jobs > 0 {
+		st.Rate = float64(jobs) / float64(max(now-first+1, 1))
 	}
 	c.mu.Unlock()
 	if st.Rate > 0 {
@@ -362,9 +402,9 @@ func (c *Console) lookup(id string) (running *RunningJob, output string, fin *Fi
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := len(c.finished) - 1; i >= 0; i-- {
-		if c.finished[i].ID == id {
-			f := c.finished[i]
+	for i := range len(c.ring) {
+		if ev := c.finished(i); ev.Result.ID == id {
+			f := describe(ev)
 			return nil, f.Output, &f
 		}
 	}

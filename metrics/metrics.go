@@ -43,6 +43,7 @@ import (
 // the Executor, and register it. Its methods are safe for concurrent use.
 type Collector struct {
 	finished *prometheus.CounterVec
+	byStatus [16]prometheus.Counter // finished's counters, looked up once; guarded by mu
 	wait     prometheus.Histogram
 	run      prometheus.Histogram
 	output   prometheus.Counter
@@ -103,11 +104,20 @@ func (c *Collector) Observe(ev laboro.Event) {
 			c.wait.Observe(ev.Time.Sub(at).Seconds())
 		}
 	case laboro.EventFinished:
+		res := ev.Result
+		var counter prometheus.Counter
 		c.mu.Lock()
 		delete(c.queuedAt, ev.Job.ID) // stopped or terminated while queued
+		if st := int(res.Status); st < len(c.byStatus) {
+			if c.byStatus[st] == nil {
+				c.byStatus[st] = c.finished.WithLabelValues(res.Status.String())
+			}
+			counter = c.byStatus[st]
+		}
 		c.mu.Unlock()
-		res := ev.Result
-		c.finished.WithLabelValues(res.Status.String()).Inc()
+		if counter != nil {
+			counter.Inc()
+		}
 		if !res.Started.IsZero() {
 			c.run.Observe(res.Duration().Seconds())
 		}
