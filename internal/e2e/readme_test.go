@@ -134,7 +134,7 @@ func rewrite(line string, ports map[string]string) string {
 	// ($LABORO_NATS would do for the clients, but it makes serve use that
 	// server instead of its own.)
 	line = laboroClient.ReplaceAllString(line, "bin/laboro $1 -nats nats://127.0.0.1:4222")
-	return regexp.MustCompile(`\b(7856|7227|7720|5429|8080|4222)\b`).ReplaceAllStringFunc(line, func(p string) string {
+	return regexp.MustCompile(`\b(7856|7227|7720|5429|8080|8081|4222)\b`).ReplaceAllStringFunc(line, func(p string) string {
 		return ports[p]
 	})
 }
@@ -174,7 +174,7 @@ func runBlock(t *testing.T, root, bin string, b block, skipped map[string]bool) 
 	given(t, dir, home)
 
 	ports := map[string]string{}
-	for _, p := range []string{"7856", "7227", "7720", "5429", "8080", "4222"} {
+	for _, p := range []string{"7856", "7227", "7720", "5429", "8080", "8081", "4222"} {
 		ports[p] = freePort(t)
 	}
 
@@ -182,9 +182,16 @@ func runBlock(t *testing.T, root, bin string, b block, skipped map[string]bool) 
 	script.WriteString(prelude)
 	ran := map[int]string{}
 	bg := map[int]string{}
+	cont := ""
 	for i, raw := range b.lines {
 		line := strings.TrimSpace(comment.ReplaceAllString(raw, ""))
 		if line == "" {
+			continue
+		}
+		// A command goes on over the next line after a pipe.
+		line, cont = cont+line, ""
+		if strings.HasSuffix(line, "|") {
+			cont = line + " "
 			continue
 		}
 		if _, ok := notRun[line]; ok {
