@@ -39,6 +39,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/laboro-go/laboro"
 )
@@ -540,12 +541,17 @@ func (c *Console) output(w http.ResponseWriter, r *http.Request) {
 	}
 	defer f.Close()
 	buf := make([]byte, outputChunk)
+	held := 0 // bytes of a character cut by the last read, at buf's start
 	for {
-		n, err := f.Read(buf)
+		n, err := f.Read(buf[held:])
 		if n > 0 {
-			if !send("output", string(buf[:n])) {
+			n += held
+			// A character the read cut in two waits for its other bytes.
+			held = incomplete(buf[:n])
+			if !send("output", string(buf[:n-held])) {
 				return
 			}
+			copy(buf, buf[n-held:n])
 			continue
 		}
 		if err != nil && err != io.EOF {
@@ -554,11 +560,12 @@ func (c *Console) output(w http.ResponseWriter, r *http.Request) {
 		}
 		// At the end of what is written: follow while the job runs.
 		if still, _, _ := c.lookup(id); still == nil {
-			if n, _ := f.Read(buf); n > 0 { // written just before it ended
-				if !send("output", string(buf[:n])) {
-					return
-				}
+			if n, _ := f.Read(buf[held:]); n > 0 { // written just before it ended
+				held += n
 				continue
+			}
+			if held > 0 && !send("output", string(buf[:held])) {
+				return
 			}
 			send("end", "")
 			return
@@ -569,4 +576,18 @@ func (c *Console) output(w http.ResponseWriter, r *http.Request) {
 		case <-time.After(minInterval):
 		}
 	}
+}
+
+// incomplete returns how many bytes at the end of b begin a UTF-8
+// character that b does not hold whole.
+func incomplete(b []byte) int {
+	for i := 1; i <= min(utf8.UTFMax-1, len(b)); i++ {
+		if c := b[len(b)-i]; utf8.RuneStart(c) {
+			if c >= utf8.RuneSelf && !utf8.FullRune(b[len(b)-i:]) {
+				return i
+			}
+			return 0
+		}
+	}
+	return 0
 }

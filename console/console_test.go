@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -256,4 +257,24 @@ func TestActions(t *testing.T) {
 		res.Output.Close()
 	}
 	assert.Equal(t, http.StatusConflict, post(t, client, srv.URL+"/jobs/long/cancel", nil, script), "it ended")
+}
+
+// The output reaches the page byte for byte, a character cut by a chunk's
+// end included.
+func TestOutputWhole(t *testing.T) {
+	ex, srv, client := start(t)
+	want := strings.Repeat("a", 16<<10-1) + "é€" + strings.Repeat("b", 40000) + "✓\n"
+	h, err := ex.Submit(context.Background(), laboro.Job{ID: "wide", Args: []string{"printf", "%s", want}})
+	require.NoError(t, err)
+	res, err := h.Wait(context.Background())
+	require.NoError(t, err)
+	defer res.Output.Close()
+	out := openSSE(t, client, srv.URL+"/jobs/wide/output")
+	got := ""
+	var text string
+	for out.next(t, &text) == "output" {
+		assert.True(t, utf8.ValidString(text), "a chunk of whole characters")
+		got += text
+	}
+	assert.Equal(t, want, got)
 }
