@@ -52,8 +52,16 @@ type Service struct {
 	// left at 0 keep the consumer's settings.
 	Config Config
 	// Concurrency is how many jobs are out at once; 0 means
-	// DefaultServiceConcurrency.
+	// DefaultServiceConcurrency. It is the level of the Service's
+	// Executor, one cap across every worker of the fleet, which
+	// Executor.SetConcurrency changes while jobs run (up to Concurrency).
 	Concurrency int
+	// Observe, if set, follows the Service's Executor as laboro.WithObserver
+	// does: the jobs it hands out to the fleet, from queued to finished.
+	Observe func(laboro.Event)
+	// Started, if set, is given the Service's Executor once it serves,
+	// for a console or a metrics collector to attach.
+	Started func(*laboro.Executor)
 }
 
 // Run serves until ctx ends, then stops at once: jobs out stay in the
@@ -102,6 +110,9 @@ func (s *Service) run(ctx context.Context) error {
 			if ev.Kind == laboro.EventStarted {
 				sv.t.dispatched(ev.Job.ID)
 			}
+			if s.Observe != nil {
+				s.Observe(ev)
+			}
 		}))
 	if err != nil {
 		m.Close()
@@ -148,6 +159,9 @@ func (s *Service) run(ctx context.Context) error {
 	stopReading := context.AfterFunc(ctx, it.Stop)
 	defer stopReading()
 	log.Info("serving", zap.String("stream", cfg.Stream), zap.Int("concurrency", n))
+	if s.Started != nil {
+		s.Started(sv.ex)
+	}
 
 	// The jobs ended (cancelled) before this Run, read at once: a job
 	// submitted before is looked up on its results only, unless it is

@@ -630,34 +630,87 @@ func TestRunConsole(t *testing.T) {
 	token := e2e.Token(t, "laboro")
 	assert.NotContains(t, p.Log(), token)
 
-	call := func(method, path string, form url.Values) (int, string) {
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("X-Requested-With", "console")
-		res, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
-	state := func() (st struct {
-		Running []struct{ ID string } `json:"running"`
-		Queued  []struct{ ID string } `json:"queued"`
-	}) {
-		code, body := call("GET", "/api/state", nil)
-		require.Equal(t, http.StatusOK, code, body)
-		require.NoError(t, json.Unmarshal([]byte(body), &st))
-		return st
-	}
-	require.Eventually(t, func() bool { st := state(); return len(st.Running) == 1 && len(st.Queued) == 1 },
-		20*time.Second, 10*time.Millisecond, "one job runs, the other waits")
-	code, body := call("POST", "/concurrency", url.Values{"n": {"2"}})
-	require.Equal(t, http.StatusNoContent, code, body)
-	require.Eventually(t, func() bool { return len(state().Running) == 2 }, 20*time.Second, 10*time.Millisecond,
-		"both run once the level is 2")
+	cc := consoleClient{t, base, token}
+	cc.await(1, 1, "one job runs, the other waits")
+	cc.setConcurrency(2)
+	cc.await(2, 0, "both run once the level is 2")
 	for _, name := range []string{"a", "b"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(name+"\n"), 0o600))
 	}
 	assert.Equal(t, 0, p.Wait(t, 30*time.Second), p.Log())
+}
+
+// consoleClient drives a console as its page does, with the token.
+type consoleClient struct {
+	t           *testing.T
+	base, token string
+}
+
+func (cc consoleClient) call(method, path string, form url.Values) (int, string) {
+	req, _ := http.NewRequest(method, cc.base+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Authorization", "Bearer "+cc.token)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Requested-With", "console")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(cc.t, err)
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// await waits until the console shows running jobs running and queued
+// queued.
+func (cc consoleClient) await(running, queued int, what string) {
+	cc.t.Helper()
+	var body string
+	require.Eventually(cc.t, func() bool {
+		var code int
+		code, body = cc.call("GET", "/api/state", nil)
+		body = strconv.Itoa(code) + " " + body
+		var st struct {
+			Running []struct{ ID string } `json:"running"`
+			Queued  []struct{ ID string } `json:"queued"`
+		}
+		return code == http.StatusOK && json.Unmarshal([]byte(strings.TrimPrefix(body, "200 ")), &st) == nil &&
+			len(st.Running) == running && len(st.Queued) == queued
+	}, 30*time.Second, 10*time.Millisecond, "%s: %s", what, body)
+}
+
+func (cc consoleClient) setConcurrency(n int) {
+	cc.t.Helper()
+	code, body := cc.call("POST", "/concurrency", url.Values{"n": {strconv.Itoa(n)}})
+	require.Equal(cc.t, http.StatusNoContent, code, body)
+}
+
+// serve -http shows the fleet's jobs, and its concurrency level caps the
+// jobs out across every worker, changed while they run.
+func TestServeConsole(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "2", "-http", "127.0.0.1:0")
+	base := s.serve.Await(t, regexp.MustCompile(`console.*"url": "(http://[^/]+)/\?token=…"`), 20*time.Second)
+	token := e2e.Token(t, "laboro")
+	assert.NotContains(t, s.serve.Log(), token)
+	cc := consoleClient{t, base, token}
+	cc.setConcurrency(1) // one job out at a time, over the whole fleet
+
+	dir := t.TempDir()
+	var args []string
+	for _, name := range []string{"a", "b"} {
+		fifo := filepath.Join(dir, name)
+		require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+		args = append(args, "cat "+fifo)
+	}
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte(strings.Join(args, "\n")+"\n"), 0o600))
+	out, stderr, code := s.run("submit", "-f", jobs)
+	require.Equal(t, 0, code, stderr)
+	cc.await(1, 1, "one job out, the other waits at the service")
+	cc.setConcurrency(2)
+	cc.await(2, 0, "both out once the level is 2")
+	for _, name := range []string{"a", "b"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(name+"\n"), 0o600))
+	}
+	cc.await(0, 0, "both done")
+	_, _, code = s.run("status", "-watch", strings.Fields(out)[0])
+	assert.Equal(t, 0, code)
 }

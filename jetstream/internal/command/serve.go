@@ -9,7 +9,9 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/secret"
+	"github.com/laboro-go/laboro/internal/web"
 	"github.com/laboro-go/laboro/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -28,8 +30,15 @@ func serve(args []string) int {
 	concurrency := c.fs.Int("c", jetstream.DefaultServiceConcurrency, "jobs out at once (published, waiting for a result)")
 	dir := c.fs.String("dir", "", "directory for the <pid>.output files of the jobs run here")
 	replicas := c.fs.Int("replicas", 0, "stream replicas on a NATS cluster, 3 for production (0: keep the streams' count, 1 for new ones)")
+	httpAddr := c.fs.String("http", "", "serve a live web console of the fleet's jobs and /metrics on this HOST:PORT, behind laboro.token (loopback unless -http-public)")
+	httpPublic := c.fs.Bool("http-public", false, "let -http listen beyond this machine")
 	if code, ok := c.parse(args); !ok {
 		return code
+	}
+	if *httpAddr != "" {
+		if err := web.CheckAddr(*httpAddr, *httpPublic); err != nil {
+			return c.usageError("%v", err)
+		}
 	}
 	switch {
 	case c.fs.NArg() > 0:
@@ -72,10 +81,40 @@ func serve(args []string) int {
 	cfg.Dir = *dir
 
 	errs := make(chan error, 2)
-	go func() {
-		errs <- (&jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency}).Run(serviceCtx)
-	}()
+	service := &jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency}
 	running := 1
+	if *httpAddr != "" {
+		// The fleet's console: the jobs the service hands out, and the
+		// level that caps them across every worker. It takes the token
+		// the service's clients present.
+		if c.token == "" {
+			c.log.Error("the console needs laboro's token (laboro.token, or $LABORO_TOKEN)", zap.Error(c.tokenErr))
+			return exitFailed
+		}
+		ln, err := web.Listen(*httpAddr)
+		if err != nil {
+			c.log.Error("console", zap.Error(err))
+			return exitFailed
+		}
+		defer ln.Close()
+		console := web.New(c.token)
+		started := make(chan *laboro.Executor, 1)
+		service.Observe = console.Observe
+		service.Started = func(ex *laboro.Executor) { started <- ex }
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			select {
+			case ex := <-started:
+				if err := console.Serve(serviceCtx, ln, ex, "laboro.token or $LABORO_TOKEN", c.log); err != nil {
+					c.log.Error("console", zap.Error(err))
+				}
+			case <-serviceCtx.Done():
+			}
+		}()
+		defer func() { stopService(); <-served }()
+	}
+	go func() { errs <- service.Run(serviceCtx) }()
 	if *workers > 0 {
 		running++
 		local.Conn, local.Config, local.Concurrency, local.OutputDir = nc, cfg, *workers, *dir
