@@ -70,6 +70,7 @@ func BenchmarkOverhead(b *testing.B) {
 		run  func(b *testing.B, c int)
 	}{
 		{"laboro", benchOverheadLaboro},
+		{"laboro+observer", benchOverheadObserver},
 		{"laboro+console", benchOverheadConsole},
 		{"floor", benchOverheadFloor},
 		{"semaphore", benchOverheadSemaphore},
@@ -96,6 +97,21 @@ func benchOverheadLaboro(b *testing.B, c int) {
 	}
 	defer ex.Close()
 
+	submitAndCollect(b, ctx, ex, laboro.Job{Func: benchNop})
+}
+
+// benchOverheadObserver: as benchOverheadLaboro, with an observer that
+// does nothing: what WithObserver's events cost before anyone reads them.
+func benchOverheadObserver(b *testing.B, c int) {
+	b.ReportAllocs()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ex, err := laboro.New(laboro.WithPoolSize(c), laboro.WithConcurrency(c), laboro.WithBufferSize(1024),
+		laboro.WithObserver(func(laboro.Event) {}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close()
 	submitAndCollect(b, ctx, ex, laboro.Job{Func: benchNop})
 }
 
