@@ -87,31 +87,27 @@ func BenchmarkOverhead(b *testing.B) {
 // benchOverheadLaboro: this goroutine submits; one collector goroutine
 // receives the Handles in order through a buffered channel and waits for
 // each result with Handle.Wait, as a program that wants every result would.
-func benchOverheadLaboro(b *testing.B, c int) {
-	b.ReportAllocs()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	ex, err := laboro.New(laboro.WithPoolSize(c), laboro.WithConcurrency(c), laboro.WithBufferSize(1024))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ex.Close()
-
-	submitAndCollect(b, ctx, ex, laboro.Job{Func: benchNop})
-}
+func benchOverheadLaboro(b *testing.B, c int) { benchOverheadWith(b, c) }
 
 // benchOverheadObserver: as benchOverheadLaboro, with an observer that
 // does nothing: what WithObserver's events cost before anyone reads them.
 func benchOverheadObserver(b *testing.B, c int) {
+	benchOverheadWith(b, c, laboro.WithObserver(func(laboro.Event) {}))
+}
+
+// benchOverheadWith runs benchOverheadLaboro's work on an Executor with
+// opts besides its pool, concurrency and buffer.
+func benchOverheadWith(b *testing.B, c int, opts ...laboro.Option) {
 	b.ReportAllocs()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ex, err := laboro.New(laboro.WithPoolSize(c), laboro.WithConcurrency(c), laboro.WithBufferSize(1024),
-		laboro.WithObserver(func(laboro.Event) {}))
+	ex, err := laboro.New(append([]laboro.Option{laboro.WithPoolSize(c), laboro.WithConcurrency(c),
+		laboro.WithBufferSize(1024)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ex.Close()
+
 	submitAndCollect(b, ctx, ex, laboro.Job{Func: benchNop})
 }
 
