@@ -35,7 +35,8 @@ func (k EventKind) String() string {
 // with WithObserver.
 type Event struct {
 	Kind EventKind
-	// Time is when the change happened.
+	// Time is when the change happened: for EventFinished, the run's end
+	// as the Runner gave it (Result.Ended) when it did.
 	Time time.Time
 	// Job is the job concerned, with its id; zero for EventConcurrency.
 	Job Job

@@ -442,7 +442,9 @@ func (e *Executor) retire(h *Handle, res *Result) {
 	e.unindex(h)
 	h.state = stateDone
 	if e.events != nil {
-		e.emit(Event{Kind: EventFinished, Job: h.job, Result: *res})
+		// The run's end is the event's time when the runner said it: one
+		// clock read fewer per job.
+		e.emit(Event{Kind: EventFinished, Job: h.job, Result: *res, Time: res.Ended})
 	}
 }
 
@@ -450,7 +452,10 @@ func (e *Executor) retire(h *Handle, res *Result) {
 type Running struct {
 	// Job is the job, with its id.
 	Job Job
-	// Started is when a worker took it from the buffer.
+	// Started is when a worker took it from the buffer, when the
+	// Executor has an observer (WithObserver); without one, when its
+	// Runner reported its process (zero until then, and for a job that is
+	// no process): the Executor reads the clock per job only for those.
 	Started time.Time
 	// PID and Output are its process and the file its standard output is
 	// being written to, once its Runner reported them (ReportProcess;
@@ -474,6 +479,9 @@ func (e *Executor) Running() []Running {
 		r := Running{Job: h.job, Started: h.started}
 		h.mu.Lock()
 		r.PID, r.Output = h.pid, h.output
+		if r.Started.IsZero() {
+			r.Started = h.spawned
+		}
 		h.mu.Unlock()
 		out = append(out, r)
 	}
@@ -583,6 +591,8 @@ func (e *Executor) emit(ev Event) {
 	if e.events == nil {
 		return
 	}
-	ev.Time = time.Now()
+	if ev.Time.IsZero() {
+		ev.Time = time.Now()
+	}
 	e.events.push(ev)
 }

@@ -26,9 +26,10 @@ type Handle struct {
 	stop  context.CancelCauseFunc
 	cause error
 
-	started time.Time // when a worker took the job; guarded by the Executor's lock
-	pid     int       // its process and output file, from ReportProcess;
-	output  string    // guarded by mu
+	started time.Time // when a worker took the job, with an observer; guarded by the Executor's lock
+	pid     int       // its process, output file and the time it was
+	output  string    // reported (ReportProcess); guarded by mu
+	spawned time.Time
 }
 
 type jobState uint8

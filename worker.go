@@ -72,12 +72,14 @@ func (e *Executor) start(i int) *Handle {
 	}
 	h := e.queue.Pop()
 	h.state = stateRunning
-	h.started = time.Now()
 	e.current[i] = h
 	e.running++
 	e.admit()
 	if e.events != nil {
-		e.emit(Event{Kind: EventStarted, Job: h.job})
+		// One clock read for the event and Running: without an observer
+		// the job costs none here (the clock is slow on some machines).
+		h.started = time.Now()
+		e.emit(Event{Kind: EventStarted, Job: h.job, Time: h.started})
 	}
 	if e.running < e.parallelism() && e.queue.Len() > 0 {
 		e.work.Signal() // room for more: pass the wake-up on
@@ -119,8 +121,9 @@ func ReportProcess(ctx context.Context, pid int, output string) {
 		return
 	}
 	if h := c.cur.Load(); h != nil {
+		now := time.Now()
 		h.mu.Lock()
-		h.pid, h.output = pid, output
+		h.pid, h.output, h.spawned = pid, output, now
 		h.mu.Unlock()
 	}
 }
