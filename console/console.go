@@ -532,7 +532,7 @@ func (c *Console) output(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-time.After(minInterval):
 		}
-		running, path, fin = c.lookup(id)
+		running, path, _ = c.lookup(id)
 	}
 	f, err := os.Open(path)
 	if err != nil {
