@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"path/filepath"
 	"unsafe"
 
 	"go.uber.org/zap"
@@ -35,13 +34,6 @@ func watchController(ctx context.Context, dir string, kick chan<- struct{}, log 
 	}
 	stop := context.AfterFunc(ctx, func() { f.Close() })
 	defer stop()
-	// A controller that came before the watch: no event will say so.
-	if _, err := os.Lstat(filepath.Join(dir, mainSocket)); err == nil {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
 		n, err := f.Read(buf)
