@@ -271,7 +271,7 @@ const maxSocketPath = 103
 // replaced. Closing the listener removes main.sock.
 func (c *Controller) Listen() (net.Listener, error) {
 	dir := c.dir()
-	path := filepath.Join(dir, mainSocket)
+	path := filepath.Join(dir, "main.sock")
 	// It listens on a temporary name, then renames it main.sock.
 	tmp := filepath.Join(dir, ".main-"+strconv.Itoa(os.Getpid())+".sock")
 	if len(tmp) > maxSocketPath {

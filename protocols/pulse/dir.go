@@ -7,9 +7,6 @@ import (
 	"syscall"
 )
 
-// mainSocket is the controller's socket in the directory.
-const mainSocket = "main.sock"
-
 // ErrUnsafeDir is returned when the socket directory could be entered or
 // changed by other users: anyone who can reach the sockets can pose as a
 // worker (and be handed tasks, and report results) or as the controller.

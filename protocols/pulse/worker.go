@@ -84,10 +84,6 @@ var (
 // time, a wait that grows between failed attempts, a pulse at once after
 // (re)connecting, and messages held back while disconnected sent then.
 //
-// On Linux the worker also watches Dir (making it, 0700, if it is not
-// there yet) for main.sock: a controller that starts, or starts again,
-// is tried at once instead of after the wait or at the next pulse.
-//
 // RESTART is answered OK; then the worker ends its work, as the spec
 // demands: it stops listening on its socket (the file is removed), kills
 // the task it runs (its whole process group, through the Executor's
@@ -163,7 +159,6 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
-	r.wg.Go(func() { watchController(ctx, r.dir, r.kick, r.log) })
 	err = r.serve(ctx)
 	cancel()     // the socket is closed, and every connection on it
 	r.ex.Close() // kills the running task
@@ -363,8 +358,6 @@ func (r *workerRun) sleep(ctx context.Context, d time.Duration) error {
 	select {
 	case <-t.C:
 		return nil
-	case <-r.kick: // a controller appeared: try it now (the first pulse reports a task's end anyway)
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -491,7 +484,7 @@ func (r *workerRun) exchange(ctx context.Context, p *pulsepb.WorkerPulse) (*puls
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", filepath.Join(r.dir, mainSocket))
+	conn, err := d.DialContext(ctx, "unix", filepath.Join(r.dir, "main.sock"))
 	if err != nil {
 		return nil, err
 	}

@@ -17,10 +17,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/protocols/pulse/pulsepb"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
-	"go.uber.org/zap/zaptest/observer"
 )
 
 // waitLong bounds every wait of these tests.
@@ -74,14 +71,8 @@ func newScriptedController(t *testing.T, dir string, codec Codec, opts ...func(*
 }
 
 func (c *scriptedController) start() {
-	// As a Controller does: main.sock appears once it accepts.
-	tmp := filepath.Join(c.dir, ".main-scripted.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	ln, err := net.Listen("unix", filepath.Join(c.dir, "main.sock"))
 	if err != nil {
-		c.t.Fatal(err)
-	}
-	ln.SetUnlinkOnClose(false)
-	if err := os.Rename(tmp, filepath.Join(c.dir, "main.sock")); err != nil {
 		c.t.Fatal(err)
 	}
 	c.ln = ln
@@ -107,7 +98,6 @@ func (c *scriptedController) start() {
 func (c *scriptedController) stop() {
 	if c.ln != nil {
 		c.ln.Close()
-		os.Remove(filepath.Join(c.dir, "main.sock"))
 		c.ln = nil
 	}
 	c.wg.Wait()
@@ -697,34 +687,5 @@ func TestWorkerNeedsCommand(t *testing.T) {
 	w := &Worker{Dir: sockDir(t)}
 	if err := w.Run(context.Background()); err == nil {
 		t.Fatal("Run without Command: no error")
-	}
-}
-
-// A worker finds a controller the moment it starts, and one that starts
-// again, though its retry wait and its pulse interval are an hour: it
-// watches the directory for main.sock.
-func TestWorkerFindsControllerAtOnce(t *testing.T) {
-	dir := filepath.Join(sockDir(t), "ctl") // not there yet: the worker makes it
-	core, logs := observer.New(zap.InfoLevel)
-	w := &Worker{Dir: dir, Command: []string{"cat"}, NextPulse: time.Hour, Retry: time.Hour,
-		Logger: zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))}
-	runWorker(t, w)
-	deadline := time.After(waitLong)
-	for logs.FilterMessage("could not register").Len() == 0 {
-		select {
-		case <-deadline:
-			t.Fatal("the worker never tried to register")
-		case <-time.After(time.Millisecond):
-		}
-	}
-	ctl := newScriptedController(t, dir, Codec{})
-	ctl.expect(pulsepb.PulseType_PULSE_REGISTER, nil)
-	ctl.expect(pulsepb.PulseType_PULSE_OK, nil) // the pulse at once after registering
-
-	ctl.stop() // the controller ends, and another one starts
-	again := newScriptedController(t, dir, Codec{})
-	p := again.expect(pulsepb.PulseType_PULSE_OK, nil)
-	if p.GetWorkerId() != 7 {
-		t.Errorf("pulse from worker %d, want 7", p.GetWorkerId())
 	}
 }
