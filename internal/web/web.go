@@ -19,6 +19,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/console"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/metrics"
 )
 
@@ -52,10 +53,10 @@ func (w *Web) Observe(ev laboro.Event) {
 // console can run commands' lifecycles (cancel, concurrency), so it stays
 // on the machine unless the operator says otherwise.
 func CheckAddr(addr string, beyond bool) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("-http %q: must be HOST:PORT (like 127.0.0.1:8081)", addr)
+	if err := cli.CheckAddr("http", addr); err != nil {
+		return err
 	}
+	host, _, _ := net.SplitHostPort(addr)
 	if host == "localhost" || beyond {
 		return nil
 	}
