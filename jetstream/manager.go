@@ -60,8 +60,11 @@ type Manager struct {
 	endStop context.CancelFunc
 
 	// One ordered consumer reads every new result and record of an end,
-	// and hands it to the Run waiting for it.
+	// and hands it to the Run waiting for it. feed is nil while the
+	// RESULTS stream is being made again (see deleted); newFeed wakes
+	// dispatch when it is set.
 	feed     natsjs.MessagesContext
+	newFeed  chan struct{}
 	feedDone chan struct{} // closed when dispatch has returned
 	mu       sync.Mutex
 	waiting  map[string]*waiter // by job id
@@ -125,24 +128,15 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 		m.unsubscribe()
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
 	}
-	// Start after the messages stored now, by sequence rather than with
-	// DeliverNewPolicy: an ordered consumer reset before its first message
-	// would start at "new" again and skip what came in between.
-	cons, err := js.OrderedConsumer(ctx, cfg.resultsStream(), natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{cfg.resultsSubject("*"), cfg.cancelSubject("*")},
-		DeliverPolicy:  natsjs.DeliverByStartSequencePolicy,
-		OptStartSeq:    results.CachedInfo().State.LastSeq + 1,
-	})
-	if err == nil {
-		m.feed, err = cons.Messages(natsjs.PullHeartbeat(feedHeartbeat))
-	}
-	if err != nil {
+	// Read what comes after the messages stored now.
+	if m.feed, err = m.readResults(ctx, results.CachedInfo().State.LastSeq+1); err != nil {
 		m.unsubscribe()
 		return nil, fmt.Errorf("jetstream: results: %w", err)
 	}
 	m.waiting = map[string]*waiter{}
 	m.lost = make(chan struct{})
 	m.feedDone = make(chan struct{})
+	m.newFeed = make(chan struct{}, 1)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.endCtx, m.endStop = context.WithCancel(context.Background())
 	go m.advisories()
@@ -165,8 +159,10 @@ func (m *Manager) Close() error {
 		m.mu.Lock()
 		feed := m.feed
 		m.mu.Unlock()
-		feed.Stop()
-		<-m.feedDone
+		if feed != nil {
+			feed.Stop()
+		}
+		<-m.feedDone // dispatch without a feed ends with m.ctx
 		recorded := make(chan struct{})
 		go func() { m.ending.Wait(); close(recorded) }()
 		grace := time.NewTimer(closeGrace)
@@ -335,6 +331,14 @@ func (m *Manager) dispatch() {
 		m.mu.Lock()
 		feed := m.feed
 		m.mu.Unlock()
+		if feed == nil { // the RESULTS stream is being made again
+			select {
+			case <-m.newFeed:
+				continue
+			case <-m.ctx.Done():
+				return
+			}
+		}
 		msg, err := feed.Next()
 		if err != nil {
 			m.mu.Lock()
@@ -582,6 +586,22 @@ func (m *Manager) deleted(msg *nats.Msg) {
 	m.mu.Unlock()
 	m.log.Error("stream deleted by hand: making it again, and publishing again the jobs in flight",
 		zap.String("stream", adv.Stream), zap.Int("jobs", inFlight))
+	results := adv.Stream == m.cfg.resultsStream()
+	if results {
+		// The feed reads a stream that is gone, and its consumer tries to
+		// make itself again there, from where it was, which would skip the
+		// new stream's first results: stop it now. Stop waits for the
+		// consumer's attempt in progress (its first retry comes after a
+		// second, as the remaking below) and dispatch waits for the new
+		// feed.
+		m.mu.Lock()
+		old := m.feed
+		m.feed = nil
+		m.mu.Unlock()
+		if old != nil {
+			old.Stop()
+		}
+	}
 	if afterDeletion(m.ctx) != nil {
 		return
 	}
@@ -600,24 +620,23 @@ func (m *Manager) deleted(msg *nats.Msg) {
 			return
 		}
 	}
-	if adv.Stream == m.cfg.resultsStream() {
-		// The feed read a stream that is gone: read the new one from its
-		// start.
-		cons, err := m.js.OrderedConsumer(m.ctx, m.cfg.resultsStream(), natsjs.OrderedConsumerConfig{
-			FilterSubjects: []string{m.cfg.resultsSubject("*"), m.cfg.cancelSubject("*")},
-		})
-		var feed natsjs.MessagesContext
-		if err == nil {
-			feed, err = cons.Messages(natsjs.PullHeartbeat(feedHeartbeat))
-		}
-		if err != nil {
-			m.log.Error("reading the new RESULTS stream", zap.Error(err))
-		} else {
-			m.mu.Lock()
-			old := m.feed
-			m.feed = feed
-			m.mu.Unlock()
-			old.Stop()
+	m.log.Info("streams made again", zap.String("stream", adv.Stream))
+	if results {
+		// Read the new RESULTS stream from its start.
+		pause.Reset()
+		for {
+			feed, err := m.readResults(m.ctx, 0)
+			if err == nil {
+				m.mu.Lock()
+				m.feed = feed
+				m.mu.Unlock()
+				m.newFeed <- struct{}{} // dispatch waits for it: room for one
+				break
+			}
+			m.log.Warn("reading the new RESULTS stream", zap.Error(err))
+			if pause.Wait(m.ctx) != nil {
+				return
+			}
 		}
 	}
 	m.mu.Lock()
@@ -627,6 +646,27 @@ func (m *Manager) deleted(msg *nats.Msg) {
 	m.mu.Unlock()
 	m.problem(fmt.Sprintf("%s: stream %s deleted by hand, made again; %d jobs in flight were published again (a job may run twice)",
 		adv.Time.UTC().Format(time.RFC3339), adv.Stream, n))
+}
+
+// readResults reads the results and records of ends in the RESULTS
+// stream from sequence from on, or from its start when from is 0. It
+// starts by sequence rather than with DeliverNewPolicy: an ordered consumer
+// reset before its first message would start at "new" again and skip what
+// came in between.
+func (m *Manager) readResults(ctx context.Context, from uint64) (natsjs.MessagesContext, error) {
+	cfg := natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{m.cfg.resultsSubject("*"), m.cfg.cancelSubject("*")},
+	}
+	if from > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, from
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cons, err := m.js.OrderedConsumer(ctx, m.cfg.resultsStream(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return cons.Messages(natsjs.PullHeartbeat(feedHeartbeat))
 }
 
 // problem records a problem for Problems, last first.
