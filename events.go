@@ -40,6 +40,9 @@ type Event struct {
 	Time time.Time
 	// Job is the job concerned, with its id; zero for EventConcurrency.
 	Job Job
+	// Waited is set for EventStarted: how long the job waited in the
+	// buffer, from its EventQueued.
+	Waited time.Duration
 	// Result is set for EventFinished.
 	Result Result
 	// Concurrency and Parallelism are the concurrency level and
@@ -48,36 +51,77 @@ type Event struct {
 }
 
 // eventQueue hands events to the observer in order, from one goroutine.
-// Producers push while holding the Executor's lock; the observer runs
-// without it.
+// Producers push while holding the Executor's lock, which guards the queue
+// too: a push appends a small record (the Event itself is built by the
+// observer's goroutine, from the job's Handle), and wakes that goroutine
+// only when it sleeps. Once woken, it lets events gather for eventBatch
+// before it takes them, so that a busy Executor wakes it a thousand times a
+// second at most rather than once per event; it runs the observer without
+// the lock.
 type eventQueue struct {
 	fn     func(Event)
-	mu     sync.Mutex
-	cond   sync.Cond
-	items  []Event
-	closed bool
+	mu     *sync.Mutex // the Executor's
+	items  []eventRecord
+	asleep bool          // run waits on wake
+	closed bool          // no more events: run returns once items is empty
+	wake   chan struct{} // room for one
 	exited chan struct{} // closed when run returns
 }
 
-func newEventQueue(fn func(Event)) *eventQueue {
-	q := &eventQueue{fn: fn, exited: make(chan struct{})}
-	q.cond.L = &q.mu
-	return q
+// eventRecord is an Event as queued. The job and, for EventFinished, its
+// Result are read from h when the Event is built: neither changes once the
+// job is in the buffer, and its Result is kept in h before the event is
+// pushed (retire).
+type eventRecord struct {
+	kind   EventKind
+	h      *Handle // nil for EventConcurrency
+	time   time.Time
+	waited time.Duration
+	n, p   int // concurrency and parallelism, for EventConcurrency
 }
 
-func (q *eventQueue) push(ev Event) {
-	q.mu.Lock()
-	q.items = append(q.items, ev)
-	q.mu.Unlock()
-	q.cond.Signal()
+// event builds the Event that r stands for.
+func (r *eventRecord) event() Event {
+	ev := Event{Kind: r.kind, Time: r.time, Waited: r.waited, Concurrency: r.n, Parallelism: r.p}
+	if r.h != nil {
+		ev.Job = r.h.job
+		if r.kind == EventFinished {
+			ev.Result = r.h.res
+		}
+	}
+	return ev
 }
 
-// close lets run return once the queued events are delivered.
+// eventBatch is how long the observer's goroutine lets events gather after
+// it is woken: the most an event waits before the observer sees it, besides
+// the observer's own time on earlier events.
+const eventBatch = time.Millisecond
+
+func newEventQueue(fn func(Event), mu *sync.Mutex) *eventQueue {
+	return &eventQueue{fn: fn, mu: mu, wake: make(chan struct{}, 1), exited: make(chan struct{})}
+}
+
+// push queues r. q.mu is held.
+func (q *eventQueue) push(r eventRecord) {
+	q.items = append(q.items, r)
+	q.awaken()
+}
+
+// awaken wakes run if it sleeps. q.mu is held.
+func (q *eventQueue) awaken() {
+	if q.asleep {
+		q.asleep = false
+		q.wake <- struct{}{}
+	}
+}
+
+// close lets run return once the queued events are delivered. q.mu is not
+// held.
 func (q *eventQueue) close() {
 	q.mu.Lock()
 	q.closed = true
+	q.awaken()
 	q.mu.Unlock()
-	q.cond.Signal()
 }
 
 // wait returns once run has returned.
@@ -86,22 +130,26 @@ func (q *eventQueue) wait() { <-q.exited }
 // run delivers events until close; it is the queue's only consumer.
 func (q *eventQueue) run() {
 	defer close(q.exited)
-	var batch []Event
+	var batch []eventRecord
 	for {
 		q.mu.Lock()
-		for len(q.items) == 0 && !q.closed {
-			q.cond.Wait()
-		}
 		if len(q.items) == 0 {
+			if q.closed {
+				q.mu.Unlock()
+				return
+			}
+			q.asleep = true
 			q.mu.Unlock()
-			return
+			<-q.wake
+			time.Sleep(eventBatch)
+			continue
 		}
 		// Swap buffers, so producers append to the other one meanwhile.
 		batch, q.items = q.items, batch[:0]
 		q.mu.Unlock()
 		for i := range batch {
-			q.fn(batch[i])
-			batch[i] = Event{}
+			q.fn(batch[i].event())
+			batch[i].h = nil
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 // Queued is empty; Handles stay valid.
 type Executor struct {
 	runner    Runner
+	ownRunner bool // runner is the default one (no WithRunner)
 	validator Validator
 	log       *zap.Logger
 	events    *eventQueue // nil without an observer
@@ -97,11 +98,12 @@ func New(opts ...Option) (*Executor, error) {
 			proc.Dir, proc.held = dir, e.runDir
 		}
 		e.runner = mixedRunner{proc: proc, fn: FuncRunner{Logger: e.log}}
+		e.ownRunner = true
 	}
 	e.validator, _ = e.runner.(Validator)
 	e.work.L = &e.mu
 	if cfg.observer != nil {
-		e.events = newEventQueue(cfg.observer)
+		e.events = newEventQueue(cfg.observer, &e.mu)
 		go e.events.run()
 	}
 	e.workers = e.poolSize
@@ -128,6 +130,10 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 		}
 	}
 	h := &Handle{job: job}
+	if e.events != nil {
+		// The clock is read before the lock, which is held short.
+		h.queued = time.Now()
+	}
 	e.mu.Lock()
 	if e.state != stateOpen {
 		e.mu.Unlock()
@@ -200,7 +206,7 @@ func (e *Executor) enqueue(h *Handle) {
 	h.state = stateQueued
 	e.queue.Push(h)
 	if e.events != nil {
-		e.emit(Event{Kind: EventQueued, Job: h.job})
+		e.events.push(eventRecord{kind: EventQueued, h: h, time: h.queued})
 	}
 	if e.running < e.parallelism() {
 		e.work.Signal()
@@ -295,6 +301,9 @@ func (s *idSource) fill() {
 func (e *Executor) admit() {
 	for e.waiters.len() > 0 && e.queue.Len() < e.capacity {
 		w := e.waiters.pop()
+		if e.events != nil {
+			w.h.queued = time.Now() // it enters the buffer now
+		}
 		e.enqueue(w.h)
 		w.outcome = waitQueued
 		w.ready <- struct{}{}
@@ -317,7 +326,9 @@ func (e *Executor) SetConcurrency(n int) error {
 		return ErrClosed
 	}
 	e.concurrency = n
-	e.emit(Event{Kind: EventConcurrency, Concurrency: n, Parallelism: e.parallelism()})
+	if e.events != nil {
+		e.events.push(eventRecord{kind: EventConcurrency, time: time.Now(), n: n, p: e.parallelism()})
+	}
 	e.work.Broadcast()
 	return nil
 }
@@ -389,7 +400,7 @@ func (e *Executor) Stop(id string) error {
 	e.retire(h, &res)
 	e.admit()
 	e.mu.Unlock()
-	h.complete(res)
+	h.complete()
 	return nil
 }
 
@@ -432,19 +443,25 @@ func (e *Executor) Cancel(id string) error {
 	e.retire(h, &res)
 	e.admit()
 	e.mu.Unlock()
-	h.complete(res)
+	h.complete()
 	return nil
 }
 
-// retire takes a job that will not run (again) off the books and reports
-// its result to the observer. e.mu is held.
+// retire takes a job that will not run (again) off the books, keeps res
+// as its result and reports it to the observer; h.complete, after the lock,
+// hands the result to whoever waits. e.mu is held.
 func (e *Executor) retire(h *Handle, res *Result) {
 	e.unindex(h)
 	h.state = stateDone
+	h.res = *res // read by others only once h.finished is set (complete)
 	if e.events != nil {
 		// The run's end is the event's time when the runner said it: one
 		// clock read fewer per job.
-		e.emit(Event{Kind: EventFinished, Job: h.job, Result: *res, Time: res.Ended})
+		t := res.Ended
+		if t.IsZero() {
+			t = time.Now()
+		}
+		e.events.push(eventRecord{kind: EventFinished, h: h, time: t})
 	}
 }
 
@@ -553,7 +570,6 @@ func (e *Executor) begin(s execState) {
 	first := e.state == stateOpen
 	e.state = s
 	var terminated []*Handle
-	var results []Result
 	if first {
 		for _, w := range e.waiters.items {
 			e.unindex(w.h)
@@ -565,7 +581,6 @@ func (e *Executor) begin(s execState) {
 			res := Result{ID: h.job.ID, Status: StatusTerminated, ExitCode: -1, Err: ErrTerminated}
 			e.retire(h, &res)
 			terminated = append(terminated, h)
-			results = append(results, res)
 		}
 		e.log.Debug("executor draining", zap.Int("terminated", len(terminated)), zap.Int("running", e.running))
 	}
@@ -578,21 +593,7 @@ func (e *Executor) begin(s execState) {
 	}
 	e.work.Broadcast()
 	e.mu.Unlock()
-	for i, h := range terminated {
-		h.complete(results[i])
+	for _, h := range terminated {
+		h.complete()
 	}
-}
-
-// emit hands ev to the observer, if any. e.mu is held, which keeps events in
-// the order of the state changes they report. Where jobs pass, callers test
-// e.events first: building an Event copies a Job and a Result, and emit is
-// not inlined.
-func (e *Executor) emit(ev Event) {
-	if e.events == nil {
-		return
-	}
-	if ev.Time.IsZero() {
-		ev.Time = time.Now()
-	}
-	e.events.push(ev)
 }

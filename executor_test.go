@@ -465,6 +465,45 @@ func TestEventsInOrder(t *testing.T) {
 	}, events)
 }
 
+// A job's EventStarted tells how long it waited in the buffer: from its
+// EventQueued, which for a submitter that waited for room is when it got in.
+func TestEventsTellTheWait(t *testing.T) {
+	var mu sync.Mutex
+	queued, started := map[string]time.Time{}, map[string]laboro.Event{}
+	ex, err := laboro.New(laboro.WithObserver(func(ev laboro.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev.Kind {
+		case laboro.EventQueued:
+			queued[ev.Job.ID] = ev.Time
+		case laboro.EventStarted:
+			started[ev.Job.ID] = ev
+		}
+	}), laboro.WithPoolSize(1), laboro.WithBufferSize(1))
+	require.NoError(t, err)
+	release := make(chan struct{})
+	first := submit(t, ex, laboro.Job{ID: "first", Func: func(context.Context) error { <-release; return nil }})
+	second := submit(t, ex, laboro.Job{ID: "second", Func: func(context.Context) error { return nil }})
+	blocked := make(chan *laboro.Handle)
+	go func() {
+		blocked <- submit(t, ex, laboro.Job{ID: "third", Func: func(context.Context) error { return nil }})
+	}()
+	require.Eventually(t, func() bool { return ex.Stats().Blocked == 1 }, 10*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // a wait the events must show
+	close(release)
+	wait(t, first)
+	wait(t, second)
+	wait(t, <-blocked)
+	require.NoError(t, ex.Shutdown(testCtx(t)))
+	for _, id := range []string{"first", "second", "third"} {
+		ev := started[id]
+		assert.Equal(t, ev.Time.Sub(queued[id]), ev.Waited, id)
+	}
+	assert.GreaterOrEqual(t, started["second"].Waited, 20*time.Millisecond, "it waited behind first")
+	assert.True(t, !queued["third"].Before(queued["second"].Add(20*time.Millisecond)),
+		"third is queued when first ends and second leaves the buffer, not when its Submit began")
+}
+
 // Under any mix of submits, stops, concurrency changes and a drain, every
 // accepted job ends with exactly one result.
 func TestEveryJobEndsOnce(t *testing.T) {

@@ -15,7 +15,8 @@ type Handle struct {
 	indexed bool     // in the Executor's live map; guarded by its lock
 
 	// finished is set, under mu, once res is final; a reader that sees it
-	// set may read res without the lock, as res never changes again.
+	// set may read res without the lock, as res never changes again. res
+	// is written once, under the Executor's lock, before finished is set.
 	finished atomic.Bool
 	mu       sync.Mutex
 	done     chan struct{} // made on demand: most results are read after the fact
@@ -26,9 +27,12 @@ type Handle struct {
 	stop  context.CancelCauseFunc
 	cause error
 
-	started time.Time // when a worker took the job, with an observer; guarded by the Executor's lock
-	pid     int       // its process, output file and the time it was
-	output  string    // reported (ReportProcess); guarded by mu
+	// With an observer, when the job entered the buffer and when a worker
+	// took it; guarded by the Executor's lock.
+	queued  time.Time
+	started time.Time
+	pid     int    // its process, output file and the time it was
+	output  string // reported (ReportProcess); guarded by mu
 	spawned time.Time
 }
 
@@ -124,11 +128,10 @@ func (h *Handle) bind(stop context.CancelCauseFunc) {
 	h.mu.Unlock()
 }
 
-// complete records the result and wakes the waiters. It is called once per
-// job, without the Executor's lock.
-func (h *Handle) complete(res Result) {
+// complete makes the result that retire kept final and wakes the waiters.
+// It is called once per job, after retire, without the Executor's lock.
+func (h *Handle) complete() {
 	h.mu.Lock()
-	h.res = res
 	h.finished.Store(true)
 	if h.done != nil {
 		close(h.done)

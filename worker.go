@@ -21,16 +21,26 @@ func (e *Executor) worker(i int) {
 	e.mu.Unlock()
 	for h != nil {
 		res := e.run(&ctx, h)
+		var now time.Time // the next job's start, read before the lock
+		if e.events != nil {
+			if e.ownRunner && h.job.Func != nil && !res.Ended.IsZero() {
+				// A function's end, read by FuncRunner as it returned: the
+				// next job starts now, to within the bookkeeping between.
+				now = res.Ended
+			} else {
+				now = time.Now()
+			}
+		}
 		e.mu.Lock()
 		e.current[i] = nil
 		e.running--
 		e.retire(h, &res)
 		// While jobs wait, take the next one in the same critical section:
 		// one lock per job instead of two.
-		next := e.start(i)
+		next := e.start(i, now)
 		e.mu.Unlock()
 		// Deliver without the lock: whoever waits may call us at once.
-		h.complete(res)
+		h.complete()
 		if next == nil {
 			e.mu.Lock()
 			next = e.take(i)
@@ -52,7 +62,7 @@ func (e *Executor) worker(i int) {
 // start. e.mu is held.
 func (e *Executor) take(i int) *Handle {
 	for {
-		if h := e.start(i); h != nil {
+		if h := e.start(i, time.Time{}); h != nil {
 			return h
 		}
 		if e.state != stateOpen {
@@ -65,8 +75,9 @@ func (e *Executor) take(i int) *Handle {
 }
 
 // start pops the next job and marks it running on worker i if one may
-// start now, or returns nil. e.mu is held.
-func (e *Executor) start(i int) *Handle {
+// start now, or returns nil. now, if set, is the time to report for its
+// start (with an observer). e.mu is held.
+func (e *Executor) start(i int, now time.Time) *Handle {
 	if e.running >= e.parallelism() || e.queue.Len() == 0 {
 		return nil
 	}
@@ -76,10 +87,16 @@ func (e *Executor) start(i int) *Handle {
 	e.running++
 	e.admit()
 	if e.events != nil {
-		// One clock read for the event and Running: without an observer
-		// the job costs none here (the clock is slow on some machines).
-		h.started = time.Now()
-		e.emit(Event{Kind: EventStarted, Job: h.job, Time: h.started})
+		// One clock read for the event and Running, if the caller did not
+		// read it: without an observer the job costs none here (the clock
+		// is slow on some machines).
+		if now.IsZero() {
+			now = time.Now()
+		} else if now.Before(h.queued) {
+			now = h.queued // it came in after the caller's reading
+		}
+		h.started = now
+		e.events.push(eventRecord{kind: EventStarted, h: h, time: now, waited: now.Sub(h.queued)})
 	}
 	if e.running < e.parallelism() && e.queue.Len() > 0 {
 		e.work.Signal() // room for more: pass the wake-up on

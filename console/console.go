@@ -83,6 +83,10 @@ type Console struct {
 	counts  [statuses]int
 	seconds [rateSeconds]second // jobs finished in each of the last seconds
 	subs    map[chan struct{}]struct{}
+	// woken is set when every browser that follows has a wake-up
+	// pending, and cleared when one takes it: a change meanwhile costs
+	// nothing more.
+	woken   bool
 	clients atomic.Int32
 }
 
@@ -206,6 +210,10 @@ func (c *Console) changed() {
 // wake wakes every browser that follows the updates, without waiting for
 // any. c.mu is held.
 func (c *Console) wake() {
+	if c.woken {
+		return
+	}
+	c.woken = true
 	for ch := range c.subs {
 		select {
 		case ch <- struct{}{}:
@@ -484,6 +492,9 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-wake:
 		}
+		c.mu.Lock()
+		c.woken = false
+		c.mu.Unlock()
 		b, _ := json.Marshal(c.Snapshot())
 		rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		if _, err := fmt.Fprintf(w, "event: state\ndata: %s\n\n", b); err != nil {

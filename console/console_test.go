@@ -51,6 +51,17 @@ func start(t *testing.T, opts ...laboro.Option) (*laboro.Executor, *httptest.Ser
 	return ex, srv, client
 }
 
+// seen waits until the console has heard that job id finished (the
+// Executor's observer hears of it shortly after its Handle's Wait returns):
+// until then, the console knows no job of that id.
+func seen(t *testing.T, c *http.Client, base, id string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		code, _ := get(t, c, base+"/jobs/"+id)
+		return code == http.StatusOK
+	}, 10*time.Second, time.Millisecond, "the console never heard of %s", id)
+}
+
 func get(t *testing.T, c *http.Client, url string) (int, string) {
 	res, err := c.Get(url)
 	require.NoError(t, err)
@@ -92,6 +103,7 @@ func TestStateShowsJobs(t *testing.T) {
 		res, err := h.Wait(ctx)
 		require.NoError(t, err)
 		defer res.Output.Close()
+		seen(t, client, srv.URL, job.ID)
 	}
 	code, body := get(t, client, srv.URL+"/api/state")
 	require.Equal(t, http.StatusOK, code)
@@ -269,6 +281,7 @@ func TestOutputWhole(t *testing.T) {
 	res, err := h.Wait(context.Background())
 	require.NoError(t, err)
 	defer res.Output.Close()
+	seen(t, client, srv.URL, "wide")
 	out := openSSE(t, client, srv.URL+"/jobs/wide/output")
 	got := ""
 	var text string

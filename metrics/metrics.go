@@ -29,9 +29,7 @@
 package metrics
 
 import (
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,7 +41,7 @@ import (
 // the Executor, and register it. Its methods are safe for concurrent use.
 type Collector struct {
 	finished *prometheus.CounterVec
-	byStatus [16]prometheus.Counter // finished's counters, looked up once; guarded by mu
+	byStatus [laboro.StatusCancelled + 1]prometheus.Counter // finished's counters, made at New
 	wait     prometheus.Histogram
 	run      prometheus.Histogram
 	output   prometheus.Counter
@@ -51,9 +49,6 @@ type Collector struct {
 	running, queued, blocked, concurrency, parallelism, buffer *prometheus.Desc
 
 	ex atomic.Pointer[laboro.Executor]
-
-	mu       sync.Mutex
-	queuedAt map[string]time.Time // jobs in the buffer, by id: for their wait
 }
 
 // Buckets of the time histograms, in seconds: from a millisecond (a
@@ -66,7 +61,7 @@ func New() *Collector {
 	gauge := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("laboro_"+name, help, nil, nil)
 	}
-	return &Collector{
+	c := &Collector{
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "laboro_jobs_finished_total",
 			Help: "Jobs that ended, by status."}, []string{"status"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "laboro_job_queue_wait_seconds",
@@ -81,8 +76,13 @@ func New() *Collector {
 		concurrency: gauge("concurrency", "The concurrency level."),
 		parallelism: gauge("parallelism", "Jobs that may run at once: min(concurrency, pool size)."),
 		buffer:      gauge("buffer_size", "The buffer's capacity."),
-		queuedAt:    make(map[string]time.Time),
 	}
+	// Every status is counted from 0, so that a rate over it is right from
+	// the first job.
+	for st := laboro.StatusSucceeded; int(st) < len(c.byStatus); st++ {
+		c.byStatus[st] = c.finished.WithLabelValues(st.String())
+	}
+	return c
 }
 
 // Attach makes the gauges read ex when scraped.
@@ -91,32 +91,14 @@ func (c *Collector) Attach(ex *laboro.Executor) { c.ex.Store(ex) }
 // Observe counts one of the Executor's events.
 func (c *Collector) Observe(ev laboro.Event) {
 	switch ev.Kind {
-	case laboro.EventQueued:
-		c.mu.Lock()
-		c.queuedAt[ev.Job.ID] = ev.Time
-		c.mu.Unlock()
 	case laboro.EventStarted:
-		c.mu.Lock()
-		at, ok := c.queuedAt[ev.Job.ID]
-		delete(c.queuedAt, ev.Job.ID)
-		c.mu.Unlock()
-		if ok {
-			c.wait.Observe(ev.Time.Sub(at).Seconds())
-		}
+		c.wait.Observe(ev.Waited.Seconds())
 	case laboro.EventFinished:
 		res := ev.Result
-		var counter prometheus.Counter
-		c.mu.Lock()
-		delete(c.queuedAt, ev.Job.ID) // stopped or terminated while queued
-		if st := int(res.Status); st < len(c.byStatus) {
-			if c.byStatus[st] == nil {
-				c.byStatus[st] = c.finished.WithLabelValues(res.Status.String())
-			}
-			counter = c.byStatus[st]
-		}
-		c.mu.Unlock()
-		if counter != nil {
-			counter.Inc()
+		if int(res.Status) < len(c.byStatus) && c.byStatus[res.Status] != nil {
+			c.byStatus[res.Status].Inc()
+		} else {
+			c.finished.WithLabelValues(res.Status.String()).Inc()
 		}
 		if !res.Started.IsZero() {
 			c.run.Observe(res.Duration().Seconds())

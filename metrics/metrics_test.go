@@ -63,9 +63,13 @@ laboro_concurrency 0
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP laboro_jobs_finished_total Jobs that ended, by status.
 # TYPE laboro_jobs_finished_total counter
+laboro_jobs_finished_total{status="cancelled"} 0
 laboro_jobs_finished_total{status="failed"} 1
+laboro_jobs_finished_total{status="killed"} 0
 laboro_jobs_finished_total{status="stopped"} 1
 laboro_jobs_finished_total{status="succeeded"} 1
+laboro_jobs_finished_total{status="terminated before execution"} 0
+laboro_jobs_finished_total{status="timed out"} 0
 # HELP laboro_job_output_bytes_total Bytes of standard output the jobs wrote.
 # TYPE laboro_job_output_bytes_total counter
 laboro_job_output_bytes_total 9

@@ -201,7 +201,10 @@ func runBlock(t *testing.T, root, bin string, b block, skipped map[string]bool) 
 		line = rewrite(line, ports)
 		if rest, ok := strings.CutSuffix(line, "&"); ok {
 			bg[i] = raw
-			fmt.Fprintf(&script, "( %s 2>bg%d.log; echo $? > bg%d.exit ) &\n", strings.TrimSpace(rest), i, i)
+			// The status is written whole, then named: a reader never
+			// finds the file empty.
+			fmt.Fprintf(&script, "( %s 2>bg%d.log; echo $? > bg%d.status; mv bg%d.status bg%d.exit ) &\n",
+				strings.TrimSpace(rest), i, i, i, i)
 			if servers.MatchString(line) {
 				fmt.Fprintf(&script, "ready %d\n", i)
 			}
