@@ -98,7 +98,7 @@ func WithOutputDir(dir string) Option { return func(c *config) { c.outputDir = d
 // Event, in the order the Executor's state changed, from a single goroutine
 // of the Executor's, so it may call the Executor. Events queue up while fn
 // runs; a slow fn delays the events, never the jobs. They reach fn in
-// batches, about a millisecond after the change (a busy Executor so wakes
-// fn's goroutine at most a thousand times a second): an event may come
-// after the Handle's Wait has returned.
+// batches, a millisecond after the change, or up to 10 ms while the
+// Executor is busy (its goroutine then competes less with the jobs): an
+// event may come after the Handle's Wait has returned.
 func WithObserver(fn func(Event)) Option { return func(c *config) { c.observer = fn } }
