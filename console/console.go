@@ -24,6 +24,7 @@
 package console
 
 import (
+	"context"
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
@@ -35,6 +36,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -66,6 +68,25 @@ type Options struct {
 	// Prometheus scraper sends it as a bearer token), for example
 	// promhttp.HandlerFor a registry that holds a metrics.Collector.
 	Metrics http.Handler
+
+	// For an Executor whose jobs run on other machines (a fleet, such as
+	// the jetstream package's Service):
+	//
+	// Tail, when set, reads a running job's output from the machine that
+	// runs it, for the live tail of a job that is no process of this one:
+	// the bytes written from offset on (at most a chunk, none when nothing
+	// more yet), or an error when no machine runs the job now.
+	Tail func(ctx context.Context, id string, offset int64) ([]byte, error)
+	// Workers, when set, lists the machines that run the jobs: the page
+	// shows them, their slots and what each runs.
+	Workers func() []Worker
+}
+
+// Worker is a machine of a fleet, as Options.Workers lists it.
+type Worker struct {
+	Name    string   `json:"name"`
+	Slots   int      `json:"slots"`
+	Running []string `json:"running"` // the ids of the jobs it runs
 }
 
 // Console is an http.Handler for one Executor's console. Its methods are
@@ -328,6 +349,8 @@ type State struct {
 	Counts      map[string]int `json:"counts"`       // finished jobs by status
 	Rate        float64        `json:"rate"`         // jobs finished per second, over the last minute
 	ETA         float64        `json:"eta"`          // seconds until the queued and running jobs are done; -1 unknown
+	Fleet       bool           `json:"fleet"`        // the jobs run on the Workers (Options.Workers)
+	Workers     []Worker       `json:"workers"`
 }
 
 // RunningJob is a job that runs, as the console shows it.
@@ -336,6 +359,7 @@ type RunningJob struct {
 	Command string    `json:"command"`
 	PID     int       `json:"pid,omitempty"`
 	Started time.Time `json:"started"`
+	Worker  string    `json:"worker,omitempty"` // where it runs, in a fleet
 }
 
 // QueuedJob is a job waiting in the buffer.
@@ -356,12 +380,28 @@ func command(j laboro.Job) string {
 
 // Snapshot returns what the console shows now.
 func (c *Console) Snapshot() State {
-	st := State{Counts: map[string]int{}, ETA: -1, Running: []RunningJob{}, Queued: []QueuedJob{}}
+	st := State{Counts: map[string]int{}, ETA: -1, Running: []RunningJob{}, Queued: []QueuedJob{}, Workers: []Worker{}}
+	where := map[string]string{} // job id → worker
+	if c.opts.Workers != nil {
+		st.Fleet = true
+		if ws := c.opts.Workers(); ws != nil {
+			st.Workers = ws
+		}
+		for i, w := range st.Workers {
+			if w.Running == nil {
+				st.Workers[i].Running = []string{}
+			}
+			for _, id := range w.Running {
+				where[id] = w.Name
+			}
+		}
+	}
 	if ex := c.ex.Load(); ex != nil {
 		s := ex.Stats()
 		st.Concurrency, st.Parallelism, st.PoolSize, st.BufferSize = s.Concurrency, s.Parallelism, s.PoolSize, s.BufferSize
 		for _, r := range ex.Running() {
-			st.Running = append(st.Running, RunningJob{ID: r.Job.ID, Command: command(r.Job), PID: r.PID, Started: r.Started})
+			st.Running = append(st.Running, RunningJob{ID: r.Job.ID, Command: command(r.Job), PID: r.PID, Started: r.Started,
+				Worker: where[r.Job.ID]})
 		}
 		q := ex.Queued()
 		st.QueuedCount = len(q)
@@ -401,11 +441,24 @@ func (c *Console) Snapshot() State {
 	return st
 }
 
+// worker returns the worker that runs job id, in a fleet, or "".
+func (c *Console) worker(id string) string {
+	if c.opts.Workers == nil {
+		return ""
+	}
+	for _, w := range c.opts.Workers() {
+		if slices.Contains(w.Running, id) {
+			return w.Name
+		}
+	}
+	return ""
+}
+
 func (c *Console) lookup(id string) (running *RunningJob, output string, fin *Finished) {
 	if ex := c.ex.Load(); ex != nil {
 		for _, r := range ex.Running() {
 			if r.Job.ID == id {
-				return &RunningJob{ID: id, Command: command(r.Job), PID: r.PID, Started: r.Started}, r.Output, nil
+				return &RunningJob{ID: id, Command: command(r.Job), PID: r.PID, Started: r.Started, Worker: c.worker(id)}, r.Output, nil
 			}
 		}
 	}
@@ -466,7 +519,16 @@ func (c *Console) sse(w http.ResponseWriter) (*http.ResponseController, func(), 
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	return http.NewResponseController(w), func() { c.clients.Add(-1) }, true
+	rc := http.NewResponseController(w)
+	// The headers go at once: the stream is open before its first event,
+	// which may be long to come (a job that prints nothing yet).
+	w.WriteHeader(http.StatusOK)
+	rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if rc.Flush() != nil {
+		c.clients.Add(-1)
+		return nil, nil, false
+	}
+	return rc, func() { c.clients.Add(-1) }, true
 }
 
 // events streams a snapshot at once and after every change.
@@ -511,6 +573,10 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// endHeard bounds how long the console waits to hear of the end of a job
+// that is no longer running (its observer's events come in batches).
+const endHeard = 5 * time.Second
+
 // outputChunk bounds what one event of the output stream carries.
 const outputChunk = 16 << 10
 
@@ -537,13 +603,40 @@ func (c *Console) output(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush() == nil
 	}
-	for path == "" && running != nil { // started, its process not yet reported
+	buf := make([]byte, outputChunk)
+	held := 0 // bytes of a character cut by the last read, at buf's start
+	var sent int64
+	for path == "" && running != nil { // started, its process not here or not yet reported
+		if c.opts.Tail != nil {
+			// It may run on another machine: read it from there, and
+			// what it writes after its end from its output here.
+			data, err := c.opts.Tail(r.Context(), id, sent+int64(held))
+			if err == nil && len(data) > 0 {
+				data = append(buf[:held:held], data...)
+				held = incomplete(data)
+				if !send("output", string(data[:len(data)-held])) {
+					return
+				}
+				sent += int64(len(data) - held)
+				copy(buf, data[len(data)-held:])
+				continue
+			}
+		}
 		select {
 		case <-r.Context().Done():
 			return
 		case <-time.After(minInterval):
 		}
-		running, path, _ = c.lookup(id)
+		running, path, fin = c.lookup(id)
+		for wait := 0; running == nil && fin == nil && wait < int(endHeard/minInterval); wait++ {
+			// It ended, and the console has not heard of it yet.
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(minInterval):
+			}
+			running, path, fin = c.lookup(id)
+		}
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -551,8 +644,10 @@ func (c *Console) output(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	buf := make([]byte, outputChunk)
-	held := 0 // bytes of a character cut by the last read, at buf's start
+	if _, err := f.Seek(sent+int64(held), io.SeekStart); err != nil {
+		send("end", err.Error())
+		return
+	}
 	for {
 		n, err := f.Read(buf[held:])
 		if n > 0 {

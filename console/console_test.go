@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -290,4 +293,111 @@ func TestOutputWhole(t *testing.T) {
 		got += text
 	}
 	assert.Equal(t, want, got)
+}
+
+// remoteRunner runs each job "on another machine": nothing here but the
+// output it is given at the end, as the jetstream Manager does.
+type remoteRunner struct {
+	release chan struct{}
+	dir     string
+	output  string
+}
+
+func (r remoteRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
+	<-r.release
+	path := filepath.Join(r.dir, job.ID+".output")
+	if err := os.WriteFile(path, []byte(r.output), 0o600); err != nil {
+		return laboro.Result{Err: err}
+	}
+	return laboro.Result{Output: laboro.NewOutput(path, int64(len(r.output)))}
+}
+
+// For a fleet, the page shows the workers and where each job runs, and a
+// job's live tail is read from its worker (Options.Tail) while it runs,
+// then from its output here once it ended: byte for byte, a character cut
+// between the two included.
+func TestFleetTail(t *testing.T) {
+	full := "first line\nhé" + "llo from afar\n"
+	remote := full[:len("first line\nh")+1] // ends inside "é"
+	var (
+		mu      sync.Mutex
+		written = ""
+	)
+	tailed := make(chan int64, 100)
+	con := console.New(console.Options{Token: token,
+		Tail: func(ctx context.Context, id string, offset int64) ([]byte, error) {
+			if id != "far" {
+				return nil, errors.New("no such job")
+			}
+			select {
+			case tailed <- offset:
+			default:
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if offset > int64(len(written)) {
+				return nil, errors.New("beyond the output")
+			}
+			return []byte(written[offset:]), nil
+		},
+		Workers: func() []console.Worker {
+			return []console.Worker{{Name: "w1", Slots: 2, Running: []string{"far"}}, {Name: "w2", Slots: 1}}
+		},
+	})
+	run := remoteRunner{release: make(chan struct{}), dir: t.TempDir(), output: full}
+	ex, err := laboro.New(laboro.WithRunner(run), laboro.WithObserver(con.Observe))
+	require.NoError(t, err)
+	con.Attach(ex)
+	srv := httptest.NewServer(con)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		ex.Close()
+	})
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar}
+	code, _ := get(t, client, srv.URL+"/?token="+token)
+	require.Equal(t, http.StatusOK, code)
+
+	h, err := ex.Submit(context.Background(), laboro.Job{ID: "far", Command: "run far away"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(ex.Running()) == 1 }, 10*time.Second, time.Millisecond)
+	code, body := get(t, client, srv.URL+"/api/state")
+	require.Equal(t, http.StatusOK, code)
+	var st console.State
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	assert.True(t, st.Fleet)
+	assert.Equal(t, []console.Worker{{Name: "w1", Slots: 2, Running: []string{"far"}}, {Name: "w2", Slots: 1, Running: []string{}}}, st.Workers)
+	require.Len(t, st.Running, 1)
+	assert.Equal(t, "w1", st.Running[0].Worker)
+	code, page := get(t, client, srv.URL+"/")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, page, "<h2>Workers</h2>")
+	assert.Contains(t, page, "1 of 2")
+
+	out := openSSE(t, client, srv.URL+"/jobs/far/output")
+	mu.Lock()
+	written = "first line\n"
+	mu.Unlock()
+	var text string
+	require.Equal(t, "output", out.next(t, &text))
+	assert.Equal(t, "first line\n", text)
+	mu.Lock()
+	written = remote
+	mu.Unlock()
+	require.Equal(t, "output", out.next(t, &text))
+	assert.Equal(t, "h", text, "the cut character waits for its other byte")
+	for len(tailed) > 0 {
+		<-tailed
+	}
+	assert.Equal(t, int64(len(remote)), <-tailed, "the next read asks for what comes after the cut byte")
+	close(run.release) // it ends: the rest comes from its output here
+	got := ""
+	for out.next(t, &text) == "output" {
+		got += text
+	}
+	assert.Equal(t, full, "first line\nh"+got)
+	res, err := h.Wait(context.Background())
+	require.NoError(t, err)
+	res.Output.Close()
 }

@@ -150,6 +150,16 @@ func (c Config) resultsSubject(id string) string {
 func (c Config) cancelSubject(id string) string {
 	return c.Stream + ".cancel." + id
 }
+
+// liveSubject is where the worker that runs job id answers requests for
+// its output; workersSubject where worker name says it is there.
+func (c Config) liveSubject(id string) string      { return c.Stream + ".live." + id }
+func (c Config) workersSubject(name string) string { return c.Stream + ".workers." + name }
+
+// rollSubject is where a service that starts asks every worker to say it
+// is there at once.
+func (c Config) rollSubject() string { return c.Stream + ".workers" }
+
 func (c Config) submitSubject(batch string) string {
 	return c.Stream + ".submit." + batch
 }

@@ -648,6 +648,14 @@ func (m *Manager) deleted(msg *nats.Msg) {
 		adv.Time.UTC().Format(time.RFC3339), adv.Stream, n))
 }
 
+// Tail returns the output that job id, running now on a worker, has
+// written from offset on: at most 64 KiB, and none when it has written
+// nothing more yet. Its error matches ErrNotRunning when no worker runs the
+// job. It waits a second at most for an answer, unless ctx ends sooner.
+func (m *Manager) Tail(ctx context.Context, id string, offset int64) ([]byte, error) {
+	return tail(ctx, m.nc, m.cfg, id, offset)
+}
+
 // readResults reads the results and records of ends in the RESULTS
 // stream from sequence from on, or from its start when from is 0. It
 // starts by sequence rather than with DeliverNewPolicy: an ordered consumer

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -107,8 +108,12 @@ func rolePermissions(role Role, stream string) *server.Permissions {
 			// Look up whether a job's Run ended, and store results.
 			api + "DIRECT.GET." + results + "." + c.cancelSubject(">"),
 			c.resultsSubject(">"),
+			// Say it is there, and what it runs.
+			c.workersSubject("*"),
 		}
-		sub = []string{c.cancelSubject("*")}
+		// Hear of ended jobs, of requests for the output of those it runs
+		// (answered through Response), and of a new service's roll call.
+		sub = []string{c.cancelSubject("*"), c.liveSubject("*"), c.rollSubject()}
 	case RoleClient:
 		submitted, results := c.submitStream(), c.resultsStream()
 		pub = []string{
@@ -124,10 +129,15 @@ func rolePermissions(role Role, stream string) *server.Permissions {
 		}
 	}
 	sub = append(sub, inboxPrefix(role, stream)+".>")
-	return &server.Permissions{
+	perms := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: sub},
 	}
+	if role == RoleWorker {
+		// One answer to each request for live output it received, soon.
+		perms.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: 10 * time.Second}
+	}
+	return perms
 }
 
 // ownerPermissions are the rights of the server's token: all but deleting

@@ -62,7 +62,70 @@ type Service struct {
 	// Started, if set, is given the Service's Executor once it serves,
 	// for a console or a metrics collector to attach.
 	Started func(*laboro.Executor)
+
+	// KeepOutputs is how many bytes of the last finished jobs' outputs
+	// the Service keeps on its disk (in Config.Dir), newest first, for a
+	// console to show them whole (see Observe); 0 keeps none: clients read
+	// outputs from the streams.
+	KeepOutputs int64
+
+	mu    sync.Mutex
+	m     *Manager // while it serves
+	fleet fleet
+	kept  []*laboro.Output // oldest first
+	keptN int64            // their bytes
 }
+
+// keep keeps out as KeepOutputs says, closing the oldest outputs beyond
+// it.
+func (s *Service) keep(out *laboro.Output) {
+	if out == nil {
+		return
+	}
+	if s.KeepOutputs <= 0 {
+		out.Close()
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kept = append(s.kept, out)
+	s.keptN += out.Size()
+	for len(s.kept) > 0 && s.keptN > s.KeepOutputs {
+		s.keptN -= s.kept[0].Size()
+		s.kept[0].Close()
+		s.kept[0] = nil
+		s.kept = s.kept[1:]
+	}
+}
+
+// dropKept closes the outputs kept.
+func (s *Service) dropKept() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, out := range s.kept {
+		out.Close()
+	}
+	s.kept, s.keptN = nil, 0
+}
+
+// Tail returns the output that job id, running now on a worker, has
+// written from offset on: at most 64 KiB, and none when it has written
+// nothing more yet. Its error matches ErrNotRunning when no worker runs the
+// job (queued, ended, or its worker out of reach). A console follows a
+// running job's output with it, from the service's machine.
+func (s *Service) Tail(ctx context.Context, id string, offset int64) ([]byte, error) {
+	s.mu.Lock()
+	m := s.m
+	s.mu.Unlock()
+	if m == nil {
+		return nil, fmt.Errorf("%w: the service is not serving", ErrNotRunning)
+	}
+	return m.Tail(ctx, id, offset)
+}
+
+// Workers returns the workers heard from lately (each says every 5 s that
+// it is there), by name.
+func (s *Service) Workers() []WorkerInfo { return s.fleet.list() }
 
 // Run serves until ctx ends, then stops at once: jobs out stay in the
 // streams, their results are stored, and the next Run picks them up. It
@@ -103,6 +166,14 @@ func (s *Service) run(ctx context.Context) error {
 		return err
 	}
 	sv := &serving{cfg: cfg, log: log, t: newTracker(), m: m}
+	s.mu.Lock()
+	s.m = m
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.m = nil
+		s.mu.Unlock()
+	}()
 	var waits sync.WaitGroup // for the jobs' results
 	sv.ex, err = laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
 		laboro.WithBufferSize(n), laboro.WithLogger(log),
@@ -125,10 +196,22 @@ func (s *Service) run(ctx context.Context) error {
 		m.Close()
 		sv.ex.Close()
 		waits.Wait()
+		s.dropKept()
 	}()
 
 	if sv.workers, err = m.jobs.Consumer(ctx, consumerName); err != nil {
 		return fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
+	}
+	s.fleet.mu.Lock()
+	s.fleet.workers = map[string]WorkerInfo{}
+	s.fleet.mu.Unlock()
+	beats, err := s.Conn.Subscribe(cfg.workersSubject("*"), s.fleet.heard)
+	if err != nil {
+		return fmt.Errorf("jetstream: hear workers: %w", err)
+	}
+	defer beats.Unsubscribe()
+	if err := s.Conn.Publish(cfg.rollSubject(), nil); err != nil {
+		log.Warn("roll call of the workers", zap.Error(err))
 	}
 	for subject, answer := range map[string]func(context.Context, *nats.Msg){
 		cfg.statusSubject():    sv.answerStatus,
@@ -228,7 +311,7 @@ func (s *Service) run(ctx context.Context) error {
 		waits.Go(func() {
 			<-h.Done()
 			res, _ := h.Result()
-			res.Output.Close() // Clients read outputs from the stream
+			s.keep(res.Output) // clients read outputs from the stream
 			if ctx.Err() != nil {
 				return // stopped by Run's end, not finished
 			}

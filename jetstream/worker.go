@@ -49,6 +49,9 @@ type Worker struct {
 	OutputDir string
 	// Logger; nil means Config.Logger.
 	Logger *zap.Logger
+	// Name is how the service's console and status name this worker; ""
+	// means the host's name and the process id.
+	Name string
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
@@ -111,6 +114,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.OutputDir != "" {
 		opts = append(opts, laboro.WithOutputDir(w.OutputDir))
 	}
+	// What it runs changed: say so (beat), soon.
+	changed := make(chan struct{}, 1)
+	opts = append(opts, laboro.WithObserver(func(ev laboro.Event) {
+		if ev.Kind == laboro.EventStarted || ev.Kind == laboro.EventFinished {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}))
 	ex, err := laboro.New(opts...)
 	if err != nil {
 		return err
@@ -128,6 +141,31 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("jetstream: listen for ended jobs: %w", err)
 	}
 	defer sub.Unsubscribe()
+	live, err := w.Conn.Subscribe(cfg.liveSubject("*"), r.answerLive)
+	if err != nil {
+		ex.Close()
+		return fmt.Errorf("jetstream: answer for live output: %w", err)
+	}
+	defer live.Unsubscribe()
+	roll, err := w.Conn.Subscribe(cfg.rollSubject(), func(*nats.Msg) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		ex.Close()
+		return fmt.Errorf("jetstream: hear the roll call: %w", err)
+	}
+	defer roll.Unsubscribe()
+	name := w.Name
+	if name == "" {
+		name = defaultWorkerName()
+	}
+	beatCtx, stopBeat := context.WithCancel(context.Background())
+	beaten := make(chan struct{})
+	go func() { defer close(beaten); r.beat(beatCtx, w.Conn, name, n, changed) }()
+	defer func() { stopBeat(); <-beaten }()
 	// The jobs published from now on have their ends heard of by sub, as
 	// long as the connection holds: for them, no lookup is needed.
 	if err := w.Conn.Flush(); err == nil {

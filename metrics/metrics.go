@@ -48,7 +48,9 @@ type Collector struct {
 
 	running, queued, blocked, concurrency, parallelism, buffer *prometheus.Desc
 
-	ex atomic.Pointer[laboro.Executor]
+	ex      atomic.Pointer[laboro.Executor]
+	workers atomic.Pointer[func() int]
+	fleet   *prometheus.Desc
 }
 
 // Buckets of the time histograms, in seconds: from a millisecond (a
@@ -76,6 +78,7 @@ func New() *Collector {
 		concurrency: gauge("concurrency", "The concurrency level."),
 		parallelism: gauge("parallelism", "Jobs that may run at once: min(concurrency, pool size)."),
 		buffer:      gauge("buffer_size", "The buffer's capacity."),
+		fleet:       gauge("workers_connected", "Workers of the fleet heard from lately (with CountWorkers)."),
 	}
 	// Every status is counted from 0, so that a rate over it is right from
 	// the first job.
@@ -87,6 +90,11 @@ func New() *Collector {
 
 // Attach makes the gauges read ex when scraped.
 func (c *Collector) Attach(ex *laboro.Executor) { c.ex.Store(ex) }
+
+// CountWorkers makes the collector export laboro_workers_connected, read
+// from count when scraped: for an Executor whose jobs run on a fleet of
+// workers (the jetstream package's Service.Workers, for one).
+func (c *Collector) CountWorkers(count func() int) { c.workers.Store(&count) }
 
 // Observe counts one of the Executor's events.
 func (c *Collector) Observe(ev laboro.Event) {
@@ -115,7 +123,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.wait.Describe(ch)
 	c.run.Describe(ch)
 	c.output.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.running, c.queued, c.blocked, c.concurrency, c.parallelism, c.buffer} {
+	for _, d := range []*prometheus.Desc{c.running, c.queued, c.blocked, c.concurrency, c.parallelism, c.buffer, c.fleet} {
 		ch <- d
 	}
 }
@@ -126,6 +134,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.wait.Collect(ch)
 	c.run.Collect(ch)
 	c.output.Collect(ch)
+	if count := c.workers.Load(); count != nil {
+		ch <- prometheus.MustNewConstMetric(c.fleet, prometheus.GaugeValue, float64((*count)()))
+	}
 	ex := c.ex.Load()
 	if ex == nil {
 		return

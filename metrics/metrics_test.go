@@ -95,3 +95,22 @@ laboro_buffer_size 8
 		}
 	}
 }
+
+// For a fleet, the workers connected are read when scraped.
+func TestCollectorCountsWorkers(t *testing.T) {
+	col := metrics.New()
+	assert.Equal(t, 0, testutil.CollectAndCount(col, "laboro_workers_connected"), "not a fleet")
+	workers := 3
+	col.CountWorkers(func() int { return workers })
+	assert.NoError(t, testutil.CollectAndCompare(col, strings.NewReader(`
+# HELP laboro_workers_connected Workers of the fleet heard from lately (with CountWorkers).
+# TYPE laboro_workers_connected gauge
+laboro_workers_connected 3
+`), "laboro_workers_connected"))
+	workers = 1
+	assert.NoError(t, testutil.CollectAndCompare(col, strings.NewReader(`
+# HELP laboro_workers_connected Workers of the fleet heard from lately (with CountWorkers).
+# TYPE laboro_workers_connected gauge
+laboro_workers_connected 1
+`), "laboro_workers_connected"))
+}

@@ -103,7 +103,7 @@ func serve(ctx context.Context, host string, nums []int, dir string, timeout tim
 			return err
 		}
 		defer consoleLn.Close()
-		console = web.New(token)
+		console = web.New(token, nil)
 		opts = append(opts, laboro.WithObserver(console.Observe))
 	}
 	ex, err := laboro.New(opts...)

@@ -39,6 +39,15 @@ function link(id) {
   return el("a", id, { href: "/jobs/" + encodeURIComponent(id) });
 }
 
+function jobLinks(ids) {
+  const span = el("span");
+  ids.forEach((id, i) => {
+    if (i) span.append(", ");
+    span.appendChild(link(id));
+  });
+  return span;
+}
+
 function code(s) {
   return el("code", s);
 }
@@ -54,9 +63,10 @@ function show(st) {
   let rate = st.rate > 0 ? st.rate.toFixed(st.rate < 10 ? 2 : 0) + " jobs/s" : "";
   if (st.eta >= 0 && st.queued_count + st.running.length > 0) rate += ", done in about " + Math.ceil(st.eta) + " s";
   document.getElementById("rate").textContent = [counts, rate].filter(Boolean).join(" · ");
-  rows("running", st.running, (j) => [link(j.id), code(j.command), j.pid || "", time(j.started),
+  rows("running", st.running, (j) => [link(j.id), code(j.command), j.worker || j.pid || "", time(j.started),
     action("/jobs/" + encodeURIComponent(j.id) + "/cancel", "Cancel")]);
   rows("queued", st.queued, (j) => [j.id, code(j.command), action("/jobs/" + encodeURIComponent(j.id) + "/stop", "Stop")]);
+  rows("workers", st.workers, (w) => [w.name, w.running.length + " of " + w.slots, jobLinks(w.running)]);
   rows("finished", st.finished, (j) => [link(j.id), code(j.command), j.status, j.exit, time(j.ended), code(j.stderr || "")]);
 }
 

@@ -33,13 +33,25 @@ type Web struct {
 	reg       *prometheus.Registry
 }
 
+// Fleet is how the console of an Executor whose jobs run on other machines
+// sees them (see console.Options).
+type Fleet struct {
+	Tail    func(ctx context.Context, id string, offset int64) ([]byte, error)
+	Workers func() []console.Worker
+}
+
 // New makes the console, behind token, and the collector; give Observe to
-// laboro.WithObserver.
-func New(token string) *Web {
+// laboro.WithObserver. fleet is nil for jobs that run on this machine.
+func New(token string, fleet *Fleet) *Web {
 	w := &Web{Collector: metrics.New(), reg: prometheus.NewRegistry()}
 	w.reg.MustRegister(w.Collector, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w.Console = console.New(console.Options{Token: token,
-		Metrics: promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second})})
+	opts := console.Options{Token: token,
+		Metrics: promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second})}
+	if fleet != nil {
+		opts.Tail, opts.Workers = fleet.Tail, fleet.Workers
+		w.Collector.CountWorkers(func() int { return len(fleet.Workers()) })
+	}
+	w.Console = console.New(opts)
 	return w
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -698,7 +699,7 @@ func TestServeConsole(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		fifo := filepath.Join(dir, name)
 		require.NoError(t, syscall.Mkfifo(fifo, 0o600))
-		args = append(args, "cat "+fifo)
+		args = append(args, "echo live-"+name+"; cat "+fifo)
 	}
 	jobs := filepath.Join(dir, "jobs.txt")
 	require.NoError(t, os.WriteFile(jobs, []byte(strings.Join(args, "\n")+"\n"), 0o600))
@@ -707,9 +708,68 @@ func TestServeConsole(t *testing.T) {
 	cc.await(1, 1, "one job out, the other waits at the service")
 	cc.setConcurrency(2)
 	cc.await(2, 0, "both out once the level is 2")
+
+	// The workers, their slots and what each runs; where each job runs.
+	var st struct {
+		Running []struct{ ID, Command, Worker string } `json:"running"`
+		Workers []struct {
+			Name    string
+			Slots   int
+			Running []string
+		} `json:"workers"`
+	}
+	require.Eventually(t, func() bool {
+		code, body := cc.call("GET", "/api/state", nil)
+		return code == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil &&
+			len(st.Workers) == 1 && len(st.Workers[0].Running) == 2 &&
+			st.Running[0].Worker == "local" && st.Running[1].Worker == "local"
+	}, 30*time.Second, 10*time.Millisecond, "%+v", st)
+	assert.Equal(t, "local", st.Workers[0].Name)
+	assert.Equal(t, 2, st.Workers[0].Slots)
+	code, body := cc.call("GET", "/metrics", nil)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "\nlaboro_workers_connected 1\n")
+
+	// A running job's output, live from the worker that runs it, then
+	// whole once it ended.
+	job := st.Running[0]
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", cc.base+"/jobs/"+job.ID+"/output", nil)
+	req.Header.Set("Authorization", "Bearer "+cc.token)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	events := bufio.NewReader(res.Body)
+	next := func() (event, data string) {
+		for {
+			line, err := events.ReadString('\n')
+			require.NoError(t, err)
+			line = strings.TrimSuffix(line, "\n")
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &data))
+			case line == "" && event != "":
+				return event, data
+			}
+		}
+	}
+	event, text := next()
+	require.Equal(t, "output", event)
+	which := strings.TrimSuffix(strings.TrimPrefix(text, "live-"), "\n")
+	require.Contains(t, []string{"a", "b"}, which, "%q, before the job ends", text)
 	for _, name := range []string{"a", "b"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(name+"\n"), 0o600))
 	}
+	for {
+		event, data := next()
+		if event != "output" {
+			require.Equal(t, "end", event, data)
+			break
+		}
+		text += data
+	}
+	assert.Equal(t, "live-"+which+"\n"+which+"\n", text)
 	cc.await(0, 0, "both done")
 	_, _, code = s.run("status", "-watch", strings.Fields(out)[0])
 	assert.Equal(t, 0, code)

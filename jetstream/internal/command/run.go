@@ -86,7 +86,7 @@ func runJobs(args []string) int {
 			return exitFailed
 		}
 		defer consoleLn.Close()
-		console = web.New(tok)
+		console = web.New(tok, nil)
 	} else {
 		secret.FromEnv("LABORO_TOKEN")
 	}

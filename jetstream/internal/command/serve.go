@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/console"
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/internal/web"
 	"github.com/laboro-go/laboro/jetstream"
@@ -97,16 +98,23 @@ func serve(args []string) int {
 			return exitFailed
 		}
 		defer ln.Close()
-		console := web.New(c.token)
+		con := web.New(c.token, &web.Fleet{Tail: service.Tail, Workers: func() []console.Worker {
+			var list []console.Worker
+			for _, w := range service.Workers() {
+				list = append(list, console.Worker{Name: w.Name, Slots: w.Slots, Running: w.Running})
+			}
+			return list
+		}})
 		started := make(chan *laboro.Executor, 1)
-		service.Observe = console.Observe
+		service.Observe = con.Observe
+		service.KeepOutputs = keptOutputs
 		service.Started = func(ex *laboro.Executor) { started <- ex }
 		served := make(chan struct{})
 		go func() {
 			defer close(served)
 			select {
 			case ex := <-started:
-				if err := console.Serve(serviceCtx, ln, ex, "laboro.token or $LABORO_TOKEN", c.log); err != nil {
+				if err := con.Serve(serviceCtx, ln, ex, "laboro.token or $LABORO_TOKEN", c.log); err != nil {
 					c.log.Error("console", zap.Error(err))
 				}
 			case <-serviceCtx.Done():
@@ -118,6 +126,7 @@ func serve(args []string) int {
 	if *workers > 0 {
 		running++
 		local.Conn, local.Config, local.Concurrency, local.OutputDir = nc, cfg, *workers, *dir
+		local.Name = "local"
 		// The service logs each failed job; its local worker need not too.
 		local.Logger = c.log.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core { return withoutFailures{core} }))
 		go func() { errs <- local.Run(ctx) }()
@@ -196,6 +205,10 @@ func splitHostPort(addr string) (string, int, error) {
 	}
 	return host, port, nil
 }
+
+// keptOutputs bounds the bytes of finished jobs' outputs that serve -http
+// keeps on its disk, for its console to show them.
+const keptOutputs = 256 << 20
 
 // withoutFailures is a log core that drops the Executor's "job failed"
 // lines, which the service's own log has already.

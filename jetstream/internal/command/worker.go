@@ -15,6 +15,7 @@ func worker(args []string) int {
 	c.deliveryFlags()
 	n := c.fs.Int("c", runtime.NumCPU(), "jobs run at once")
 	dir := c.fs.String("dir", "", "directory for the jobs' <pid>.output files")
+	name := c.fs.String("name", "", "the worker's name in the service's console and status (default: host-pid)")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
@@ -25,7 +26,7 @@ func worker(args []string) int {
 		return c.usageError("-c %d: must be at least 1", *n)
 	}
 	defer c.log.Sync()
-	w := &jetstream.Worker{Config: c.config(), Concurrency: *n, OutputDir: *dir}
+	w := &jetstream.Worker{Config: c.config(), Concurrency: *n, OutputDir: *dir, Name: *name}
 	ctx, stop := interruptTwice(func() {
 		c.log.Info("finishing the running jobs; interrupt again to stop at once (they would run again elsewhere)")
 		w.Drain()

@@ -1,0 +1,114 @@
+package jetstream
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/laboro-go/laboro"
+)
+
+// A fleet's service sees its workers (name, slots, the jobs each runs) and
+// follows a running job's output from the worker that runs it, a worker
+// with only a worker's token included; a worker that stops is gone from
+// the list at once.
+func TestFleetWorkersAndLiveOutput(t *testing.T) {
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken("s3cret"))
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	owner, _ := roleConn(t, srv.URL(), "s3cret")
+	workerConn, refusals := roleConn(t, srv.URL(), RoleToken("s3cret", RoleWorker, ""))
+	stopWorker := runWorker(t, &Worker{Conn: workerConn, Concurrency: 2, Name: "w1.example", OutputDir: t.TempDir(),
+		Logger: zaptest.NewLogger(t)})
+
+	svc := &Service{Conn: owner, Config: Config{Logger: zaptest.NewLogger(t), Dir: t.TempDir()}, Concurrency: 4}
+	started := make(chan *laboro.Executor, 1)
+	svc.Started = func(ex *laboro.Executor) { started <- ex }
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-served })
+	ex := <-started
+
+	require.Eventually(t, func() bool { return len(svc.Workers()) == 1 }, 30*time.Second, 5*time.Millisecond)
+	w := svc.Workers()[0]
+	assert.Equal(t, "w1.example", w.Name)
+	assert.Equal(t, 2, w.Slots)
+
+	dir := t.TempDir()
+	script := "echo first; until [ -e " + dir + "/a ]; do sleep 0.01; done; echo second; until [ -e " + dir + "/b ]; do sleep 0.01; done"
+	h, err := ex.Submit(ctx, laboro.Job{ID: "live", Script: script})
+	require.NoError(t, err)
+	tailIs := func(offset int64, want string) {
+		t.Helper()
+		var got []byte
+		require.Eventually(t, func() bool {
+			got, err = svc.Tail(ctx, "live", offset)
+			return err == nil && string(got) == want
+		}, 30*time.Second, 5*time.Millisecond, "%q, %v", got, err)
+	}
+	tailIs(0, "first\n")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a"), nil, 0o600))
+	tailIs(6, "second\n")
+	tailIs(13, "") // nothing more yet
+	require.Eventually(t, func() bool {
+		ws := svc.Workers()
+		return len(ws) == 1 && assert.ObjectsAreEqual([]string{"live"}, ws[0].Running)
+	}, 30*time.Second, 5*time.Millisecond, "the worker says what it runs")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "b"), nil, 0o600))
+	res, err := h.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, "first\nsecond\n", string(output(t, res)))
+	_, err = svc.Tail(ctx, "live", 0)
+	assert.ErrorIs(t, err, ErrNotRunning, "it ended")
+	_, err = svc.Tail(ctx, "nosuchjob", 0)
+	assert.ErrorIs(t, err, ErrNotRunning)
+
+	stopWorker()
+	require.Eventually(t, func() bool { return len(svc.Workers()) == 0 }, 30*time.Second, 5*time.Millisecond,
+		"a worker that stops says it is gone")
+	select {
+	case err := <-refusals:
+		t.Errorf("the worker's token was refused: %v", err)
+	default:
+	}
+}
+
+// A Service keeps the newest outputs up to KeepOutputs bytes, and none
+// without it.
+func TestServiceKeepsOutputs(t *testing.T) {
+	dir := t.TempDir()
+	out := func(name string, size int) *laboro.Output {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, make([]byte, size), 0o600))
+		return laboro.NewOutput(path, int64(size))
+	}
+	exists := func(name string) bool {
+		_, err := os.Stat(filepath.Join(dir, name))
+		return err == nil
+	}
+	s := &Service{KeepOutputs: 100}
+	s.keep(out("a", 40))
+	s.keep(out("b", 40))
+	assert.True(t, exists("a") && exists("b"))
+	s.keep(out("c", 40)) // 120 > 100: a goes
+	assert.False(t, exists("a"))
+	assert.True(t, exists("b") && exists("c"))
+	s.keep(out("big", 500)) // beyond the bound by itself: it goes too
+	assert.False(t, exists("b") || exists("c") || exists("big"))
+	s.keep(out("d", 10))
+	s.dropKept()
+	assert.False(t, exists("d"))
+
+	none := &Service{}
+	none.keep(out("e", 10))
+	assert.False(t, exists("e"))
+}
