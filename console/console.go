@@ -80,6 +80,19 @@ type Options struct {
 	// Workers, when set, lists the machines that run the jobs: the page
 	// shows them, their slots and what each runs.
 	Workers func() []Worker
+	// Batches, when set, lists the last batches of jobs, newest first: the
+	// page shows them, finished ones included.
+	Batches func() []Batch
+}
+
+// Batch is a batch of jobs submitted together, as Options.Batches lists it.
+type Batch struct {
+	Name      string    `json:"name"`
+	Jobs      int       `json:"jobs"`
+	Succeeded int       `json:"succeeded"`
+	Failed    int       `json:"failed"` // ended otherwise than succeeded
+	Submitted time.Time `json:"submitted"`
+	Ended     time.Time `json:"ended"` // zero while it runs
 }
 
 // Worker is a machine of a fleet, as Options.Workers lists it.
@@ -351,6 +364,7 @@ type State struct {
 	ETA         float64        `json:"eta"`          // seconds until the queued and running jobs are done; -1 unknown
 	Fleet       bool           `json:"fleet"`        // the jobs run on the Workers (Options.Workers)
 	Workers     []Worker       `json:"workers"`
+	Batches     []Batch        `json:"batches"`
 }
 
 // RunningJob is a job that runs, as the console shows it.
@@ -381,6 +395,12 @@ func command(j laboro.Job) string {
 // Snapshot returns what the console shows now.
 func (c *Console) Snapshot() State {
 	st := State{Counts: map[string]int{}, ETA: -1, Running: []RunningJob{}, Queued: []QueuedJob{}, Workers: []Worker{}}
+	if c.opts.Batches != nil {
+		st.Batches = c.opts.Batches()
+	}
+	if st.Batches == nil {
+		st.Batches = []Batch{}
+	}
 	where := map[string]string{} // job id → worker
 	if c.opts.Workers != nil {
 		st.Fleet = true

@@ -343,6 +343,9 @@ func TestFleetTail(t *testing.T) {
 		Workers: func() []console.Worker {
 			return []console.Worker{{Name: "w1", Slots: 2, Running: []string{"far"}}, {Name: "w2", Slots: 1}}
 		},
+		Batches: func() []console.Batch {
+			return []console.Batch{{Name: "nightly", Jobs: 3, Succeeded: 1, Failed: 1, Submitted: time.Now()}}
+		},
 	})
 	run := remoteRunner{release: make(chan struct{}), dir: t.TempDir(), output: full}
 	ex, err := laboro.New(laboro.WithRunner(run), laboro.WithObserver(con.Observe))
@@ -374,6 +377,11 @@ func TestFleetTail(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	assert.Contains(t, page, "<h2>Workers</h2>")
 	assert.Contains(t, page, "1 of 2")
+	assert.Contains(t, page, "<h2>Batches</h2>")
+	assert.Contains(t, page, "<td>nightly</td><td>3</td><td>1</td><td>1</td>")
+	require.Len(t, st.Batches, 1)
+	assert.Equal(t, "nightly", st.Batches[0].Name)
+	assert.True(t, st.Batches[0].Ended.IsZero(), "it runs")
 
 	out := openSSE(t, client, srv.URL+"/jobs/far/output")
 	mu.Lock()

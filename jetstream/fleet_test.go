@@ -112,3 +112,37 @@ func TestServiceKeepsOutputs(t *testing.T) {
 	none.keep(out("e", 10))
 	assert.False(t, exists("e"))
 }
+
+// A Service lists its batches, newest first, with their counts and, once
+// every job ended, when the last one did.
+func TestServiceListsBatches(t *testing.T) {
+	nc := setup(t)
+	startWorker(t, nc, Config{}, 2)
+	svc := &Service{Conn: nc, Config: Config{Logger: zaptest.NewLogger(t)}, Concurrency: 4}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-served })
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	wctx := testCtx(t, time.Minute)
+	for _, batch := range []string{"first", "second"} {
+		ids, err := cl.Submit(wctx, batch, []laboro.Job{{Command: "true"}, {Command: "false"}})
+		require.NoError(t, err)
+		_, err = cl.Wait(wctx, batch, len(ids), 10*time.Millisecond, nil)
+		require.NoError(t, err)
+	}
+	var list []BatchStatus
+	require.Eventually(t, func() bool {
+		list = svc.Batches(10)
+		return len(list) == 2 && !list[0].Ended.IsZero()
+	}, 30*time.Second, 5*time.Millisecond, "%+v", list)
+	assert.Equal(t, "second", list[0].Batch)
+	assert.Equal(t, "first", list[1].Batch)
+	for _, b := range list {
+		assert.Equal(t, 2, b.Jobs)
+		assert.Equal(t, 1, b.Succeeded)
+		assert.Equal(t, 1, b.Failed)
+		assert.False(t, b.Ended.Before(b.Submitted), "%+v", b)
+	}
+	assert.Len(t, svc.Batches(1), 1)
+}

@@ -71,6 +71,7 @@ type Service struct {
 
 	mu    sync.Mutex
 	m     *Manager // while it serves
+	t     *tracker // the same
 	fleet fleet
 	kept  []*laboro.Output // oldest first
 	keptN int64            // their bytes
@@ -123,6 +124,18 @@ func (s *Service) Tail(ctx context.Context, id string, offset int64) ([]byte, er
 	return m.Tail(ctx, id, offset)
 }
 
+// Batches returns the last n batches the Service knows of, newest first:
+// those still running and the finished ones, with their counts.
+func (s *Service) Batches(n int) []BatchStatus {
+	s.mu.Lock()
+	t := s.t
+	s.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	return t.recent(n)
+}
+
 // Workers returns the workers heard from lately (each says every 5 s that
 // it is there), by name.
 func (s *Service) Workers() []WorkerInfo { return s.fleet.list() }
@@ -167,11 +180,11 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	sv := &serving{cfg: cfg, log: log, t: newTracker(), m: m}
 	s.mu.Lock()
-	s.m = m
+	s.m, s.t = m, sv.t
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.m = nil
+		s.m, s.t = nil, nil
 		s.mu.Unlock()
 	}()
 	var waits sync.WaitGroup // for the jobs' results
@@ -496,6 +509,9 @@ type BatchStatus struct {
 	// StatusSucceeded.
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
+	// Ended is when its last job ended, once every job read has (zero
+	// before, and again when more of its jobs come).
+	Ended time.Time `json:"ended,omitzero"`
 }
 
 // Done is how many of the batch's jobs ended.
@@ -593,6 +609,7 @@ func (t *tracker) add(id, batch, command string, when time.Time) bool {
 	b.ids = append(b.ids, id)
 	b.Jobs++
 	b.Waiting++
+	b.Ended = time.Time{}
 	return true
 }
 
@@ -632,7 +649,25 @@ func (t *tracker) finish(id string, res laboro.Result) (BatchStatus, bool) {
 		}
 		j.Stderr = stderrTail(res.Stderr)
 	}
-	return b.BatchStatus, b.Done() == b.Jobs
+	if b.Done() == b.Jobs {
+		b.Ended = res.Ended
+		if b.Ended.IsZero() {
+			b.Ended = time.Now()
+		}
+		return b.BatchStatus, true
+	}
+	return b.BatchStatus, false
+}
+
+// recent returns the last n batches, newest first.
+func (t *tracker) recent(n int) []BatchStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	list := make([]BatchStatus, 0, min(n, len(t.order)))
+	for i := len(t.order) - 1; i >= 0 && len(list) < n; i-- {
+		list = append(list, t.batches[t.order[i]].BatchStatus)
+	}
+	return list
 }
 
 // state returns job id's state, "" when it is unknown.
@@ -677,7 +712,11 @@ func (t *tracker) cancel(id string) (BatchStatus, bool) {
 	}
 	j.State, j.ExitCode, j.Error = laboro.StatusCancelled.String(), -1, laboro.ErrCancelled.Error()
 	b.Failed++
-	return b.BatchStatus, !ended && b.Done() == b.Jobs
+	if ended || b.Done() != b.Jobs {
+		return b.BatchStatus, false
+	}
+	b.Ended = time.Now()
+	return b.BatchStatus, true
 }
 
 func (t *tracker) status(req StatusRequest) StatusReply {

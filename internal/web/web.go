@@ -38,6 +38,7 @@ type Web struct {
 type Fleet struct {
 	Tail    func(ctx context.Context, id string, offset int64) ([]byte, error)
 	Workers func() []console.Worker
+	Batches func() []console.Batch
 }
 
 // New makes the console, behind token, and the collector; give Observe to
@@ -48,7 +49,7 @@ func New(token string, fleet *Fleet) *Web {
 	opts := console.Options{Token: token,
 		Metrics: promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second})}
 	if fleet != nil {
-		opts.Tail, opts.Workers = fleet.Tail, fleet.Workers
+		opts.Tail, opts.Workers, opts.Batches = fleet.Tail, fleet.Workers, fleet.Batches
 		w.Collector.CountWorkers(func() int { return len(fleet.Workers()) })
 	}
 	w.Console = console.New(opts)

@@ -771,6 +771,23 @@ func TestServeConsole(t *testing.T) {
 	}
 	assert.Equal(t, "live-"+which+"\n"+which+"\n", text)
 	cc.await(0, 0, "both done")
-	_, _, code = s.run("status", "-watch", strings.Fields(out)[0])
+	batch := strings.Fields(out)[0]
+	var batches struct {
+		Batches []struct {
+			Name      string
+			Jobs      int
+			Succeeded int
+			Ended     time.Time
+		} `json:"batches"`
+	}
+	require.Eventually(t, func() bool {
+		code, body := cc.call("GET", "/api/state", nil)
+		return code == http.StatusOK && json.Unmarshal([]byte(body), &batches) == nil &&
+			len(batches.Batches) == 1 && !batches.Batches[0].Ended.IsZero()
+	}, 30*time.Second, 10*time.Millisecond, "the finished batch: %+v", batches)
+	assert.Equal(t, batch, batches.Batches[0].Name)
+	assert.Equal(t, 2, batches.Batches[0].Jobs)
+	assert.Equal(t, 2, batches.Batches[0].Succeeded)
+	_, _, code = s.run("status", "-watch", batch)
 	assert.Equal(t, 0, code)
 }

@@ -104,6 +104,13 @@ func serve(args []string) int {
 				list = append(list, console.Worker{Name: w.Name, Slots: w.Slots, Running: w.Running})
 			}
 			return list
+		}, Batches: func() []console.Batch {
+			var list []console.Batch
+			for _, b := range service.Batches(console.MaxListed) {
+				list = append(list, console.Batch{Name: b.Batch, Jobs: b.Jobs, Succeeded: b.Succeeded, Failed: b.Failed,
+					Submitted: b.Submitted, Ended: b.Ended})
+			}
+			return list
 		}})
 		started := make(chan *laboro.Executor, 1)
 		service.Observe = con.Observe
