@@ -108,6 +108,7 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 	hs := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: cmp.Or(cfg.read, readHeaderTimeout), ReadTimeout: cmp.Or(cfg.read, readTimeout),
 		WriteTimeout: writeTimeout, IdleTimeout: cmp.Or(cfg.idle, idleTimeout), MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog: zap.NewStdLog(log.Named("http"))}
+	hs.RegisterOnShutdown(m.Release) // the pings held for a job answer now
 	stop := context.AfterFunc(ctx, func() {
 		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

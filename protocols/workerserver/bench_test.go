@@ -38,6 +38,7 @@ func newBenchMaster(b *testing.B) *benchMaster {
 }
 
 func (bm *benchMaster) close() {
+	bm.m.Release()
 	bm.srv.Close()
 	bm.m.Close()
 	bm.ex.Close()
@@ -100,6 +101,50 @@ func BenchmarkJobs(b *testing.B) {
 		defer func() { cancel(); wg.Wait() }()
 		b.ResetTimer()
 		waitAll(b, bm.submit(b, b.N))
+	})
+}
+
+// BenchmarkPickup measures how soon an idle worker runs a new job: one op
+// is one trivial job, submitted once the last one's result is in, from
+// Submit to its result, with a worker that pings at the reference's 30 s
+// (its default) and a master that holds its ping (the default Hold); core
+// is the same job spawned by a local Executor.
+func BenchmarkPickup(b *testing.B) {
+	codes := b.TempDir()
+	if err := os.WriteFile(filepath.Join(codes, "echo"), []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	one := func(b *testing.B, ex *laboro.Executor, job func(i int) laboro.Job) {
+		for i := range b.N {
+			h, err := ex.Submit(context.Background(), job(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			waitAll(b, []*laboro.Handle{h})
+		}
+	}
+	b.Run("core", func(b *testing.B) {
+		ex, err := laboro.New(laboro.WithOutputDir(b.TempDir()), laboro.WithPoolSize(4), laboro.WithConcurrency(4))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ex.Close()
+		one(b, ex, func(int) laboro.Job {
+			return laboro.Job{Args: []string{filepath.Join(codes, "echo")}, Stdin: strings.NewReader("{}")}
+		})
+	})
+	b.Run("workerserver", func(b *testing.B) {
+		bm := newBenchMaster(b)
+		defer bm.close()
+		ctx, cancel := context.WithCancel(context.Background())
+		w := &Worker{URL: bm.srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: b.TempDir(), Concurrency: 4}
+		var wg sync.WaitGroup
+		wg.Go(func() { w.Run(ctx) })
+		defer func() { cancel(); wg.Wait() }()
+		// The worker is there once its first job ran.
+		one(b, bm.ex, func(i int) laboro.Job { return NewJob(fmt.Sprintf("warm%d", i), "echo", nil) })
+		b.ResetTimer()
+		one(b, bm.ex, func(i int) laboro.Job { return NewJob(fmt.Sprintf("j%d", i), "echo", nil) })
 	})
 }
 

@@ -99,6 +99,14 @@
 //   - A status the master refuses for what it is (400, 404, 409, 413) is
 //     dropped by the worker with a log line instead of being retried
 //     forever; a refusal for who sent it (401, 403) is kept and retried.
+//   - A ping that finds no job waits for one, up to Master.Hold (20 s by
+//     default, under the master's one-minute write timeout and under the
+//     lease; our Worker's HTTP timeout is 30 s): a job that comes in line
+//     is handed to an idle server at once (BenchmarkPickup) instead of at
+//     its next ping, 30 s later for the reference. A job to cancel at that
+//     server, its Stopping or Offline, and Master.Release (which a server
+//     calls as it shuts down) end the wait with the answer as things
+//     stand. The wire is unchanged: the ping's answer only comes later.
 //   - A worker pings only when it has a free slot; cancelJobs thus reach a
 //     full worker at its next ping, when a job ends. A Worker cancels a job
 //     through its local Executor (Executor.Cancel: the job's process group

@@ -26,6 +26,11 @@ const DefaultLockTimeout = time.Second
 // to others, unless told: three of the reference worker's 30 s pings.
 const DefaultLease = 90 * time.Second
 
+// DefaultHold is how long a ping that finds no job for its server waits for
+// one, unless told: well under a minute, the master's write timeout, and
+// under its lease.
+const DefaultHold = 20 * time.Second
+
 // Errors of the master's own operations; match them with errors.Is.
 var (
 	// ErrUnknownJob: no job with that id is in the table.
@@ -192,6 +197,13 @@ type Master struct {
 	// Progress interval: a running job's progress is sent once per
 	// interval, the first as it starts.
 	Lease time.Duration
+	// Hold is how long a ping that finds no job for its server waits for
+	// one before it answers without: a server that pings is handed a job
+	// the moment one comes in line for it, rather than at its next ping
+	// (the reference worker pings every 30 s). A job to cancel at that
+	// server ends the wait too. 0 means DefaultHold; a negative Hold
+	// answers at once. It must stay under the HTTP server's write timeout.
+	Hold time.Duration
 	// APIToken, if not empty, is the token every request of the user API
 	// must carry (Authorization: Bearer TOKEN); it is compared in a time
 	// that tells nothing of it. Empty means none: serve the Handler on a
@@ -233,6 +245,7 @@ func (m *Master) Open(path string) error {
 		return err
 	}
 	m.s = newSession(db, m.lease(), m.logger(), m.OutputDir)
+	m.s.hold = m.hold()
 	return nil
 }
 
@@ -254,6 +267,16 @@ func (m *Master) Close() error {
 	s.close()
 	s.d.Close()
 	return s.db.Close()
+}
+
+// Release answers the pings held for a job (see Hold) at once, and every
+// later ping without waiting. Call it before shutting down the HTTP server
+// that serves the Handler, which waits for the requests in progress
+// (http.Server.RegisterOnShutdown does); Close calls it too.
+func (m *Master) Release() {
+	if s := m.current(); s != nil {
+		s.release()
+	}
 }
 
 // current returns the open session, or nil.
@@ -292,6 +315,16 @@ func (m *Master) paths() Paths {
 		p.Ping = DefaultPaths.Ping
 	}
 	return p
+}
+
+func (m *Master) hold() time.Duration {
+	switch {
+	case m.Hold == 0:
+		return DefaultHold
+	case m.Hold < 0:
+		return 0
+	}
+	return m.Hold
 }
 
 func (m *Master) maxBody() int64 {
@@ -334,7 +367,9 @@ func (m *Master) Cancel(id string) error {
 		if err := putJob(tx, row); err != nil {
 			return err
 		}
-		return putCancel(tx, row.Server, id)
+		server := row.Server
+		tx.OnCommit(func() { s.nudge(server) })
+		return putCancel(tx, server, id)
 	})
 	if closedDB(err) {
 		return ErrMasterClosed

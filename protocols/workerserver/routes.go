@@ -1,6 +1,7 @@
 package workerserver
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -71,7 +72,8 @@ func (s *session) writeTxError(w http.ResponseWriter, err error) {
 
 // workerRequest is an authenticated worker's POST.
 type workerRequest struct {
-	id       string // from the path: the server's or the job's
+	ctx      context.Context // the HTTP request's
+	id       string          // from the path: the server's or the job's
 	serverID string
 	status   string
 	data     json.RawMessage // nil when the form had none
@@ -104,7 +106,7 @@ func (m *Master) worker(w http.ResponseWriter, r *http.Request, rawID string, ha
 		return
 	}
 	f := r.PostForm
-	req := &workerRequest{id: id, serverID: f.Get(FieldServerID), status: f.Get(FieldStatus)}
+	req := &workerRequest{ctx: r.Context(), id: id, serverID: f.Get(FieldServerID), status: f.Get(FieldStatus)}
 	if !m.authenticate(req.serverID, f.Get(FieldPassword)) {
 		m.logger().Warn("worker refused: wrong serverId or serverPassword",
 			zap.String("serverId", req.serverID), zap.String("remote", r.RemoteAddr))
@@ -166,6 +168,9 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 	// gives back are the same (see session.add).
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if leaving {
+		s.nudge(req.id) // a ping of it held for a job answers now, without one
+	}
 	var restarted bool
 	var cancelled []string // jobs being cancelled that the server lost: they end
 	now := time.Now()
@@ -273,6 +278,8 @@ func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 				if err := putCancel(tx, row.Server, req.id); err != nil {
 					return err
 				}
+				server := row.Server
+				tx.OnCommit(func() { s.nudge(server) })
 			}
 		default:
 			kept = true
@@ -320,7 +327,11 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 	var t *dispatchTicket
 	if srv == nil || (srv.Status != ServerStopping && srv.Status != ServerOffline) {
 		// (no new work for a server on its way out)
-		_, t = s.take(req.id, acceptCodes(srv))
+		accept := acceptCodes(srv)
+		if _, t = s.take(req.id, accept); t == nil && s.hold > 0 {
+			t = s.await(req.ctx, wk, req.id, accept)
+			wk.Renew() // it waited here: alive all along
+		}
 	}
 
 	var pd PingData

@@ -272,6 +272,8 @@ func (s *session) finish(ctx context.Context, id string) (*JobRecord, error) {
 			if err := putCancel(tx, row.Server, id); err != nil {
 				return err
 			}
+			server := row.Server
+			tx.OnCommit(func() { s.nudge(server) })
 		}
 		_, cause := laboro.Interruption(ctx)
 		return endRow(tx, row, JobCancelled, cause.Error())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -22,6 +23,9 @@ type session struct {
 	log       *zap.Logger
 	outputDir string
 	lease     time.Duration // 0: none
+	hold      time.Duration // of a ping that finds no job; 0: none
+	done      chan struct{} // closed by release: held pings answer
+	holding   atomic.Int32  // pings held now
 	idWarning sync.Once     // of a job id that is not numeric (see NumericID)
 	unoffered sync.Map      // worker codes warned of as offered by no server
 
@@ -31,8 +35,10 @@ type session struct {
 	// holds.
 	mu        sync.Mutex
 	peers     map[string]*transport.Worker[string, JobOrder] // by serverId
-	expecting map[string]expectation                         // by job id; nil once closed
-	expected  uint64                                         // expectations so far
+	nudgeMu   sync.Mutex
+	nudges    map[string]chan struct{} // by serverId, under nudgeMu: ends its held ping
+	expecting map[string]expectation   // by job id; nil once closed
+	expected  uint64                   // expectations so far
 }
 
 // expectation is a job handed to a server (or held for it after a
@@ -53,6 +59,8 @@ func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir str
 		outputDir: outputDir,
 		lease:     lease,
 		peers:     make(map[string]*transport.Worker[string, JobOrder]),
+		nudges:    make(map[string]chan struct{}),
+		done:      make(chan struct{}),
 		expecting: make(map[string]expectation),
 	}
 	s.d.OnRequeue(s.requeued)
@@ -62,6 +70,7 @@ func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir str
 // close stops the session's timers; the caller closes its Dispatcher and
 // its table.
 func (s *session) close() {
+	s.release()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range s.expecting {
@@ -251,6 +260,83 @@ func (s *session) tellCancel(server string, keys []string) {
 		return
 	}
 	s.log.Info("jobs to cancel at the next ping", zap.String("server", server), zap.Strings("jobs", keys))
+	s.nudge(server)
+}
+
+// release answers the held pings now, and has the next ones answer at once.
+func (s *session) release() {
+	s.nudgeMu.Lock()
+	defer s.nudgeMu.Unlock()
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
+}
+
+// nudge ends a held ping of server (see await): jobs to cancel came for
+// it, or it is leaving.
+func (s *session) nudge(server string) {
+	select {
+	case s.nudgeOf(server) <- struct{}{}:
+	default:
+	}
+}
+
+// nudgeOf returns the channel that ends a held ping of server.
+func (s *session) nudgeOf(server string) chan struct{} {
+	s.nudgeMu.Lock()
+	defer s.nudgeMu.Unlock()
+	ch := s.nudges[server]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		s.nudges[server] = ch
+	}
+	return ch
+}
+
+// await waits, up to s.hold, for a job in line that server accepts, and
+// takes it; nil when none came, when jobs to cancel came for the server
+// (or were there already), or when ctx or the session ended.
+func (s *session) await(ctx context.Context, w *transport.Worker[string, JobOrder], server string, accept func(JobOrder) bool) *dispatchTicket {
+	nudge := s.nudgeOf(server)
+	select {
+	case <-nudge: // an old one: the table says whether cancels wait
+	default:
+	}
+	var waiting bool
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		waiting, err = hasCancels(tx, server)
+		return err
+	})
+	if err != nil || waiting {
+		return nil
+	}
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	s.holding.Add(1)
+	defer s.holding.Add(-1)
+	timer := time.NewTimer(s.hold)
+	defer timer.Stop()
+	for {
+		select {
+		case <-w.Wake():
+			if _, t := s.take(server, accept); t != nil {
+				return t
+			}
+		case <-nudge:
+			return nil
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		case <-s.done:
+			return nil
+		}
+	}
 }
 
 // abandon settles the tickets of jobs that the table has ended on the

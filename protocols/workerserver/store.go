@@ -280,6 +280,13 @@ func deleteCancel(tx *bolt.Tx, server, job string) error {
 }
 
 // takeCancels removes and returns the jobs server is to cancel.
+// hasCancels tells whether jobs to cancel wait for server.
+func hasCancels(tx *bolt.Tx, server string) (bool, error) {
+	prefix := append([]byte(server), 0)
+	k, _ := tx.Bucket(bucketCancels).Cursor().Seek(prefix)
+	return k != nil && bytes.HasPrefix(k, prefix), nil
+}
+
 func takeCancels(tx *bolt.Tx, server string) ([]string, error) {
 	prefix := append([]byte(server), 0)
 	c := tx.Bucket(bucketCancels).Cursor()
