@@ -106,7 +106,9 @@
 //     its next ping, 30 s later for the reference. A job to cancel at that
 //     server, its Stopping or Offline, and Master.Release (which a server
 //     calls as it shuts down) end the wait with the answer as things
-//     stand. The wire is unchanged: the ping's answer only comes later.
+//     stand. The wire is unchanged: the ping's answer only comes later
+//     (the reference's request.post sets no timeout, and its job lock
+//     keeps one ping out at a time).
 //   - A worker pings only when it has a free slot; cancelJobs thus reach a
 //     full worker at its next ping, when a job ends. A Worker cancels a job
 //     through its local Executor (Executor.Cancel: the job's process group
