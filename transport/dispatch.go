@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -147,8 +148,8 @@ type Ticket[K comparable, V any] struct {
 	holder   *Worker[K, V]
 	handed   []*Worker[K, V] // every worker it was handed to, for Complete
 	attempts int
-	sent     time.Time // when it was last handed out
-	res      laboro.Result
+	sent     time.Time      // when it was last handed out
+	res      *laboro.Result // set once settled: most tickets wait, unsettled, in line
 }
 
 type ticketState uint8
@@ -182,7 +183,10 @@ func (t *Ticket[K, V]) Done() <-chan struct{} {
 func (t *Ticket[K, V]) Result() (laboro.Result, bool) {
 	t.d.mu.Lock()
 	defer t.d.mu.Unlock()
-	return t.res, t.state == settled
+	if t.state != settled {
+		return laboro.Result{}, false
+	}
+	return *t.res, true
 }
 
 // Attempts returns how many times the job was handed to a worker.
@@ -305,6 +309,51 @@ func (d *Dispatcher[K, V]) Add(ctx context.Context, key K, v V) (*Ticket[K, V], 
 	return t, nil
 }
 
+// AddAll puts jobs in line, values[i] under keys[i], in order, and
+// returns their tickets: Add for many jobs at once (a fuq job's million
+// tasks), with one lock and one allocation for all the tickets. It adds
+// none if one key is taken (ErrDuplicate, also for a key given twice), or
+// after Close (ErrClosed).
+func (d *Dispatcher[K, V]) AddAll(ctx context.Context, keys []K, values []V) ([]*Ticket[K, V], error) {
+	if len(keys) != len(values) {
+		return nil, fmt.Errorf("transport: AddAll: %d keys for %d values", len(keys), len(values))
+	}
+	deadline, _ := ctx.Deadline()
+	all := make([]Ticket[K, V], len(keys))
+	ts := make([]*Ticket[K, V], len(keys))
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if len(keys) >= 1024 {
+		// Room for them all at once, rather than growing step by step.
+		grown := make(map[K]*Ticket[K, V], len(d.tickets)+len(keys))
+		maps.Copy(grown, d.tickets)
+		d.tickets = grown
+	}
+	for i, key := range keys {
+		t := &all[i]
+		t.d, t.Key, t.Value, t.deadline = d, key, values[i], deadline
+		if d.tickets[key] != nil {
+			for _, added := range ts[:i] { // none, after all
+				delete(d.tickets, added.Key)
+			}
+			d.mu.Unlock()
+			return nil, fmt.Errorf("%w: %v", ErrDuplicate, key)
+		}
+		d.tickets[key] = t
+		ts[i] = t
+	}
+	for _, t := range ts {
+		d.seq++
+		t.seq = d.seq
+		d.line.pushBack(t)
+	}
+	d.unlock()
+	return ts, nil
+}
+
 // Wait waits for t's result and returns it. If ctx ends first, the ticket
 // is abandoned (see Abandon) and Wait returns at once with the status that
 // ctx's cause gives (laboro.Interruption): its worker is told to cancel
@@ -313,14 +362,14 @@ func (d *Dispatcher[K, V]) Wait(ctx context.Context, t *Ticket[K, V]) laboro.Res
 	done := t.Done()
 	select {
 	case <-done:
-		return t.res
+		return *t.res
 	case <-ctx.Done():
 	}
 	res := laboro.Result{ExitCode: -1, Ended: time.Now()}
 	res.Status, res.Err = laboro.Interruption(ctx)
 	d.Abandon(t, res) // false: the result came meanwhile
 	<-done
-	return t.res
+	return *t.res
 }
 
 // Run adds a job under key and waits for its result: Add, then Wait. A job
@@ -430,7 +479,7 @@ func (d *Dispatcher[K, V]) settle(t *Ticket[K, V], res laboro.Result) {
 	}
 	t.holder, t.handed = nil, nil
 	t.state = settled
-	t.res = res
+	t.res = &res
 	delete(d.tickets, t.Key)
 	if t.done != nil {
 		close(t.done)

@@ -151,6 +151,46 @@ func TestDuplicateKeyAndResultFromAnotherWorker(t *testing.T) {
 	assert.Equal(t, laboro.StatusSucceeded, result(t, r).Status)
 }
 
+// AddAll puts many jobs in line at once, in order, or none when a key is
+// taken; each ticket then lives as one Add made it.
+func TestAddAll(t *testing.T) {
+	d := transport.NewDispatcher[string, int](transport.Config{})
+	ctx := testCtx(t)
+	keys, values := make([]string, 2000), make([]int, 2000)
+	for i := range keys {
+		keys[i], values[i] = fmt.Sprint("k", i), i
+	}
+	ts, err := d.AddAll(ctx, keys, values)
+	require.NoError(t, err)
+	require.Len(t, ts, 2000)
+	assert.Equal(t, transport.Stats{Waiting: 2000}, d.Stats())
+
+	_, err = d.AddAll(ctx, []string{"new", "k5"}, []int{0, 0})
+	assert.ErrorIs(t, err, transport.ErrDuplicate)
+	_, err = d.AddAll(ctx, []string{"twice", "twice"}, []int{0, 0})
+	assert.ErrorIs(t, err, transport.ErrDuplicate)
+	assert.Equal(t, 2000, d.Stats().Waiting, "none of them added")
+	_, err = d.Add(ctx, "new", 0)
+	assert.NoError(t, err, "the refused batch left no key behind")
+	_, err = d.Add(ctx, "twice", 0)
+	assert.NoError(t, err)
+
+	w := d.Join("w", nil)
+	got := w.Take(3, nil)
+	require.Len(t, got, 3)
+	assert.Equal(t, []int{0, 1, 2}, []int{got[0].Value, got[1].Value, got[2].Value}, "in order")
+	require.NoError(t, w.Complete("k1", laboro.Result{}))
+	res, ok := ts[1].Result()
+	require.True(t, ok)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	_, ok = ts[0].Result()
+	assert.False(t, ok, "still held")
+
+	d.Close()
+	_, err = d.AddAll(ctx, []string{"late"}, []int{0})
+	assert.ErrorIs(t, err, transport.ErrClosed)
+}
+
 // A Run whose context ends leaves the line, or has its worker told to
 // cancel; it returns at once with the status of the context's cause, and a
 // result that comes later is discarded.

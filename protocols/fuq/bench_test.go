@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -105,4 +106,57 @@ func BenchmarkForemanSubmitCancel(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/tasks, "ns/task")
+}
+
+// BenchmarkMillionTasks submits one job of 1,000,000 tasks (DefaultMaxTasks)
+// to a foreman with no worker, and cancels it: submit-s is from Submit until
+// every task is queued, cancel-s from Cancel until the job's Run returned,
+// heap-MB the Go heap the queued job holds.
+func BenchmarkMillionTasks(b *testing.B) {
+	const tasks = 1_000_000
+	f := &Foreman{}
+	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(1), laboro.WithConcurrency(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close()
+	dir := b.TempDir()
+	var submit, cancel time.Duration
+	var heap uint64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		h, err := ex.Submit(context.Background(), NewJob("big", "/bin/true", tasks, dir, dir))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var id uint64
+		for id == 0 {
+			for _, j := range f.Jobs() {
+				if j.Ref == h.ID() && j.Pending == tasks {
+					id = j.JobId
+				}
+			}
+			if id == 0 {
+				time.Sleep(time.Millisecond) // Run has not queued the tasks yet
+			}
+		}
+		submit += time.Since(start)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap += after.HeapInuse - min(after.HeapInuse, before.HeapInuse)
+		start = time.Now()
+		if err := f.Cancel(id); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := h.Wait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		cancel += time.Since(start)
+	}
+	b.ReportMetric(submit.Seconds()/float64(b.N), "submit-s")
+	b.ReportMetric(cancel.Seconds()/float64(b.N), "cancel-s")
+	b.ReportMetric(float64(heap)/float64(b.N)/(1<<20), "heap-MB")
 }

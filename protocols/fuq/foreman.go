@@ -299,12 +299,16 @@ func (f *Foreman) add(ctx context.Context, ref string, d JobDescription, resumed
 	// Add settles nothing, so it may be called with f.mu held (the
 	// Dispatcher's OnSettle takes f.mu): the job is whole before anyone
 	// looks at it.
-	var err error
-	for n := 1; n <= d.NumTasks && err == nil; n++ {
-		if j.tasks[n-1].state.final() {
-			continue
+	keys, values := make([]TaskPair, 0, j.left), make([]Task, 0, j.left)
+	for n := 1; n <= d.NumTasks; n++ {
+		if !j.tasks[n-1].state.final() {
+			keys = append(keys, TaskPair{JobId: d.JobId, Task: n})
+			values = append(values, Task{Task: n, JobDescription: d})
 		}
-		j.tickets[n-1], err = f.d.Add(ctx, TaskPair{JobId: d.JobId, Task: n}, Task{Task: n, JobDescription: d})
+	}
+	ts, err := f.d.AddAll(ctx, keys, values)
+	for i, t := range ts {
+		j.tickets[keys[i].Task-1] = t
 	}
 	endedBefore := d.NumTasks - j.left
 	if err == nil {
