@@ -33,8 +33,13 @@ const token = "t0ken"
 // start serves a console of a new Executor; the client holds the token's
 // cookie, as a browser that opened the URL with ?token= does.
 func start(t *testing.T, opts ...laboro.Option) (*laboro.Executor, *httptest.Server, *http.Client) {
-	con := console.New(console.Options{Token: token})
-	ex, err := laboro.New(append([]laboro.Option{laboro.WithObserver(con.Observe), laboro.WithOutputDir(t.TempDir())}, opts...)...)
+	return startWith(t, console.Options{Token: token}, append([]laboro.Option{laboro.WithOutputDir(t.TempDir())}, opts...)...)
+}
+
+// startWith is start with the console's options.
+func startWith(t *testing.T, copts console.Options, opts ...laboro.Option) (*laboro.Executor, *httptest.Server, *http.Client) {
+	con := console.New(copts)
+	ex, err := laboro.New(append([]laboro.Option{laboro.WithObserver(con.Observe)}, opts...)...)
 	require.NoError(t, err)
 	con.Attach(ex)
 	srv := httptest.NewServer(con)
@@ -45,7 +50,7 @@ func start(t *testing.T, opts ...laboro.Option) (*laboro.Executor, *httptest.Ser
 	})
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{Jar: jar}
-	res, err := client.Get(srv.URL + "/?token=" + token)
+	res, err := client.Get(srv.URL + "/?token=" + copts.Token)
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
@@ -324,7 +329,7 @@ func TestFleetTail(t *testing.T) {
 		written = ""
 	)
 	tailed := make(chan int64, 100)
-	con := console.New(console.Options{Token: token,
+	copts := console.Options{Token: token,
 		Tail: func(ctx context.Context, id string, offset int64) ([]byte, error) {
 			if id != "far" {
 				return nil, errors.New("no such job")
@@ -346,21 +351,9 @@ func TestFleetTail(t *testing.T) {
 		Batches: func() []console.Batch {
 			return []console.Batch{{Name: "nightly", Jobs: 3, Succeeded: 1, Failed: 1, Submitted: time.Now()}}
 		},
-	})
+	}
 	run := remoteRunner{release: make(chan struct{}), dir: t.TempDir(), output: full}
-	ex, err := laboro.New(laboro.WithRunner(run), laboro.WithObserver(con.Observe))
-	require.NoError(t, err)
-	con.Attach(ex)
-	srv := httptest.NewServer(con)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		ex.Close()
-	})
-	jar, _ := cookiejar.New(nil)
-	client := &http.Client{Jar: jar}
-	code, _ := get(t, client, srv.URL+"/?token="+token)
-	require.Equal(t, http.StatusOK, code)
+	ex, srv, client := startWith(t, copts, laboro.WithRunner(run))
 
 	h, err := ex.Submit(context.Background(), laboro.Job{ID: "far", Command: "run far away"})
 	require.NoError(t, err)

@@ -70,6 +70,19 @@ func BenchmarkTasks(b *testing.B) {
 	}
 }
 
+// queuedJob waits until the job of h has its tasks queued in f, and returns
+// its id.
+func queuedJob(f *Foreman, h *laboro.Handle, tasks int) uint64 {
+	for {
+		for _, j := range f.Jobs() {
+			if j.Ref == h.ID() && j.Pending == tasks {
+				return j.JobId
+			}
+		}
+		time.Sleep(time.Millisecond) // Run has not queued the tasks yet
+	}
+}
+
 // BenchmarkForemanSubmitCancel submits a job of 100,000 tasks with no
 // worker and cancels it: both are linear in the tasks (a job of 1,000,000,
 // DefaultMaxTasks, takes ten times as long).
@@ -87,17 +100,7 @@ func BenchmarkForemanSubmitCancel(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var id uint64
-		for id == 0 {
-			for _, j := range f.Jobs() {
-				if j.Ref == h.ID() && j.Pending == tasks {
-					id = j.JobId
-				}
-			}
-			if id == 0 {
-				time.Sleep(time.Millisecond) // Run has not queued the tasks yet
-			}
-		}
+		id := queuedJob(f, h, tasks)
 		if err := f.Cancel(id); err != nil {
 			b.Fatal(err)
 		}
@@ -132,17 +135,7 @@ func BenchmarkMillionTasks(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var id uint64
-		for id == 0 {
-			for _, j := range f.Jobs() {
-				if j.Ref == h.ID() && j.Pending == tasks {
-					id = j.JobId
-				}
-			}
-			if id == 0 {
-				time.Sleep(time.Millisecond) // Run has not queued the tasks yet
-			}
-		}
+		id := queuedJob(f, h, tasks)
 		submit += time.Since(start)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
