@@ -80,3 +80,28 @@ func TestServiceStatusTellsDeletion(t *testing.T) {
 		})
 	}, 30*time.Second, 5*time.Millisecond, "%q", reply.Problems)
 }
+
+// A deletion whose advisory the Manager did not hear is found by its look
+// at the streams, and handled the same way.
+func TestStreamDeletedWithoutAdvisory(t *testing.T) {
+	nc := setup(t)
+	m := newManager(t, nc, Config{Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	require.NoError(t, m.delSub.Unsubscribe()) // deaf to deletions
+	require.NoError(t, nc.Flush())
+	ctx := testCtx(t, time.Minute)
+	done := make(chan laboro.Result, 1)
+	go func() { done <- m.Run(ctx, laboro.Job{ID: "j", Command: "echo j"}) }()
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 1 }, 30*time.Second, 5*time.Millisecond)
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteStream(ctx, "LABORO_JOBS"))
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(m.Problems(), func(p string) bool {
+			return strings.Contains(p, "stream LABORO_JOBS deleted by hand, made again; 1 jobs in flight were published again")
+		})
+	}, 30*time.Second, 5*time.Millisecond, "%q", m.Problems())
+	startWorker(t, nc, Config{}, 1)
+	res := <-done
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, "j\n", string(output(t, res)))
+}

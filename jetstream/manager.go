@@ -538,10 +538,14 @@ func (m *Manager) publish(ctx context.Context, job laboro.Job) error {
 // advisories turns each max-deliveries advisory into a failed result.
 func (m *Manager) advisories() {
 	defer close(m.done)
+	check := time.NewTicker(streamCheck)
+	defer check.Stop()
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
+		case <-check.C:
+			m.checkStreams()
 		case msg := <-m.adv:
 			if msg.Sub == m.delSub {
 				if m.cfg.deletedOurs(msg.Subject) {
@@ -551,6 +555,26 @@ func (m *Manager) advisories() {
 				m.maxDelivered(msg)
 			}
 		}
+	}
+}
+
+// streamCheck is how often the Manager looks whether its streams are
+// there: the server's advisory of a deletion is what it acts on, and this
+// is in case it did not come (it is sent once, to whoever listens then).
+const streamCheck = 5 * time.Second
+
+// checkStreams handles a stream found missing as its deletion's advisory.
+func (m *Manager) checkStreams() {
+	for _, name := range []string{m.cfg.jobsStream(), m.cfg.resultsStream()} {
+		ctx, cancel := context.WithTimeout(m.ctx, attemptTimeout)
+		_, err := m.js.Stream(ctx, name)
+		cancel()
+		if !errors.Is(err, natsjs.ErrStreamNotFound) {
+			continue
+		}
+		m.log.Warn("stream missing, and no advisory of its deletion heard", zap.String("stream", name))
+		data, _ := json.Marshal(map[string]any{"timestamp": time.Now(), "stream": name})
+		m.deleted(&nats.Msg{Data: data})
 	}
 }
 

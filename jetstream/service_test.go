@@ -70,8 +70,9 @@ func TestServiceBatch(t *testing.T) {
 
 	b, err := cl.Wait(ctx, "b1", len(ids), 20*time.Millisecond, nil)
 	require.NoError(t, err)
-	assert.Equal(t, BatchStatus{Batch: "b1", Submitted: b.Submitted, Jobs: 20, Succeeded: 19, Failed: 1}, b)
+	assert.Equal(t, BatchStatus{Batch: "b1", Submitted: b.Submitted, Jobs: 20, Succeeded: 19, Failed: 1, Ended: b.Ended}, b)
 	assert.WithinDuration(t, time.Now(), b.Submitted, time.Minute)
+	assert.False(t, b.Ended.Before(b.Submitted), "it ended after it began: %v", b.Ended)
 
 	reply, err := cl.Status(ctx, StatusRequest{Batches: []string{"b1"}, IDs: []string{"mine", "nosuch"}, Unsuccessful: true})
 	require.NoError(t, err)
@@ -372,7 +373,8 @@ func TestServiceCancel(t *testing.T) {
 
 	b, err := cl.Wait(ctx, "c", 4, 10*time.Millisecond, nil)
 	require.NoError(t, err)
-	assert.Equal(t, BatchStatus{Batch: "c", Submitted: b.Submitted, Jobs: 4, Succeeded: 1, Failed: 3}, b)
+	assert.Equal(t, BatchStatus{Batch: "c", Submitted: b.Submitted, Jobs: 4, Succeeded: 1, Failed: 3, Ended: b.Ended}, b)
+	assert.False(t, b.Ended.IsZero(), "it ended")
 	assert.Equal(t, 1, lines(t, runs), "only the running job ran")
 	res, err := cl.Result(ctx, "running")
 	require.NoError(t, err)
