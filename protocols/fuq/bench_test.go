@@ -70,6 +70,18 @@ func BenchmarkTasks(b *testing.B) {
 	}
 }
 
+// idleForeman is a Foreman with no worker, behind an Executor that runs one
+// job at a time, closed when b ends.
+func idleForeman(b *testing.B) (*Foreman, *laboro.Executor) {
+	f := &Foreman{}
+	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(1), laboro.WithConcurrency(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ex.Close() })
+	return f, ex
+}
+
 // queuedJob waits until the job of h has its tasks queued in f, and returns
 // its id.
 func queuedJob(f *Foreman, h *laboro.Handle, tasks int) uint64 {
@@ -88,12 +100,7 @@ func queuedJob(f *Foreman, h *laboro.Handle, tasks int) uint64 {
 // DefaultMaxTasks, takes ten times as long).
 func BenchmarkForemanSubmitCancel(b *testing.B) {
 	const tasks = 100_000
-	f := &Foreman{}
-	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(1), laboro.WithConcurrency(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ex.Close()
+	f, ex := idleForeman(b)
 	dir := b.TempDir()
 	for b.Loop() {
 		h, err := ex.Submit(context.Background(), NewJob("big", "/bin/true", tasks, dir, dir))
@@ -117,12 +124,7 @@ func BenchmarkForemanSubmitCancel(b *testing.B) {
 // heap-MB the Go heap the queued job holds.
 func BenchmarkMillionTasks(b *testing.B) {
 	const tasks = 1_000_000
-	f := &Foreman{}
-	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(1), laboro.WithConcurrency(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ex.Close()
+	f, ex := idleForeman(b)
 	dir := b.TempDir()
 	var submit, cancel time.Duration
 	var heap uint64
