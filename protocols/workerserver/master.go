@@ -293,14 +293,19 @@ func (m *Master) logger() *zap.Logger {
 	return m.Logger
 }
 
-func (m *Master) lease() time.Duration {
+func (m *Master) lease() time.Duration { return orDefault(m.Lease, DefaultLease) }
+
+func (m *Master) hold() time.Duration { return orDefault(m.Hold, DefaultHold) }
+
+// orDefault reads a duration setting: 0 means def, a negative one none (0).
+func orDefault(d, def time.Duration) time.Duration {
 	switch {
-	case m.Lease == 0:
-		return DefaultLease
-	case m.Lease < 0:
+	case d == 0:
+		return def
+	case d < 0:
 		return 0
 	}
-	return m.Lease
+	return d
 }
 
 func (m *Master) paths() Paths {
@@ -315,16 +320,6 @@ func (m *Master) paths() Paths {
 		p.Ping = DefaultPaths.Ping
 	}
 	return p
-}
-
-func (m *Master) hold() time.Duration {
-	switch {
-	case m.Hold == 0:
-		return DefaultHold
-	case m.Hold < 0:
-		return 0
-	}
-	return m.Hold
 }
 
 func (m *Master) maxBody() int64 {
