@@ -120,7 +120,8 @@ func (b *batch) requireRuns() (runs int, again []int) {
 
 // requireResults requires the RESULTS stream, read through nc, to hold a
 // result for every job, and the work queue to empty once the jobs run again
-// have been acknowledged. It returns the number of result messages.
+// have been acknowledged (or, for a job the server kept after its
+// acknowledgement, once the Manager's sweep removed it). It returns the number of result messages.
 func (b *batch) requireResults(nc *nats.Conn) uint64 {
 	b.t.Helper()
 	js, err := natsjs.New(nc)
@@ -134,7 +135,7 @@ func (b *batch) requireResults(nc *nats.Conn) uint64 {
 	}
 	require.Len(b.t, info.State.Subjects, len(b.handles))
 	if !assert.Eventually(b.t, func() bool { return streamMsgs(b.t, nc, "LABORO_JOBS") == 0 },
-		15*time.Second, 50*time.Millisecond) {
+		30*time.Second, 50*time.Millisecond) {
 		b.t.Fatalf("left in the work queue: %s", workQueue(b.t, nc))
 	}
 	return info.State.Msgs

@@ -263,18 +263,24 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config, update bool) (jo
 // is set; else a stream that exists stays as it is.
 func ensureStream(ctx context.Context, js natsjs.JetStream, update bool, sc natsjs.StreamConfig) (natsjs.Stream, error) {
 	s, err := js.Stream(ctx, sc.Name)
-	if update && (err != nil || !sameStream(s.CachedInfo().Config, sc)) {
-		// Only a stream that differs is updated: an update of a stream in
-		// use is work for the server, and has raced in it.
-		return js.CreateOrUpdateStream(ctx, sc)
-	}
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		// Made, not updated: a stream another client makes meanwhile (the
+		// same, from a worker) is then found as it is, and an update is
+		// sent only if it differs. An update of a stream in use is work
+		// for the server, and has raced in it against a consumer being
+		// made.
 		s, err = js.CreateStream(ctx, sc)
-		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) { // made meanwhile
+		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) { // made meanwhile, otherwise
 			s, err = js.Stream(ctx, sc.Name)
 		}
 	}
-	return s, err
+	if err != nil {
+		return nil, err
+	}
+	if update && !sameStream(s.CachedInfo().Config, sc) {
+		return js.UpdateStream(ctx, sc)
+	}
+	return s, nil
 }
 
 // sameStream reports whether a stream's configuration has every setting

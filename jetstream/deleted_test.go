@@ -3,12 +3,15 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -104,4 +107,73 @@ func TestStreamDeletedWithoutAdvisory(t *testing.T) {
 	res := <-done
 	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 	assert.Equal(t, "j\n", string(output(t, res)))
+}
+
+// A job the server keeps in the work queue after the workers' consumer
+// acknowledged it (seen once after a server restart: never delivered
+// again, counted as queued forever) is removed by the Manager, and the
+// jobs after it run.
+func TestSweepAcknowledgedJobs(t *testing.T) {
+	dir := t.TempDir()
+	ctx := testCtx(t, time.Minute)
+	start := func() (*Embedded, *nats.Conn) {
+		srv, err := StartEmbedded(dir, "127.0.0.1", -1)
+		require.NoError(t, err)
+		nc, err := nats.Connect(srv.URL())
+		require.NoError(t, err)
+		return srv, nc
+	}
+	stop := func(srv *Embedded, nc *nats.Conn) {
+		nc.Close()
+		srv.Shutdown()
+		srv.srv.WaitForShutdown()
+	}
+	// The state the server was left in: a job's message on disk, and the
+	// workers' consumer's acknowledgement of it.
+	srv, nc := start()
+	_, _, _, err := ensure(ctx, mustJS(t, nc), Config{}.withDefaults(), true)
+	require.NoError(t, err)
+	_, err = mustJS(t, nc).Publish(ctx, "LABORO.jobs.stale", []byte(`{}`))
+	require.NoError(t, err)
+	stop(srv, nc)
+	msgs := filepath.Join(dir, "jetstream", "$G", "streams", "LABORO_JOBS", "msgs")
+	kept := t.TempDir()
+	require.NoError(t, os.CopyFS(kept, os.DirFS(msgs)))
+
+	srv, nc = start()
+	js := mustJS(t, nc)
+	jobs, err := js.Stream(ctx, "LABORO_JOBS")
+	require.NoError(t, err)
+	cons, err := jobs.Consumer(ctx, consumerName)
+	require.NoError(t, err)
+	msg, err := cons.Next(natsjs.FetchMaxWait(10 * time.Second))
+	require.NoError(t, err)
+	require.NoError(t, msg.DoubleAck(ctx))
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 0 }, 10*time.Second, 10*time.Millisecond)
+	stop(srv, nc)
+	require.NoError(t, os.RemoveAll(msgs))
+	require.NoError(t, os.CopyFS(msgs, os.DirFS(kept)))
+
+	srv, nc = start()
+	t.Cleanup(func() { stop(srv, nc) })
+	require.Equal(t, uint64(1), streamMsgs(t, nc, "LABORO_JOBS"))
+	core, logs := observer.New(zap.WarnLevel)
+	cfg := Config{Logger: zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Core()))}
+	m := newManager(t, nc, cfg)
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 0 }, 30*time.Second, 10*time.Millisecond)
+	swept := logs.FilterMessageSnippet("removed from the work queue").All()
+	require.Len(t, swept, 1)
+	assert.Equal(t, uint64(1), swept[0].ContextMap()["to"])
+
+	startWorker(t, nc, Config{}, 1)
+	res := m.Run(ctx, laboro.Job{ID: "next", Command: "echo next"})
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, "next\n", string(output(t, res)))
+}
+
+func mustJS(t *testing.T, nc *nats.Conn) natsjs.JetStream {
+	t.Helper()
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	return js
 }

@@ -77,6 +77,9 @@ type Manager struct {
 	// made is when the streams that the advisory goroutine made again
 	// were made, by the server's clock, by name.
 	made map[string]time.Time
+	// stale is the first sequence of the JOBS stream when the last check
+	// found it acknowledged (see sweep), or 0.
+	stale uint64
 }
 
 // maxProblems bounds the problems a Manager remembers.
@@ -567,8 +570,11 @@ const streamCheck = 5 * time.Second
 func (m *Manager) checkStreams() {
 	for _, name := range []string{m.cfg.jobsStream(), m.cfg.resultsStream()} {
 		ctx, cancel := context.WithTimeout(m.ctx, attemptTimeout)
-		_, err := m.js.Stream(ctx, name)
+		s, err := m.js.Stream(ctx, name)
 		cancel()
+		if err == nil && name == m.cfg.jobsStream() {
+			m.sweep(s)
+		}
 		if !errors.Is(err, natsjs.ErrStreamNotFound) {
 			continue
 		}
@@ -576,6 +582,43 @@ func (m *Manager) checkStreams() {
 		data, _ := json.Marshal(map[string]any{"timestamp": time.Now(), "stream": name})
 		m.deleted(&nats.Msg{Data: data})
 	}
+}
+
+// sweep removes from the JOBS stream the jobs that the workers' consumer
+// has acknowledged, which a work queue removes at once: after a restart,
+// the server was seen to keep one whose acknowledgement it had kept, and it
+// stayed forever, never delivered again, counted as queued. A worker
+// acknowledges a job after its result or the record of its end is stored,
+// so no job is lost.
+func (m *Manager) sweep(jobs natsjs.Stream) {
+	st := jobs.CachedInfo().State
+	if st.Msgs == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, attemptTimeout)
+	defer cancel()
+	cons, err := jobs.Consumer(ctx, consumerName)
+	if err != nil {
+		return // made again by the workers when missing
+	}
+	floor := cons.CachedInfo().AckFloor.Stream
+	if st.FirstSeq > floor {
+		m.stale = 0
+		return
+	}
+	if m.stale != st.FirstSeq {
+		// Seen once: it may be on its way out. Seen at the next check
+		// still, it stays.
+		m.stale = st.FirstSeq
+		return
+	}
+	m.stale = 0
+	if err := jobs.Purge(ctx, natsjs.WithPurgeSequence(floor+1)); err != nil {
+		m.log.Warn("removing acknowledged jobs from the work queue", zap.Error(err))
+		return
+	}
+	m.log.Warn("removed from the work queue the jobs the server kept after their acknowledgement",
+		zap.String("stream", jobs.CachedInfo().Config.Name), zap.Uint64("from", st.FirstSeq), zap.Uint64("to", floor))
 }
 
 // deleted handles the deletion of a stream or of the workers' consumer,
