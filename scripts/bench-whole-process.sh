@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-whole-process.sh runs N trivial shell jobs, two at a time, as whole
-# processes: `laboro run` (its embedded server and streams included) against
+# processes: `laboro run` (the core Executor, no server) against
 # `xargs -P2` and GNU `parallel -j2`, in interleaved rounds (hyperfine runs
 # each command in turn), and `laboro run true` against `sh -c true` for the
 # start-up. Needs hyperfine and parallel (Debian packages of those names).
