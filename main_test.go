@@ -19,7 +19,11 @@ func TestMain(m *testing.M) {
 	if dirs := os.Getenv(removeAtExitEnv); dirs != "" {
 		holdDirs(dirs) // never returns: the test kills it
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// The default pool that package ants starts when it is loaded
+		// (BenchmarkPools compares laboro with it).
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"))
 }
 
 // testCtx returns a context that ends with the test, or after a minute.
