@@ -22,7 +22,8 @@ import (
 // Queued is empty; Handles stay valid.
 type Executor struct {
 	runner    Runner
-	ownRunner bool // runner is the default one (no WithRunner)
+	ownRunner bool       // runner is the default one (no WithRunner)
+	fn        FuncRunner // its function jobs' runner
 	validator Validator
 	log       *zap.Logger
 	events    *eventQueue // nil without an observer
@@ -97,7 +98,8 @@ func New(opts ...Option) (*Executor, error) {
 			e.runDir = &runDir{path: dir}
 			proc.Dir, proc.held = dir, e.runDir
 		}
-		e.runner = mixedRunner{proc: proc, fn: FuncRunner{Logger: e.log}}
+		e.fn = FuncRunner{Logger: e.log}
+		e.runner = mixedRunner{proc: proc, fn: e.fn}
 		e.ownRunner = true
 	}
 	e.validator, _ = e.runner.(Validator)

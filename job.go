@@ -191,7 +191,10 @@ type Result struct {
 	PID int
 	// Started and Ended bound the run. Both are zero for a job that never
 	// reached its runner (stopped or terminated); for a process that could
-	// not start they mark the attempt.
+	// not start they mark the attempt. A function job that a worker of
+	// the default runner takes as the job before it ends starts when that
+	// one ended, to within the Executor's bookkeeping (one clock read per
+	// job).
 	Started, Ended time.Time
 	// Output is the job's standard output, kept in a file; nil when nothing
 	// ran or the runner captures no output. The consumer must Close it.

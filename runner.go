@@ -54,13 +54,21 @@ func (FuncRunner) Validate(job Job) error {
 }
 
 // Run calls job.Func with ctx.
-func (r FuncRunner) Run(ctx context.Context, job Job) (res Result) {
+func (r FuncRunner) Run(ctx context.Context, job Job) Result {
+	return r.run(ctx, job, time.Time{})
+}
+
+// run is Run, with the job's start given when the caller knows it.
+func (r FuncRunner) run(ctx context.Context, job Job, started time.Time) (res Result) {
 	res.ExitCode = -1
 	if job.Func == nil {
 		res.Status, res.Err = StatusFailed, fmt.Errorf("%w: FuncRunner needs Job.Func", ErrInvalidJob)
 		return res
 	}
-	res.Started = time.Now()
+	res.Started = started
+	if started.IsZero() {
+		res.Started = time.Now()
+	}
 	err := r.call(ctx, job.Func, job.ID)
 	res.Ended = time.Now()
 	res.Status, res.Err = StatusSucceeded, err
