@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# bench-serve.sh runs N trivial jobs (`true`) through `laboro serve` (its
+# embedded NATS server, no local slots) and one `laboro worker -c 4` on this
+# machine, submitted as one batch with `laboro submit -wait`, and prints the
+# wall time from submit to the last result, the jobs per second, the peak
+# RSS (VmHWM) of serve and of the worker, and the disk the server's data
+# directory uses at the end.
+#
+#   scripts/bench-serve.sh [N]     (default: 100000)
+set -euo pipefail
+n=${1:-100000}
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+go build -o "$tmp/laboro" ./jetstream/cmd/laboro
+awk -v n="$n" 'BEGIN { for (i = 0; i < n; i++) print "true" }' > "$tmp/jobs"
+export LABORO_STATE_DIR=$tmp/state XDG_RUNTIME_DIR=$tmp/run
+mkdir -p "$LABORO_STATE_DIR" "$XDG_RUNTIME_DIR" "$tmp/out"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+nats=nats://127.0.0.1:$port
+"$tmp/laboro" serve -data "$tmp/data" -listen "127.0.0.1:$port" -workers 0 2> "$tmp/serve.log" &
+serve=$!
+pids+=("$serve")
+until "$tmp/laboro" status -nats "$nats" > /dev/null 2>&1; do
+	kill -0 "$serve" 2>/dev/null || { cat "$tmp/serve.log"; exit 1; }
+	sleep 0.2
+done
+"$tmp/laboro" worker -nats "$nats" -c 4 -dir "$tmp/out" 2> "$tmp/worker.log" &
+worker=$!
+pids+=("$worker")
+start=$(date +%s.%N)
+"$tmp/laboro" submit -nats "$nats" -batch bench -wait -f "$tmp/jobs" > "$tmp/submit.out" 2> "$tmp/submit.err" || {
+	tail -5 "$tmp/submit.out" "$tmp/submit.err"
+	exit 1
+}
+end=$(date +%s.%N)
+hwm() { awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$1/status"; }
+echo "jobs:          $n"
+echo "wall time:     $(echo "$end - $start" | bc) s (submit to the last result)"
+echo "jobs/s:        $(echo "$n / ($end - $start)" | bc)"
+echo "peak RSS:      serve $(hwm "$serve"), worker $(hwm "$worker")"
+echo "disk:          $(du -sh "$tmp/data" | cut -f1) in the server's data directory"
+tail -1 "$tmp/submit.out"
