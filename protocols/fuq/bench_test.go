@@ -83,15 +83,20 @@ func idleForeman(b *testing.B) (*Foreman, *laboro.Executor) {
 }
 
 // queuedJob waits until the job of h has its tasks queued in f, and returns
-// its id.
+// its id. The Foreman adds a job whole, under its lock: once it is there,
+// its tasks are in line. (Jobs and Job would build the list of its tasks,
+// a million of them, on every look.)
 func queuedJob(f *Foreman, h *laboro.Handle, tasks int) uint64 {
 	for {
-		for _, j := range f.Jobs() {
-			if j.Ref == h.ID() && j.Pending == tasks {
-				return j.JobId
+		f.mu.Lock()
+		for id, j := range f.jobs {
+			if j.ref == h.ID() && len(j.tasks) == tasks {
+				f.mu.Unlock()
+				return id
 			}
 		}
-		time.Sleep(time.Millisecond) // Run has not queued the tasks yet
+		f.mu.Unlock()
+		time.Sleep(100 * time.Microsecond) // Run has not queued the tasks yet
 	}
 }
 
