@@ -246,7 +246,7 @@ func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 		kept   bool   // this status was recorded in History only
 	)
 	now := time.Now()
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.commit.update(func(tx *bolt.Tx) error {
 		status, ended, kept = "", false, false
 		row, err := getJob(tx, req.id)
 		if err != nil {
@@ -337,7 +337,7 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 	var pd PingData
 	var cancelled bool // the job taken was being cancelled, and ended
 	now := time.Now()
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.commit.update(func(tx *bolt.Tx) error {
 		pd, cancelled = PingData{}, false
 		cancels, err := takeCancels(tx, req.id)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 // joined to it, from Open to Close.
 type session struct {
 	db        *bolt.DB
+	commit    *committer // the updates of pings and job statuses, grouped
 	d         *transport.Dispatcher[string, JobOrder]
 	log       *zap.Logger
 	outputDir string
@@ -54,6 +55,7 @@ type dispatchTicket = transport.Ticket[string, JobOrder]
 func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir string) *session {
 	s := &session{
 		db:        db,
+		commit:    &committer{db: db},
 		d:         transport.NewDispatcher[string, JobOrder](transport.Config{Lease: lease, Logger: log}),
 		log:       log,
 		outputDir: outputDir,
