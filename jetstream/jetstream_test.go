@@ -135,7 +135,12 @@ func TestResult(t *testing.T) {
 	res = m.Run(slowCtx, laboro.Job{ID: "slow", Command: "sleep 5"})
 	require.Equal(t, laboro.StatusTimedOut, res.Status)
 	require.ErrorIs(t, res.Err, laboro.ErrTimeout)
-	require.Nil(t, res.Output)
+	if res.Output != nil {
+		// The worker, given the deadline, killed the job at it and sent
+		// what it wrote before the Manager's own wait ended: that may
+		// come first.
+		require.Empty(t, string(output(t, res)))
+	}
 
 	res = m.Run(ctx, laboro.Job{ID: "bad.id", Command: "true"})
 	require.ErrorIs(t, res.Err, laboro.ErrInvalidJob)
