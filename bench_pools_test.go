@@ -73,7 +73,6 @@ func benchPond(b *testing.B, c int) {
 // that runs the function, keeps its error and closes a done channel (the
 // ticket of the floor), and the collector waits for each in order.
 func benchAnts(b *testing.B, c int) {
-	b.ReportAllocs()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pool, err := ants.NewPool(c, ants.WithMaxBlockingTasks(1024))
@@ -81,28 +80,10 @@ func benchAnts(b *testing.B, c int) {
 		b.Fatal(err)
 	}
 	defer pool.Release()
-	tickets := make(chan *benchTicket, 1024)
-	var failed atomic.Int64
-	collected := make(chan struct{})
-	b.ResetTimer()
-	go func() {
-		defer close(collected)
-		benchCollect(ctx, tickets, &failed)
-	}()
-	for range b.N {
-		t := newBenchTicket()
-		if err := pool.Submit(func() {
+	benchTickets(b, ctx, func(t *benchTicket) error {
+		return pool.Submit(func() {
 			t.err = t.f(ctx)
 			close(t.done)
-		}); err != nil {
-			b.Fatal(err)
-		}
-		tickets <- t
-	}
-	close(tickets)
-	<-collected
-	b.StopTimer()
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d jobs failed", n)
-	}
+		})
+	})
 }

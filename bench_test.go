@@ -151,15 +151,10 @@ func benchOverheadConsole(b *testing.B, c int) {
 // benchOverheadFloor: a fixed set of c goroutines reading tickets from a
 // buffered channel; the least any executor of this shape can cost.
 func benchOverheadFloor(b *testing.B, c int) {
-	b.ReportAllocs()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	jobs := make(chan *benchTicket, 1024)
-	tickets := make(chan *benchTicket, 1024)
 	var workers sync.WaitGroup
-	var failed atomic.Int64
-	collected := make(chan struct{})
-	b.ResetTimer()
 	for range c {
 		workers.Go(func() {
 			for t := range jobs {
@@ -168,32 +163,42 @@ func benchOverheadFloor(b *testing.B, c int) {
 			}
 		})
 	}
-	go func() {
-		defer close(collected)
-		benchCollect(ctx, tickets, &failed)
-	}()
-	for range b.N {
-		t := newBenchTicket()
+	benchTickets(b, ctx, func(t *benchTicket) error {
 		jobs <- t
-		tickets <- t
-	}
+		return nil
+	})
 	close(jobs)
-	close(tickets)
-	<-collected
-	b.StopTimer()
 	workers.Wait()
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d jobs failed", n)
-	}
 }
 
 // benchOverheadSemaphore: one goroutine per job, started once a weighted
 // semaphore of c grants a place.
 func benchOverheadSemaphore(b *testing.B, c int) {
-	b.ReportAllocs()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sem := semaphore.NewWeighted(int64(c))
+	benchTickets(b, ctx, func(t *benchTicket) error {
+		if err := sem.Acquire(ctx, 1); err != nil {
+			return err
+		}
+		go func() {
+			t.err = t.f(ctx)
+			close(t.done)
+			sem.Release(1)
+		}()
+		return nil
+	})
+	// Every goroutine released its place once all places are back.
+	if err := sem.Acquire(ctx, int64(c)); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchTickets is the part the baselines share: b.N tickets, each handed
+// to start, which has it run, and then, through a channel buffered to
+// 1024, to one collector goroutine that waits for each in order.
+func benchTickets(b *testing.B, ctx context.Context, start func(*benchTicket) error) {
+	b.ReportAllocs()
 	tickets := make(chan *benchTicket, 1024)
 	var failed atomic.Int64
 	collected := make(chan struct{})
@@ -202,29 +207,19 @@ func benchOverheadSemaphore(b *testing.B, c int) {
 		defer close(collected)
 		benchCollect(ctx, tickets, &failed)
 	}()
-	var acquireErr error
+	var startErr error
 	for range b.N {
-		if err := sem.Acquire(ctx, 1); err != nil {
-			acquireErr = err
+		t := newBenchTicket()
+		if startErr = start(t); startErr != nil {
 			break
 		}
-		t := newBenchTicket()
-		go func() {
-			t.err = t.f(ctx)
-			close(t.done)
-			sem.Release(1)
-		}()
 		tickets <- t
 	}
 	close(tickets)
 	<-collected
 	b.StopTimer()
-	// Every goroutine released its place once all places are back.
-	if err := sem.Acquire(ctx, int64(c)); err != nil {
-		b.Fatal(err)
-	}
-	if acquireErr != nil {
-		b.Fatal(acquireErr)
+	if startErr != nil {
+		b.Fatal(startErr)
 	}
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d jobs failed", n)
