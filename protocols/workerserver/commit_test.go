@@ -33,16 +33,7 @@ func TestCommitterGroups(t *testing.T) {
 	}
 
 	// The first update holds its commit until the others wait.
-	release, entered := make(chan struct{}), make(chan struct{})
-	first := make(chan error, 1)
-	go func() {
-		first <- c.update(func(tx *bolt.Tx) error {
-			close(entered)
-			<-release
-			return put("first")(tx)
-		})
-	}()
-	<-entered
+	release, first := holdCommit(c, put("first"))
 	const n = 8
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -63,15 +54,7 @@ func TestCommitterGroups(t *testing.T) {
 			}
 		})
 	}
-	for {
-		c.mu.Lock()
-		waiting := len(c.pending)
-		c.mu.Unlock()
-		if waiting == n {
-			break
-		}
-		runtime.Gosched()
-	}
+	awaitPending(c, n)
 	close(release)
 	require.NoError(t, <-first)
 	wg.Wait()
@@ -100,15 +83,7 @@ func TestCommitterGroups(t *testing.T) {
 	assert.Len(t, txs, n-2)
 
 	// Without a failure, they share one.
-	release, entered = make(chan struct{}), make(chan struct{})
-	go func() {
-		first <- c.update(func(*bolt.Tx) error {
-			close(entered)
-			<-release
-			return nil
-		})
-	}()
-	<-entered
+	release, first = holdCommit(c, func(*bolt.Tx) error { return nil })
 	for i := range n {
 		wg.Go(func() {
 			if i == 5 {
@@ -118,15 +93,7 @@ func TestCommitterGroups(t *testing.T) {
 			errs[i] = c.update(put(fmt.Sprint("g", i)))
 		})
 	}
-	for {
-		c.mu.Lock()
-		waiting := len(c.pending)
-		c.mu.Unlock()
-		if waiting == n {
-			break
-		}
-		runtime.Gosched()
-	}
+	awaitPending(c, n)
 	close(release)
 	require.NoError(t, <-first)
 	wg.Wait()
@@ -146,4 +113,33 @@ func TestCommitterGroups(t *testing.T) {
 		return nil
 	}))
 	assert.Len(t, txs, 1, "the updates that waited were not committed together")
+}
+
+// holdCommit starts an update of c that, once its commit is under way,
+// waits for release before fn; its error comes on the channel.
+func holdCommit(c *committer, fn func(*bolt.Tx) error) (release chan struct{}, result chan error) {
+	release, result = make(chan struct{}), make(chan error, 1)
+	entered := make(chan struct{})
+	go func() {
+		result <- c.update(func(tx *bolt.Tx) error {
+			close(entered)
+			<-release
+			return fn(tx)
+		})
+	}()
+	<-entered
+	return release, result
+}
+
+// awaitPending returns once n updates wait for c's next commit.
+func awaitPending(c *committer, n int) {
+	for {
+		c.mu.Lock()
+		waiting := len(c.pending)
+		c.mu.Unlock()
+		if waiting == n {
+			return
+		}
+		runtime.Gosched()
+	}
 }
