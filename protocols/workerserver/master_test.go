@@ -425,7 +425,9 @@ func TestRunContextEnds(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		job := NewJob("ctx-t", "w", nil)
-		job.Timeout = 50 * time.Millisecond
+		// Long enough for the ping below to take the job first, on a
+		// loaded machine too.
+		job.Timeout = 2 * time.Second
 		h, err := ex.Submit(context.Background(), job)
 		require.NoError(t, err)
 		f.pingForJob("s1")
@@ -1021,7 +1023,9 @@ func TestRestartHoldsJobs(t *testing.T) {
 // though the server shows life, never reached it (the answer to its ping
 // was lost): it goes back in line.
 func TestLostHandOut(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	// s1's lease must outlast the test's pauses between the statuses that
+	// keep it alive, on a loaded machine too.
+	const lease = time.Second
 	f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
 	ex := f.executor()
 	f.online("s1", "w")
