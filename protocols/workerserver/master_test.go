@@ -1038,10 +1038,15 @@ func TestLostHandOut(t *testing.T) {
 	f.pingForJob("s1")
 	f.jobStatus("s1", "kept", JobProcessing, Progress{Progress: ProgressCount{Total: 1}})
 
-	// s1 shows life, speaking of the other job only; s2 gets the lost one.
+	// s1 shows life, speaking of the other job only; once the lost one
+	// is back in line, s2 gets it. (A ping of s2 that took it before the
+	// table said so would record its hand-out from s1 as lost by s1.)
 	var order *JobOrder
 	require.Eventually(t, func() bool {
 		f.jobStatus("s1", "kept", JobProcessing, Progress{Progress: ProgressCount{Total: 1}})
+		if f.record("lost").Status != JobQueued {
+			return false
+		}
 		pd, _ := f.ping("s2")
 		order = pd.Job
 		return order != nil
