@@ -160,7 +160,10 @@ func TestSweepAcknowledgedJobs(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	cfg := Config{Logger: zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Core()))}
 	m := newManager(t, nc, cfg)
-	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 0 }, 30*time.Second, 10*time.Millisecond)
+	// The Manager says so once it removed the job.
+	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("removed from the work queue").Len() > 0 },
+		30*time.Second, 10*time.Millisecond)
+	require.Zero(t, streamMsgs(t, nc, "LABORO_JOBS"))
 	swept := logs.FilterMessageSnippet("removed from the work queue").All()
 	require.Len(t, swept, 1)
 	assert.Equal(t, uint64(1), swept[0].ContextMap()["to"])
