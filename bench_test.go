@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/laboro-go/laboro"
@@ -112,25 +113,25 @@ func benchOverheadWith(b *testing.B, c int, opts ...laboro.Option) {
 }
 
 // benchOverheadConsole: as benchOverheadLaboro, with the web console and
-// the Prometheus collector attached (what -http adds), and a browser
-// following the live updates: what watching the Executor costs its jobs.
+// the Prometheus collector attached (what -http adds), a browser following
+// the live updates and a scraper reading the metrics ten times a second:
+// what watching the Executor costs its jobs.
 func benchOverheadConsole(b *testing.B, c int) {
 	b.ReportAllocs()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	con := console.New(console.Options{})
-	col := metrics.New()
 	ex, err := laboro.New(laboro.WithPoolSize(c), laboro.WithConcurrency(c), laboro.WithBufferSize(1024),
-		laboro.WithObserver(func(ev laboro.Event) {
-			con.Observe(ev)
-			col.Observe(ev)
-		}))
+		laboro.WithHistory(console.History))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ex.Close()
+	con := console.New(console.Options{})
 	con.Attach(ex)
+	col := metrics.New()
 	col.Attach(ex)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col)
 	srv := httptest.NewServer(con)
 	defer srv.Close()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/events", nil)
@@ -143,7 +144,23 @@ func benchOverheadConsole(b *testing.B, c int) {
 		defer close(browsing)
 		io.Copy(io.Discard, res.Body)
 	}()
-	defer func() { cancel(); res.Body.Close(); <-browsing }()
+	scraping := make(chan struct{})
+	go func() { // a Prometheus server scraping ten times a second
+		defer close(scraping)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := reg.Gather(); err != nil {
+					panic(err)
+				}
+			}
+		}
+	}()
+	defer func() { cancel(); res.Body.Close(); <-browsing; <-scraping }()
 
 	submitAndCollect(b, ctx, ex, laboro.Job{Func: benchNop})
 }

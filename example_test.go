@@ -20,13 +20,40 @@ func ExampleNew() {
 		return
 	}
 	defer ex.Close()
-	fmt.Printf("%+v\n", ex.Stats())
+	st := ex.Stats()
+	fmt.Printf("buffer %d, pool %d, concurrency %d, parallelism %d\n", st.BufferSize, st.PoolSize, st.Concurrency, st.Parallelism)
 
 	_, err = laboro.New(laboro.WithBufferSize(0))
 	fmt.Println(err)
 	// Output:
-	// {Concurrency:2 PoolSize:4 Parallelism:2 Running:0 Queued:0 Blocked:0 BufferSize:8}
+	// buffer 8, pool 4, concurrency 2, parallelism 2
 	// laboro: invalid configuration: buffer size must be > 0, got 0
+}
+
+// What an Executor counts as its jobs move, read when one likes: a
+// console's or a scraper's pace, which costs the jobs nothing.
+func ExampleExecutor_Stats() {
+	ex, err := laboro.New(laboro.WithHistory(10))
+	if err != nil {
+		panic(err)
+	}
+	defer ex.Close()
+	ctx := context.Background()
+	for _, cmd := range []string{"echo one", "echo two", "exit 3"} {
+		h, _ := ex.Submit(ctx, laboro.Job{Script: cmd})
+		res, _ := h.Wait(ctx)
+		res.Output.Close()
+	}
+	st := ex.Stats()
+	fmt.Println(st.Finished(), "ended:", st.Ended[laboro.StatusSucceeded], "succeeded,", st.Ended[laboro.StatusFailed], "failed;",
+		st.OutputBytes, "bytes of output;", st.Runs.Count, "runs timed")
+	for _, f := range ex.Recent(2) { // newest first
+		fmt.Println(f.Job.Script, "→", f.Result.Status, f.Result.ExitCode)
+	}
+	// Output:
+	// 3 ended: 2 succeeded, 1 failed; 8 bytes of output; 3 runs timed
+	// exit 3 → failed 3
+	// echo two → succeeded 0
 }
 
 func ExampleExecutor_Submit() {

@@ -49,6 +49,15 @@ type Executor struct {
 	running     int
 	workers     int           // worker goroutines still alive
 	done        chan struct{} // closed when workers and observer have returned
+
+	// What Stats adds to the state above; see there.
+	epoch    time.Time // queue times are read against it: the monotonic clock only
+	ended    [StatusCancelled + 1]int64
+	outBytes int64
+	waits    Histogram
+	runs     Histogram
+	changes  uint64
+	history  history
 }
 
 type execState uint8
@@ -81,6 +90,8 @@ func New(opts ...Option) (*Executor, error) {
 		live:        make(map[string]*Handle),
 		current:     make([]*Handle, cfg.poolSize),
 		done:        make(chan struct{}),
+		epoch:       time.Now(),
+		history:     history{ring: make([]*Handle, cfg.history)},
 	}
 	if e.log == nil {
 		e.log = zap.NewNop()
@@ -131,11 +142,9 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}
-	h := &Handle{job: job}
-	if e.events != nil {
-		// The clock is read before the lock, which is held short.
-		h.queued = time.Now()
-	}
+	// The clock is read before the lock, which is held short; only the
+	// monotonic one (half the cost of time.Now).
+	h := &Handle{job: job, queued: time.Since(e.epoch)}
 	e.mu.Lock()
 	if e.state != stateOpen {
 		e.mu.Unlock()
@@ -163,6 +172,7 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 	w := waiterPool.Get().(*waiter)
 	w.h, w.outcome = h, waitPending
 	e.waiters.push(w)
+	e.changes++
 	e.mu.Unlock()
 
 	signalled := false
@@ -177,6 +187,7 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 	if outcome == waitPending {
 		e.waiters.remove(w)
 		e.unindex(h)
+		e.changes++
 	}
 	e.mu.Unlock()
 	if outcome != waitPending && !signalled {
@@ -207,8 +218,9 @@ func (e *Executor) enqueue(h *Handle) {
 	}
 	h.state = stateQueued
 	e.queue.Push(h)
+	e.changes++
 	if e.events != nil {
-		e.events.push(eventRecord{kind: EventQueued, h: h, time: h.queued})
+		e.events.push(eventRecord{kind: EventQueued, h: h, time: e.epoch.Add(h.queued)})
 	}
 	if e.running < e.parallelism() {
 		e.work.Signal()
@@ -299,13 +311,14 @@ func (s *idSource) fill() {
 }
 
 // admit moves blocked submitters into the buffer while it has room, oldest
-// first. e.mu is held.
-func (e *Executor) admit() {
+// first. now, if set, is the time it is: a clock read spared. e.mu is held.
+func (e *Executor) admit(now time.Time) {
 	for e.waiters.len() > 0 && e.queue.Len() < e.capacity {
 		w := e.waiters.pop()
-		if e.events != nil {
-			w.h.queued = time.Now() // it enters the buffer now
+		if now.IsZero() {
+			now = time.Now()
 		}
+		w.h.queued = now.Sub(e.epoch) // it enters the buffer now
 		e.enqueue(w.h)
 		w.outcome = waitQueued
 		w.ready <- struct{}{}
@@ -328,6 +341,7 @@ func (e *Executor) SetConcurrency(n int) error {
 		return ErrClosed
 	}
 	e.concurrency = n
+	e.changes++
 	if e.events != nil {
 		e.events.push(eventRecord{kind: EventConcurrency, time: time.Now(), n: n, p: e.parallelism()})
 	}
@@ -352,17 +366,6 @@ func (e *Executor) Parallelism() int {
 
 func (e *Executor) parallelism() int { return min(e.concurrency, e.poolSize) }
 
-// Stats is a snapshot of an Executor's counters.
-type Stats struct {
-	Concurrency int // the concurrency level
-	PoolSize    int // worker goroutines
-	Parallelism int // min(Concurrency, PoolSize)
-	Running     int // jobs running
-	Queued      int // jobs in the buffer
-	Blocked     int // Submit calls waiting for room in the buffer
-	BufferSize  int // the buffer's capacity
-}
-
 // Stats returns the Executor's counters, read together.
 func (e *Executor) Stats() Stats {
 	e.mu.Lock()
@@ -375,6 +378,11 @@ func (e *Executor) Stats() Stats {
 		Queued:      e.queue.Len(),
 		Blocked:     e.waiters.len(),
 		BufferSize:  e.capacity,
+		Ended:       e.ended,
+		OutputBytes: e.outBytes,
+		Waits:       e.waits,
+		Runs:        e.runs,
+		Changes:     e.changes,
 	}
 }
 
@@ -400,7 +408,7 @@ func (e *Executor) Stop(id string) error {
 	}
 	res := Result{ID: id, Status: StatusStopped, ExitCode: -1, Err: ErrStopped}
 	e.retire(h, &res)
-	e.admit()
+	e.admit(time.Time{})
 	e.mu.Unlock()
 	h.complete()
 	return nil
@@ -443,7 +451,7 @@ func (e *Executor) Cancel(id string) error {
 	}
 	res := Result{ID: id, Status: StatusStopped, ExitCode: -1, Err: ErrStopped}
 	e.retire(h, &res)
-	e.admit()
+	e.admit(time.Time{})
 	e.mu.Unlock()
 	h.complete()
 	return nil
@@ -455,7 +463,23 @@ func (e *Executor) Cancel(id string) error {
 func (e *Executor) retire(h *Handle, res *Result) {
 	e.unindex(h)
 	h.state = stateDone
-	h.res = *res // read by others only once h.finished is set (complete)
+	h.res = *res // read by others only once h.finished is set (complete), or under e.mu (Recent)
+	e.changes++
+	if int(res.Status) < len(e.ended) {
+		e.ended[res.Status]++
+	}
+	if res.Output != nil {
+		e.outBytes += res.Output.Size()
+	}
+	if !res.Started.IsZero() {
+		e.waits.add(res.Started.Sub(e.epoch) - h.queued)
+		if !res.Ended.IsZero() {
+			e.runs.add(res.Ended.Sub(res.Started))
+		}
+	}
+	if len(e.history.ring) > 0 {
+		e.history.add(h)
+	}
 	if e.events != nil {
 		// The run's end is the event's time when the runner said it: one
 		// clock read fewer per job.

@@ -34,6 +34,8 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"output dir is a file", []laboro.Option{laboro.WithOutputDir(file)}},
 		{"output dir with own runner", []laboro.Option{laboro.WithOutputDir(t.TempDir()), laboro.WithRunner(laboro.FuncRunner{})}},
 		{"queue not empty", []laboro.Option{laboro.WithQueue(notEmpty)}},
+		{"negative history", []laboro.Option{laboro.WithHistory(-1)}},
+		{"history beyond its bound", []laboro.Option{laboro.WithHistory(laboro.MaxHistory + 1)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,9 +27,10 @@ type Handle struct {
 	stop  context.CancelCauseFunc
 	cause error
 
-	// With an observer, when the job entered the buffer and when a worker
-	// took it; guarded by the Executor's lock.
-	queued  time.Time
+	// When the job entered the buffer, on the Executor's monotonic clock
+	// (since its epoch), and, with an observer, when a worker took it;
+	// guarded by the Executor's lock.
+	queued  time.Duration
 	started time.Time
 	pid     int    // its process, output file and the time it was
 	output  string // reported (ReportProcess); guarded by mu

@@ -28,6 +28,7 @@ type config struct {
 	logger      *zap.Logger
 	outputDir   string
 	observer    func(Event)
+	history     int
 }
 
 func defaultConfig() config {
@@ -46,6 +47,8 @@ func (c *config) validate() error {
 		return configErrorf("worker pool size must be > 0, got %d", c.poolSize)
 	case c.concurrency < 0:
 		return configErrorf("concurrency must be >= 0, got %d", c.concurrency)
+	case c.history < 0 || c.history > MaxHistory:
+		return configErrorf("history must be between 0 and %d, got %d", MaxHistory, c.history)
 	case c.queue != nil && c.queue.Len() != 0:
 		return configErrorf("the queue must start empty, it holds %d jobs", c.queue.Len())
 	case c.runner != nil && c.outputDir != "":
@@ -102,3 +105,12 @@ func WithOutputDir(dir string) Option { return func(c *config) { c.outputDir = d
 // Executor is busy (its goroutine then competes less with the jobs): an
 // event may come after the Handle's Wait has returned.
 func WithObserver(fn func(Event)) Option { return func(c *config) { c.observer = fn } }
+
+// WithHistory has the Executor keep the last n jobs that ended, with their
+// results, for Recent: what a console lists as finished. It costs a pointer
+// per job and holds n results (their stderr tails included) in memory.
+// Default 0: none kept. At most MaxHistory.
+func WithHistory(n int) Option { return func(c *config) { c.history = n } }
+
+// MaxHistory bounds WithHistory.
+const MaxHistory = 1 << 20

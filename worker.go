@@ -87,18 +87,20 @@ func (e *Executor) start(i int, now time.Time) *Handle {
 	h.state = stateRunning
 	e.current[i] = h
 	e.running++
-	e.admit()
+	e.changes++
+	e.admit(now)
 	if e.events != nil {
 		// One clock read for the event and Running, if the caller did not
 		// read it: without an observer the job costs none here (the clock
 		// is slow on some machines).
+		queued := e.epoch.Add(h.queued)
 		if now.IsZero() {
 			now = time.Now()
-		} else if now.Before(h.queued) {
-			now = h.queued // it came in after the caller's reading
+		} else if now.Before(queued) {
+			now = queued // it came in after the caller's reading
 		}
 		h.started = now
-		e.events.push(eventRecord{kind: EventStarted, h: h, time: now, waited: now.Sub(h.queued)})
+		e.events.push(eventRecord{kind: EventStarted, h: h, time: now, waited: now.Sub(queued)})
 	}
 	if e.running < e.parallelism() && e.queue.Len() > 0 {
 		e.work.Signal() // room for more: pass the wake-up on

@@ -6,9 +6,15 @@
 //
 // Three lines add it to a program that embeds laboro:
 //
+//	ex, err := laboro.New(laboro.WithHistory(console.History))
 //	con := console.New(console.Options{Token: token})
-//	ex, err := laboro.New(laboro.WithObserver(con.Observe))
 //	con.Attach(ex); http.Handle("/", con)
+//
+// The console reads the Executor (its Stats, Running, Queued and, for the
+// finished jobs, Recent: what WithHistory keeps) when a browser asks and
+// while one follows the live updates, never in between: it costs the jobs
+// nothing when no one looks, and a look costs a few readings under the
+// Executor's lock, however fast the jobs end.
 //
 // The page is rendered on the server (html/template) and kept up to date
 // by a small script of its own over server-sent events; it works without
@@ -18,9 +24,9 @@
 // "Authorization: Bearer …". Every action is a POST refused unless it
 // comes from the console's own page (same origin).
 //
-// A slow browser never slows the jobs: Observe only marks the state
-// changed, and each browser gets a fresh snapshot when it can take one;
-// updates it was too slow for are not queued but folded into the next.
+// A slow browser never slows the jobs: each browser gets a fresh snapshot
+// when it can take one; updates it was too slow for are not queued but
+// folded into the next.
 package console
 
 import (
@@ -59,8 +65,6 @@ type Options struct {
 	// Token, when set, is required of every request (see the package
 	// documentation). Leave it empty only behind another authentication.
 	Token string
-	// History is how many finished jobs the console remembers (200 if 0).
-	History int
 	// MaxClients bounds the browsers following the live updates at once
 	// (64 if 0); more are answered 503.
 	MaxClients int
@@ -102,38 +106,30 @@ type Worker struct {
 	Running []string `json:"running"` // the ids of the jobs it runs
 }
 
+// History is how many finished jobs an Executor shown by a console should
+// keep (laboro.WithHistory): the page lists MaxListed of them, and a
+// job's page is found among them.
+const History = 200
+
 // Console is an http.Handler for one Executor's console. Its methods are
 // safe for concurrent use.
 type Console struct {
-	opts Options
-	ex   atomic.Pointer[laboro.Executor]
-	mux  *http.ServeMux
-
-	// Observe keeps what it is given as it is, and the snapshots make it
-	// readable: an event costs a copy and a few counts.
-	mu      sync.Mutex
-	ring    []laboro.Event // the last History EventFinished; next is the oldest when full
-	next    int
-	counts  [statuses]int
-	seconds [rateSeconds]second // jobs finished in each of the last seconds
-	subs    map[chan struct{}]struct{}
-	// woken is set when every browser that follows has a wake-up
-	// pending, and cleared when one takes it: a change meanwhile costs
-	// nothing more.
-	woken   bool
+	opts    Options
+	ex      atomic.Pointer[laboro.Executor]
+	mux     *http.ServeMux
 	clients atomic.Int32
+
+	mu      sync.Mutex
+	samples []sample // of the jobs ended, a second apart at least, over the last rateWindow
 }
 
-// statuses bounds laboro.Status values, for counts by status.
-const statuses = 16
+// rateWindow is how far back the rate of finished jobs looks.
+const rateWindow = time.Minute
 
-// rateSeconds is how far back, in seconds, the rate of finished jobs looks.
-const rateSeconds = 60
-
-// second counts the jobs that ended in the Unix second at.
-type second struct {
-	at int64
-	n  int
+// sample is how many jobs had ended at a time.
+type sample struct {
+	at    time.Time
+	ended int64
 }
 
 // Finished is a job that ended, as the console shows it.
@@ -149,16 +145,12 @@ type Finished struct {
 	Output  string    `json:"-"` // the output file while the job's consumer keeps it
 }
 
-// New returns a Console; give its Observe to laboro.WithObserver, then
-// Attach the Executor.
+// New returns a Console; Attach the Executor it shows.
 func New(opts Options) *Console {
-	if opts.History <= 0 {
-		opts.History = 200
-	}
 	if opts.MaxClients <= 0 {
 		opts.MaxClients = 64
 	}
-	c := &Console{opts: opts, ring: make([]laboro.Event, 0, opts.History), subs: map[chan struct{}]struct{}{}}
+	c := &Console{opts: opts}
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(files, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
@@ -183,77 +175,22 @@ func New(opts Options) *Console {
 	return c
 }
 
-// Attach makes the console show ex.
-func (c *Console) Attach(ex *laboro.Executor) {
-	c.ex.Store(ex)
-	c.changed()
-}
-
-// Observe follows the Executor's events. It never blocks on a browser.
-func (c *Console) Observe(ev laboro.Event) {
-	c.mu.Lock()
-	if ev.Kind == laboro.EventFinished {
-		if len(c.ring) < cap(c.ring) {
-			c.ring = append(c.ring, ev)
-		} else {
-			c.ring[c.next] = ev
-			c.next = (c.next + 1) % len(c.ring)
-		}
-		if st := int(ev.Result.Status); st < statuses {
-			c.counts[st]++
-		}
-		sec := ev.Time.Unix()
-		if b := &c.seconds[sec%rateSeconds]; b.at == sec {
-			b.n++
-		} else {
-			*b = second{at: sec, n: 1}
-		}
-	}
-	c.wake()
-	c.mu.Unlock()
-}
-
-// finished returns the remembered job that ended i-th from the newest.
-// c.mu is held.
-func (c *Console) finished(i int) *laboro.Event {
-	n := len(c.ring)
-	return &c.ring[(c.next+n-1-i+n)%n]
-}
+// Attach makes the console show ex. Give ex laboro.WithHistory (History)
+// for the console to list the jobs that ended.
+func (c *Console) Attach(ex *laboro.Executor) { c.ex.Store(ex) }
 
 // describe makes a finished job readable.
-func describe(ev *laboro.Event) Finished {
-	res := ev.Result
-	f := Finished{ID: res.ID, Command: command(ev.Job), Status: res.Status.String(), Exit: res.ExitCode,
+func describe(f *laboro.Finished) Finished {
+	res := f.Result
+	d := Finished{ID: res.ID, Command: command(f.Job), Status: res.Status.String(), Exit: res.ExitCode,
 		Started: res.Started, Ended: res.Ended, Stderr: string(res.Stderr)}
 	if res.Err != nil {
-		f.Error = res.Err.Error()
+		d.Error = res.Err.Error()
 	}
 	if res.Output != nil {
-		f.Output = res.Output.Path()
+		d.Output = res.Output.Path()
 	}
-	return f
-}
-
-// changed wakes every browser that follows the updates.
-func (c *Console) changed() {
-	c.mu.Lock()
-	c.wake()
-	c.mu.Unlock()
-}
-
-// wake wakes every browser that follows the updates, without waiting for
-// any. c.mu is held.
-func (c *Console) wake() {
-	if c.woken {
-		return
-	}
-	c.woken = true
-	for ch := range c.subs {
-		select {
-		case ch <- struct{}{}:
-		default: // it has a wake-up pending: the next snapshot has this too
-		}
-	}
+	return d
 }
 
 // ServeHTTP serves the console, once the request proved it holds the token.
@@ -336,7 +273,6 @@ func (c *Console) act(do func(*laboro.Executor, *http.Request) error) http.Handl
 			http.Error(w, err.Error(), code)
 			return
 		}
-		c.changed()
 		if r.Header.Get("X-Requested-With") == "console" {
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -360,7 +296,7 @@ type State struct {
 	QueuedCount int            `json:"queued_count"` // all of them
 	Finished    []Finished     `json:"finished"`     // the last MaxListed, newest first
 	Counts      map[string]int `json:"counts"`       // finished jobs by status
-	Rate        float64        `json:"rate"`         // jobs finished per second, over the last minute
+	Rate        float64        `json:"rate"`         // jobs finished per second, over the last minute; 0 unknown
 	ETA         float64        `json:"eta"`          // seconds until the queued and running jobs are done; -1 unknown
 	Fleet       bool           `json:"fleet"`        // the jobs run on the Workers (Options.Workers)
 	Workers     []Worker       `json:"workers"`
@@ -416,49 +352,70 @@ func (c *Console) Snapshot() State {
 			}
 		}
 	}
-	if ex := c.ex.Load(); ex != nil {
-		s := ex.Stats()
-		st.Concurrency, st.Parallelism, st.PoolSize, st.BufferSize = s.Concurrency, s.Parallelism, s.PoolSize, s.BufferSize
-		for _, r := range ex.Running() {
-			st.Running = append(st.Running, RunningJob{ID: r.Job.ID, Command: command(r.Job), PID: r.PID, Started: r.Started,
-				Worker: where[r.Job.ID]})
-		}
-		q := ex.Queued()
-		st.QueuedCount = len(q)
-		for _, j := range q[:min(len(q), MaxListed)] {
-			st.Queued = append(st.Queued, QueuedJob{ID: j.ID, Command: command(j)})
-		}
+	st.Finished = []Finished{}
+	ex := c.ex.Load()
+	if ex == nil {
+		return st
 	}
-	c.mu.Lock()
-	n := min(len(c.ring), MaxListed)
-	st.Finished = make([]Finished, 0, n)
-	for i := range n {
-		st.Finished = append(st.Finished, describe(c.finished(i)))
+	s := ex.Stats()
+	st.Concurrency, st.Parallelism, st.PoolSize, st.BufferSize = s.Concurrency, s.Parallelism, s.PoolSize, s.BufferSize
+	for _, r := range ex.Running() {
+		st.Running = append(st.Running, RunningJob{ID: r.Job.ID, Command: command(r.Job), PID: r.PID, Started: r.Started,
+			Worker: where[r.Job.ID]})
 	}
-	for s, v := range c.counts {
-		if v > 0 {
-			st.Counts[laboro.Status(s).String()] = v
-		}
+	q := ex.Queued()
+	st.QueuedCount = len(q)
+	for _, j := range q[:min(len(q), MaxListed)] {
+		st.Queued = append(st.Queued, QueuedJob{ID: j.ID, Command: command(j)})
 	}
-	// The rate over the last minute, or since the first job ended when
-	// that is sooner.
-	now, first, jobs := time.Now().Unix(), int64(0), 0
-	for _, b := range c.seconds {
-		if b.n > 0 && b.at > now-rateSeconds {
-			jobs += b.n
-			if first == 0 || b.at < first {
-				first = b.at
-			}
+	recent := ex.Recent(MaxListed)
+	for i := range recent {
+		st.Finished = append(st.Finished, describe(&recent[i]))
+	}
+	for status, n := range s.Ended {
+		if n > 0 {
+			st.Counts[laboro.Status(status).String()] = int(n)
 		}
 	}
-	if jobs > 0 {
-		st.Rate = float64(jobs) / float64(max(now-first+1, 1))
-	}
-	c.mu.Unlock()
+	st.Rate = c.rate(time.Now(), s.Finished(), recent)
 	if st.Rate > 0 {
 		st.ETA = float64(st.QueuedCount+len(st.Running)) / st.Rate
 	}
 	return st
+}
+
+// rate returns the jobs finished per second over the last minute, from
+// the samples of ended, the count of jobs ended at now, that the console
+// takes as it is looked at, a second apart at least. Until they span a
+// second, it is read from the times the recent jobs ended; 0 when
+// unknown.
+func (c *Console) rate(now time.Time, ended int64, recent []laboro.Finished) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	drop := 0
+	for drop < len(c.samples) && now.Sub(c.samples[drop].at) > rateWindow {
+		drop++
+	}
+	c.samples = c.samples[drop:]
+	if n := len(c.samples); n == 0 || now.Sub(c.samples[n-1].at) >= time.Second {
+		c.samples = append(c.samples, sample{at: now, ended: ended})
+	}
+	if first := c.samples[0]; now.Sub(first.at) >= time.Second {
+		return float64(ended-first.ended) / now.Sub(first.at).Seconds()
+	}
+	jobs, since := 0, now
+	for _, f := range recent {
+		if e := f.Result.Ended; !e.IsZero() && now.Sub(e) <= rateWindow {
+			jobs++
+			if e.Before(since) {
+				since = e
+			}
+		}
+	}
+	if jobs == 0 {
+		return 0
+	}
+	return float64(jobs) / max(now.Sub(since).Seconds(), 1)
 }
 
 // worker returns the worker that runs job id, in a fleet, or "".
@@ -481,13 +438,11 @@ func (c *Console) lookup(id string) (running *RunningJob, output string, fin *Fi
 				return &RunningJob{ID: id, Command: command(r.Job), PID: r.PID, Started: r.Started, Worker: c.worker(id)}, r.Output, nil
 			}
 		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := range len(c.ring) {
-		if ev := c.finished(i); ev.Result.ID == id {
-			f := describe(ev)
-			return nil, f.Output, &f
+		// Not running: it ended already (after Running's look, it would
+		// be among the recent ones), or it is unknown.
+		if f, ok := ex.Ended(id); ok {
+			d := describe(&f)
+			return nil, d.Output, &d
 		}
 	}
 	return nil, "", nil
@@ -527,7 +482,8 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request) {
 // cut off rather than held.
 const writeTimeout = 10 * time.Second
 
-// minInterval is the shortest time between two snapshots to one browser.
+// minInterval is the shortest time between two snapshots to one browser,
+// and how often a browser's stream looks for changes.
 const minInterval = 200 * time.Millisecond
 
 // sse starts a server-sent event stream, within the bound of clients.
@@ -558,25 +514,28 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	wake := make(chan struct{}, 1)
-	wake <- struct{}{}
-	c.mu.Lock()
-	c.subs[wake] = struct{}{}
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.subs, wake)
-		c.mu.Unlock()
-	}()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-wake:
+	tick := time.NewTicker(minInterval)
+	defer tick.Stop()
+	var seen uint64 // the Executor's Changes at the last snapshot sent
+	var sent time.Time
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
 		}
-		c.mu.Lock()
-		c.woken = false
-		c.mu.Unlock()
+		// Changes meanwhile are folded into one snapshot.
+		var changes uint64
+		if ex := c.ex.Load(); ex != nil {
+			st := ex.Stats()
+			changes = st.Changes
+		}
+		if !first && changes == seen && time.Since(sent) < refresh {
+			continue
+		}
+		seen, sent = changes, time.Now()
 		b, _ := json.Marshal(c.Snapshot())
 		rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		if _, err := fmt.Fprintf(w, "event: state\ndata: %s\n\n", b); err != nil {
@@ -585,17 +544,12 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		if rc.Flush() != nil {
 			return
 		}
-		select { // changes meanwhile are folded into the next snapshot
-		case <-r.Context().Done():
-			return
-		case <-time.After(minInterval):
-		}
 	}
 }
 
-// endHeard bounds how long the console waits to hear of the end of a job
-// that is no longer running (its observer's events come in batches).
-const endHeard = 5 * time.Second
+// refresh is the longest time between two snapshots to a browser: the
+// rate, and a fleet's workers, change without the Executor's state.
+const refresh = 2 * time.Second
 
 // outputChunk bounds what one event of the output stream carries.
 const outputChunk = 16 << 10
@@ -648,14 +602,9 @@ func (c *Console) output(w http.ResponseWriter, r *http.Request) {
 		case <-time.After(minInterval):
 		}
 		running, path, fin = c.lookup(id)
-		for wait := 0; running == nil && fin == nil && wait < int(endHeard/minInterval); wait++ {
-			// It ended, and the console has not heard of it yet.
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(minInterval):
-			}
-			running, path, fin = c.lookup(id)
+		if running == nil && fin == nil {
+			send("end", "the job ended, and is no longer among those the Executor keeps")
+			return
 		}
 	}
 	f, err := os.Open(path)

@@ -39,7 +39,7 @@ func start(t *testing.T, opts ...laboro.Option) (*laboro.Executor, *httptest.Ser
 // startWith is start with the console's options.
 func startWith(t *testing.T, copts console.Options, opts ...laboro.Option) (*laboro.Executor, *httptest.Server, *http.Client) {
 	con := console.New(copts)
-	ex, err := laboro.New(append([]laboro.Option{laboro.WithObserver(con.Observe)}, opts...)...)
+	ex, err := laboro.New(append([]laboro.Option{laboro.WithHistory(console.History)}, opts...)...)
 	require.NoError(t, err)
 	con.Attach(ex)
 	srv := httptest.NewServer(con)
@@ -118,6 +118,8 @@ func TestStateShowsJobs(t *testing.T) {
 	var st console.State
 	require.NoError(t, json.Unmarshal([]byte(body), &st))
 	assert.Equal(t, map[string]int{"succeeded": 1, "failed": 1}, st.Counts)
+	assert.Positive(t, st.Rate, "two jobs ended within the minute")
+	assert.Zero(t, st.ETA, "nothing left to run")
 	require.Len(t, st.Finished, 2)
 	bad := st.Finished[0]
 	assert.Equal(t, "bad", bad.ID, "newest first")

@@ -12,11 +12,11 @@ import (
 // A console for an Executor of one's own, behind a token: open
 // http://127.0.0.1:8081/?token=TOKEN in a browser.
 func ExampleNew() {
-	con := console.New(console.Options{Token: "a long random token"})
-	ex, err := laboro.New(laboro.WithObserver(con.Observe))
+	ex, err := laboro.New(laboro.WithHistory(console.History))
 	if err != nil {
 		panic(err)
 	}
+	con := console.New(console.Options{Token: "a long random token"})
 	con.Attach(ex)
 	mux := http.NewServeMux()
 	mux.Handle("/", con) // then: http.ListenAndServe("127.0.0.1:8081", mux)

@@ -62,10 +62,13 @@ type Service struct {
 	// Started, if set, is given the Service's Executor once it serves,
 	// for a console or a metrics collector to attach.
 	Started func(*laboro.Executor)
+	// History is how many of the last jobs that ended the Service's
+	// Executor keeps (laboro.WithHistory), for a console to list them.
+	History int
 
 	// KeepOutputs is how many bytes of the last finished jobs' outputs
 	// the Service keeps on its disk (in Config.Dir), newest first, for a
-	// console to show them whole (see Observe); 0 keeps none: clients read
+	// console to show them whole (see History); 0 keeps none: clients read
 	// outputs from the streams.
 	KeepOutputs int64
 
@@ -189,7 +192,7 @@ func (s *Service) run(ctx context.Context) error {
 	}()
 	var waits sync.WaitGroup // for the jobs' results
 	sv.ex, err = laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(n), laboro.WithConcurrency(n),
-		laboro.WithBufferSize(n), laboro.WithLogger(log),
+		laboro.WithBufferSize(n), laboro.WithLogger(log), laboro.WithHistory(s.History),
 		laboro.WithObserver(func(ev laboro.Event) {
 			if ev.Kind == laboro.EventStarted {
 				sv.t.dispatched(ev.Job.ID)

@@ -14,11 +14,11 @@ import (
 
 // An Executor's metrics in a registry of one's own, served at /metrics.
 func Example() {
-	col := metrics.New()
-	ex, err := laboro.New(laboro.WithObserver(col.Observe))
+	ex, err := laboro.New()
 	if err != nil {
 		panic(err)
 	}
+	col := metrics.New()
 	col.Attach(ex)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(col)

@@ -1,11 +1,12 @@
-// Package metrics exports an Executor's work to Prometheus: a Collector
-// counts the jobs that end, by status, and the time they waited and ran,
-// from the Executor's events, and reads its queue and concurrency when
-// scraped. Register it in a registry of one's own:
+// Package metrics exports an Executor's work to Prometheus. A Collector
+// reads the Executor's counters (laboro.Stats) when it is scraped, and
+// nothing in between: the Executor keeps them as its jobs move, so
+// exporting them costs the jobs nothing. Register it in a registry of
+// one's own:
 //
-//	col := metrics.New()
-//	ex, err := laboro.New(laboro.WithObserver(col.Observe))
+//	ex, err := laboro.New()
 //	…
+//	col := metrics.New()
 //	col.Attach(ex)
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(col)
@@ -14,7 +15,7 @@
 // The metrics, all prefixed laboro_:
 //
 //	jobs_finished_total{status}   counter    jobs that ended, by Status ("succeeded", "failed", …)
-//	job_queue_wait_seconds        histogram  from entering the buffer to starting
+//	job_queue_wait_seconds        histogram  from entering the buffer to starting (jobs that ran, counted at their end)
 //	job_run_seconds               histogram  from starting to ending (jobs that ran)
 //	job_output_bytes_total        counter    bytes of standard output the jobs wrote
 //	jobs_running                  gauge      jobs running now
@@ -23,9 +24,10 @@
 //	concurrency                   gauge      the concurrency level
 //	parallelism                   gauge      min(concurrency, pool size): jobs that may run at once
 //	buffer_size                   gauge      the buffer's capacity
+//	workers_connected             gauge      workers of a fleet heard from lately (with CountWorkers)
 //
-// Observe does a map update and a few atomic adds per event; a scrape
-// takes the Executor's lock once.
+// The histograms' buckets are laboro.HistogramBounds, from a millisecond
+// to a day. A scrape takes the Executor's lock once.
 package metrics
 
 import (
@@ -36,59 +38,48 @@ import (
 	"github.com/laboro-go/laboro"
 )
 
-// Collector gathers an Executor's metrics. Give its Observe to
-// laboro.WithObserver (alone or called from one's own observer), Attach
-// the Executor, and register it. Its methods are safe for concurrent use.
+// Collector exports an Executor's metrics. Attach the Executor and
+// register the Collector. Its methods are safe for concurrent use.
 type Collector struct {
-	finished *prometheus.CounterVec
-	byStatus [laboro.StatusCancelled + 1]prometheus.Counter // finished's counters, made at New
-	wait     prometheus.Histogram
-	run      prometheus.Histogram
-	output   prometheus.Counter
-
+	finished, wait, run, output                                *prometheus.Desc
 	running, queued, blocked, concurrency, parallelism, buffer *prometheus.Desc
+	fleet                                                      *prometheus.Desc
 
 	ex      atomic.Pointer[laboro.Executor]
 	workers atomic.Pointer[func() int]
-	fleet   *prometheus.Desc
 }
 
-// Buckets of the time histograms, in seconds: from a millisecond (a
-// trivial job, a short wait) to a day.
-var timeBuckets = []float64{.001, .005, .025, .1, .5, 1, 5, 30, 120, 600, 3600, 86400}
+// bounds are laboro.HistogramBounds in seconds.
+var bounds = func() []float64 {
+	var b []float64
+	for _, d := range laboro.HistogramBounds() {
+		b = append(b, d.Seconds())
+	}
+	return b
+}()
 
 // New returns a Collector with no Executor attached yet: until Attach, it
-// exports only what the events counted.
+// exports nothing but the workers of CountWorkers.
 func New() *Collector {
-	gauge := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("laboro_"+name, help, nil, nil)
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("laboro_"+name, help, labels, nil)
 	}
-	c := &Collector{
-		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "laboro_jobs_finished_total",
-			Help: "Jobs that ended, by status."}, []string{"status"}),
-		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "laboro_job_queue_wait_seconds",
-			Help: "Time jobs waited in the buffer before they started.", Buckets: timeBuckets}),
-		run: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "laboro_job_run_seconds",
-			Help: "Time jobs ran, from start to end.", Buckets: timeBuckets}),
-		output: prometheus.NewCounter(prometheus.CounterOpts{Name: "laboro_job_output_bytes_total",
-			Help: "Bytes of standard output the jobs wrote."}),
-		running:     gauge("jobs_running", "Jobs running now."),
-		queued:      gauge("jobs_queued", "Jobs waiting in the buffer."),
-		blocked:     gauge("submits_blocked", "Submit calls waiting for room in the buffer."),
-		concurrency: gauge("concurrency", "The concurrency level."),
-		parallelism: gauge("parallelism", "Jobs that may run at once: min(concurrency, pool size)."),
-		buffer:      gauge("buffer_size", "The buffer's capacity."),
-		fleet:       gauge("workers_connected", "Workers of the fleet heard from lately (with CountWorkers)."),
+	return &Collector{
+		finished:    desc("jobs_finished_total", "Jobs that ended, by status.", "status"),
+		wait:        desc("job_queue_wait_seconds", "Time jobs waited in the buffer before they started."),
+		run:         desc("job_run_seconds", "Time jobs ran, from start to end."),
+		output:      desc("job_output_bytes_total", "Bytes of standard output the jobs wrote."),
+		running:     desc("jobs_running", "Jobs running now."),
+		queued:      desc("jobs_queued", "Jobs waiting in the buffer."),
+		blocked:     desc("submits_blocked", "Submit calls waiting for room in the buffer."),
+		concurrency: desc("concurrency", "The concurrency level."),
+		parallelism: desc("parallelism", "Jobs that may run at once: min(concurrency, pool size)."),
+		buffer:      desc("buffer_size", "The buffer's capacity."),
+		fleet:       desc("workers_connected", "Workers of the fleet heard from lately (with CountWorkers)."),
 	}
-	// Every status is counted from 0, so that a rate over it is right from
-	// the first job.
-	for st := laboro.StatusSucceeded; int(st) < len(c.byStatus); st++ {
-		c.byStatus[st] = c.finished.WithLabelValues(st.String())
-	}
-	return c
 }
 
-// Attach makes the gauges read ex when scraped.
+// Attach makes the Collector export ex's metrics.
 func (c *Collector) Attach(ex *laboro.Executor) { c.ex.Store(ex) }
 
 // CountWorkers makes the collector export laboro_workers_connected, read
@@ -96,44 +87,16 @@ func (c *Collector) Attach(ex *laboro.Executor) { c.ex.Store(ex) }
 // workers (the jetstream package's Service.Workers, for one).
 func (c *Collector) CountWorkers(count func() int) { c.workers.Store(&count) }
 
-// Observe counts one of the Executor's events.
-func (c *Collector) Observe(ev laboro.Event) {
-	switch ev.Kind {
-	case laboro.EventStarted:
-		c.wait.Observe(ev.Waited.Seconds())
-	case laboro.EventFinished:
-		res := ev.Result
-		if int(res.Status) < len(c.byStatus) && c.byStatus[res.Status] != nil {
-			c.byStatus[res.Status].Inc()
-		} else {
-			c.finished.WithLabelValues(res.Status.String()).Inc()
-		}
-		if !res.Started.IsZero() {
-			c.run.Observe(res.Duration().Seconds())
-		}
-		if res.Output != nil {
-			c.output.Add(float64(res.Output.Size()))
-		}
-	}
-}
-
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	c.finished.Describe(ch)
-	c.wait.Describe(ch)
-	c.run.Describe(ch)
-	c.output.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.running, c.queued, c.blocked, c.concurrency, c.parallelism, c.buffer, c.fleet} {
+	for _, d := range []*prometheus.Desc{c.finished, c.wait, c.run, c.output, c.running, c.queued, c.blocked,
+		c.concurrency, c.parallelism, c.buffer, c.fleet} {
 		ch <- d
 	}
 }
 
 // Collect sends the metrics' values.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.finished.Collect(ch)
-	c.wait.Collect(ch)
-	c.run.Collect(ch)
-	c.output.Collect(ch)
 	if count := c.workers.Load(); count != nil {
 		ch <- prometheus.MustNewConstMetric(c.fleet, prometheus.GaugeValue, float64((*count)()))
 	}
@@ -142,8 +105,31 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	st := ex.Stats()
-	for d, v := range map[*prometheus.Desc]int{c.running: st.Running, c.queued: st.Queued, c.blocked: st.Blocked,
-		c.concurrency: st.Concurrency, c.parallelism: st.Parallelism, c.buffer: st.BufferSize} {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
+	// Every status is exported from 0, so that a rate over it is right
+	// from the first job.
+	for s := laboro.StatusSucceeded; int(s) < len(st.Ended); s++ {
+		ch <- prometheus.MustNewConstMetric(c.finished, prometheus.CounterValue, float64(st.Ended[s]), s.String())
 	}
+	ch <- histogram(c.wait, &st.Waits)
+	ch <- histogram(c.run, &st.Runs)
+	ch <- prometheus.MustNewConstMetric(c.output, prometheus.CounterValue, float64(st.OutputBytes))
+	for _, g := range []struct {
+		d *prometheus.Desc
+		v int
+	}{{c.running, st.Running}, {c.queued, st.Queued}, {c.blocked, st.Blocked}, {c.concurrency, st.Concurrency},
+		{c.parallelism, st.Parallelism}, {c.buffer, st.BufferSize}} {
+		ch <- prometheus.MustNewConstMetric(g.d, prometheus.GaugeValue, float64(g.v))
+	}
+}
+
+// histogram makes h a Prometheus histogram: its buckets summed from the
+// first, in seconds.
+func histogram(d *prometheus.Desc, h *laboro.Histogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(bounds))
+	var sum uint64
+	for i, b := range bounds {
+		sum += uint64(h.Buckets[i])
+		buckets[b] = sum
+	}
+	return prometheus.MustNewConstHistogram(d, uint64(h.Count), h.Sum.Seconds(), buckets)
 }

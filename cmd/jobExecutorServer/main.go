@@ -104,7 +104,7 @@ func serve(ctx context.Context, host string, nums []int, dir string, timeout tim
 		}
 		defer consoleLn.Close()
 		console = web.New(token, nil)
-		opts = append(opts, laboro.WithObserver(console.Observe))
+		opts = append(opts, laboro.WithHistory(web.History))
 	}
 	ex, err := laboro.New(opts...)
 	if err != nil {

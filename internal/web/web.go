@@ -23,6 +23,10 @@ import (
 	"github.com/laboro-go/laboro/metrics"
 )
 
+// History is how many finished jobs the Executor keeps for its console
+// (laboro.WithHistory).
+const History = console.History
+
 // MaxConns bounds the connections the console serves at once.
 const MaxConns = 128
 
@@ -41,8 +45,9 @@ type Fleet struct {
 	Batches func() []console.Batch
 }
 
-// New makes the console, behind token, and the collector; give Observe to
-// laboro.WithObserver. fleet is nil for jobs that run on this machine.
+// New makes the console, behind token, and the collector; give the
+// Executor laboro.WithHistory(History). fleet is nil for jobs that
+// run on this machine.
 func New(token string, fleet *Fleet) *Web {
 	w := &Web{Collector: metrics.New(), reg: prometheus.NewRegistry()}
 	w.reg.MustRegister(w.Collector, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -54,12 +59,6 @@ func New(token string, fleet *Fleet) *Web {
 	}
 	w.Console = console.New(opts)
 	return w
-}
-
-// Observe feeds both the console and the collector.
-func (w *Web) Observe(ev laboro.Event) {
-	w.Console.Observe(ev)
-	w.Collector.Observe(ev)
 }
 
 // CheckAddr refuses an address beyond the loopback unless allowed: the

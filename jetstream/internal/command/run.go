@@ -126,7 +126,7 @@ func runJobs(args []string) int {
 		laboro.WithLogger(c.log.WithOptions(zap.IncreaseLevel(zap.ErrorLevel)))}
 	if console != nil {
 		// The console may raise the concurrency level: room for it.
-		opts = append(opts, laboro.WithPoolSize(max(*workers, consolePool)), laboro.WithObserver(console.Observe))
+		opts = append(opts, laboro.WithPoolSize(max(*workers, consolePool)), laboro.WithHistory(web.History))
 	}
 	ex, err := laboro.New(opts...)
 	if err != nil {

@@ -113,7 +113,7 @@ func serve(args []string) int {
 			return list
 		}})
 		started := make(chan *laboro.Executor, 1)
-		service.Observe = con.Observe
+		service.History = console.History
 		service.KeepOutputs = keptOutputs
 		service.Started = func(ex *laboro.Executor) { started <- ex }
 		served := make(chan struct{})
