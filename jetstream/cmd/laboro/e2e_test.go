@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -149,9 +150,11 @@ func TestRestartAndWorkerKilled(t *testing.T) {
 	s := newSystem(t)
 	s.start("-workers", "0", "-ack-wait", "2s")
 	var workers []*e2e.Process
-	for range 2 {
+	var outDirs []string // not there yet: each worker makes its own
+	for i := range 2 {
+		outDirs = append(outDirs, filepath.Join(t.TempDir(), "outputs", fmt.Sprint(i)))
 		workers = append(workers, e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin,
-			"worker", "-c", "4", "-ack-wait", "2s", "-dir", t.TempDir()))
+			"worker", "-c", "4", "-ack-wait", "2s", "-dir", outDirs[i]))
 	}
 
 	const n = 300
@@ -172,6 +175,11 @@ func TestRestartAndWorkerKilled(t *testing.T) {
 		return strings.Count(string(b), "\n")
 	}
 	require.Eventually(t, func() bool { return ran() >= n/5 }, time.Minute, 5*time.Millisecond)
+	for _, d := range outDirs {
+		fi, err := os.Stat(d)
+		require.NoError(t, err, "the worker makes its -dir")
+		assert.Equal(t, fs.ModeDir|0o700, fi.Mode(), "private to its user")
+	}
 	s.serve.Kill() // SIGKILL, with the NATS server inside
 	t.Logf("service killed after %d runs", ran())
 	s.start("-workers", "0", "-ack-wait", "2s")

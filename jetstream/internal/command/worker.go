@@ -1,6 +1,7 @@
 package command
 
 import (
+	"os"
 	"runtime"
 
 	"github.com/laboro-go/laboro/jetstream"
@@ -14,7 +15,7 @@ func worker(args []string) int {
 	c := newCommon("worker", "[flags]")
 	c.deliveryFlags()
 	n := c.fs.Int("c", runtime.NumCPU(), "jobs run at once")
-	dir := c.fs.String("dir", "", "directory for the jobs' <pid>.output files")
+	dir := c.fs.String("dir", "", "directory for the jobs' <pid>.output files, made if missing")
 	name := c.fs.String("name", "", "the worker's name in the service's console and status (default: host-pid)")
 	if code, ok := c.parse(args); !ok {
 		return code
@@ -24,6 +25,13 @@ func worker(args []string) int {
 		return c.usageError("unexpected argument %q", c.fs.Arg(0))
 	case *n <= 0:
 		return c.usageError("-c %d: must be at least 1", *n)
+	}
+	if *dir != "" {
+		// Made if missing, as an output directory is expected to be;
+		// private, as the jobs' outputs may be.
+		if err := os.MkdirAll(*dir, 0o700); err != nil {
+			return c.usageError("-dir %q: %v", *dir, err)
+		}
 	}
 	defer c.log.Sync()
 	w := &jetstream.Worker{Config: c.config(), Concurrency: *n, OutputDir: *dir, Name: *name}
