@@ -80,9 +80,11 @@ func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([
 		}
 		offset = int(info.State.Subjects[subject])
 	}
-	// Every job is checked before any is stored.
+	// Every job is checked before any is stored; its message is made as it
+	// is sent (a message with its header is a kilobyte: a million jobs
+	// would hold a gigabyte).
 	ids := make([]string, len(jobs))
-	msgs := make([]*nats.Msg, len(jobs))
+	datas := make([][]byte, len(jobs))
 	for i, job := range jobs {
 		if job.ID == "" {
 			job.ID = batch + "-" + strconv.Itoa(offset+i+1)
@@ -97,10 +99,7 @@ func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([
 		if max := c.Conn.MaxPayload() - 1024; int64(len(data)) > max {
 			return nil, fmt.Errorf("jetstream: job %s takes %d bytes, more than the server's limit of %d", job.ID, len(data), max)
 		}
-		msgs[i] = nats.NewMsg(subject)
-		msgs[i].Header.Set(hdrJob, job.ID)
-		msgs[i].Data = data
-		ids[i] = job.ID
+		datas[i], ids[i] = data, job.ID
 	}
 	pending := make([]natsjs.PubAckFuture, 0, publishWindow)
 	flush := func() error {
@@ -116,7 +115,11 @@ func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([
 		pending = pending[:0]
 		return nil
 	}
-	for i, msg := range msgs {
+	for i, data := range datas {
+		msg := nats.NewMsg(subject)
+		msg.Header.Set(hdrJob, ids[i])
+		msg.Data = data
+		datas[i] = nil // the message holds it until its acknowledgement
 		f, err := js.PublishMsgAsync(msg, natsjs.WithMsgID(ids[i]))
 		if err != nil {
 			return nil, fmt.Errorf("jetstream: submit %s: %w", ids[i], err)

@@ -63,6 +63,9 @@ func submit(args []string) int {
 			}
 			return printResult(res, true, jobs[0].Script)
 		}
-		return watch(ctx, cl, *batch, len(ids))
+		// A batch is followed by its counts: its jobs may go.
+		n := len(ids)
+		jobs, ids = nil, nil
+		return watch(ctx, cl, *batch, n)
 	})
 }
