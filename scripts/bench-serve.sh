@@ -3,8 +3,8 @@
 # embedded NATS server, no local slots) and one `laboro worker -c 4` on this
 # machine, submitted as one batch with `laboro submit -wait`, and prints the
 # wall time from submit to the last result, the jobs per second, the peak
-# RSS (VmHWM) of serve and of the worker, and the disk the server's data
-# directory uses at the end.
+# RSS of serve, of the worker and of the submitting client, and the disk
+# the server's data directory uses at the end.
 #
 #   scripts/bench-serve.sh [N]     (default: 100000)
 set -euo pipefail
@@ -35,7 +35,13 @@ done
 worker=$!
 pids+=("$worker")
 start=$(date +%s.%N)
-"$tmp/laboro" submit -nats "$nats" -batch bench -wait -f "$tmp/jobs" > "$tmp/submit.out" 2> "$tmp/submit.err" || {
+# Its peak RSS is read from the kernel's account of the children of a
+# small wrapper, once it has ended.
+python3 -c 'import resource, subprocess, sys
+code = subprocess.run(sys.argv[2:]).returncode
+open(sys.argv[1], "w").write("%d" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(code)' "$tmp/submit.rss" \
+	"$tmp/laboro" submit -nats "$nats" -batch bench -wait -f "$tmp/jobs" > "$tmp/submit.out" 2> "$tmp/submit.err" || {
 	tail -5 "$tmp/submit.out" "$tmp/submit.err"
 	exit 1
 }
@@ -44,6 +50,6 @@ hwm() { awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$1/status"; }
 echo "jobs:          $n"
 echo "wall time:     $(echo "$end - $start" | bc) s (submit to the last result)"
 echo "jobs/s:        $(echo "$n / ($end - $start)" | bc)"
-echo "peak RSS:      serve $(hwm "$serve"), worker $(hwm "$worker")"
+echo "peak RSS:      serve $(hwm "$serve"), worker $(hwm "$worker"), submit -wait $(awk '{ printf "%.0f MiB", $1 / 1024 }' "$tmp/submit.rss")"
 echo "disk:          $(du -sh "$tmp/data" | cut -f1) in the server's data directory"
 tail -1 "$tmp/submit.out"
