@@ -537,6 +537,27 @@ func (e *Executor) Queued() []Job {
 	return e.AppendQueued(nil)
 }
 
+// Peek returns the first n jobs waiting in the buffer, with their ids, in
+// the order they will start: what a display lists, at a cost that does
+// not grow with the buffer (with the default FIFO). Stats().Queued counts
+// them all.
+func (e *Executor) Peek(n int) []Job {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n = max(min(n, e.queue.Len()), 0)
+	out := make([]Job, 0, n)
+	if q, ok := e.queue.(*FIFO); ok {
+		for i := range n {
+			out = append(out, q.ring[(q.head+i)%len(q.ring)].job)
+		}
+		return out
+	}
+	for _, h := range e.queue.Snapshot()[:n] {
+		out = append(out, h.job)
+	}
+	return out
+}
+
 // AppendQueued appends the jobs waiting in the buffer to dst, in the order
 // they will start, and returns the extended slice. A caller that polls
 // often can reuse one slice: with the default FIFO, a slice with room

@@ -253,6 +253,11 @@ func TestStopAndQueued(t *testing.T) {
 	assert.Equal(t, `grep "two words" f`, jobs[1].String())
 	assert.Equal(t, "job_4", jobs[2].ID)
 
+	assert.Equal(t, jobs[:2], ex.Peek(2), "the first two, in order")
+	assert.Equal(t, jobs, ex.Peek(10))
+	assert.Empty(t, ex.Peek(0))
+	assert.Empty(t, ex.Peek(-1))
+
 	buf := make([]laboro.Job, 1, 8)
 	buf = ex.AppendQueued(buf)
 	require.Len(t, buf, 4, "appended after what was there")

@@ -363,9 +363,8 @@ func (c *Console) Snapshot() State {
 		st.Running = append(st.Running, RunningJob{ID: r.Job.ID, Command: command(r.Job), PID: r.PID, Started: r.Started,
 			Worker: where[r.Job.ID]})
 	}
-	q := ex.Queued()
-	st.QueuedCount = len(q)
-	for _, j := range q[:min(len(q), MaxListed)] {
+	st.QueuedCount = s.Queued
+	for _, j := range ex.Peek(MaxListed) {
 		st.Queued = append(st.Queued, QueuedJob{ID: j.ID, Command: command(j)})
 	}
 	recent := ex.Recent(MaxListed)

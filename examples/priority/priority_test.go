@@ -218,6 +218,11 @@ func TestExecutorRunsByPriority(t *testing.T) {
 		hs = append(hs, h)
 	}
 	require.Equal(t, []string{"high", "drop", "mid", "mid2", "low", "low2", "neg"}, queuedIDs(ex))
+	var first []string
+	for _, j := range ex.Peek(3) {
+		first = append(first, j.ID)
+	}
+	require.Equal(t, []string{"high", "drop", "mid"}, first, "the first three of a queue of one's own")
 
 	require.NoError(t, ex.Stop("drop"))
 	require.ErrorIs(t, ex.Stop("drop"), laboro.ErrNotFound, "stopped twice")
