@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,6 +66,13 @@ type Service struct {
 	// History is how many of the last jobs that ended the Service's
 	// Executor keeps (laboro.WithHistory), for a console to list them.
 	History int
+
+	// MaxTracked bounds the jobs whose state the Service keeps for status
+	// (DefaultMaxTracked if 0): beyond it, the batches that ended are
+	// forgotten, oldest first, until a tenth of the room is free again.
+	// Batches that run are never forgotten. A forgotten job's state is
+	// "unknown", and its id may be submitted again.
+	MaxTracked int
 
 	// KeepOutputs is how many bytes of the last finished jobs' outputs
 	// the Service keeps on its disk (in Config.Dir), newest first, for a
@@ -181,7 +189,7 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sv := &serving{cfg: cfg, log: log, t: newTracker(), m: m}
+	sv := &serving{cfg: cfg, log: log, t: newTracker(cmp.Or(s.MaxTracked, DefaultMaxTracked)), m: m}
 	s.mu.Lock()
 	s.m, s.t = m, sv.t
 	s.mu.Unlock()
@@ -578,12 +586,18 @@ const (
 	StateUnknown    = "unknown"
 )
 
+// DefaultMaxTracked is the Service's MaxTracked when it is not set: a
+// million jobs, about 140 MB of their states.
+const DefaultMaxTracked = 1 << 20
+
 // tracker is what a Service knows of its batches and jobs.
 type tracker struct {
-	mu      sync.Mutex
-	jobs    map[string]*JobStatus
-	batches map[string]*batchEntry
-	order   []string // batch names, in order of first submission
+	mu           sync.Mutex
+	jobs         map[string]*JobStatus
+	batches      map[string]*batchEntry
+	order        []string // batch names, in order of first submission
+	max          int      // jobs kept at most, while batches that ended can be forgotten
+	endedBatches int      // batches that ended, which trim may forget
 }
 
 type batchEntry struct {
@@ -591,8 +605,31 @@ type batchEntry struct {
 	ids []string
 }
 
-func newTracker() *tracker {
-	return &tracker{jobs: map[string]*JobStatus{}, batches: map[string]*batchEntry{}}
+func newTracker(max int) *tracker {
+	return &tracker{jobs: map[string]*JobStatus{}, batches: map[string]*batchEntry{}, max: max}
+}
+
+// trim forgets the batches that ended, oldest first, until the jobs kept
+// leave a tenth of the room free; it keeps every batch that runs. It is
+// called only while an ended batch is there to forget, so a table full of
+// running batches costs no walk per job. t.mu is held.
+func (t *tracker) trim() {
+	target := t.max - t.max/10
+	kept := t.order[:0]
+	for _, name := range t.order {
+		b := t.batches[name]
+		if len(t.jobs) <= target || b.Done() < b.Jobs {
+			kept = append(kept, name)
+			continue
+		}
+		for _, id := range b.ids {
+			delete(t.jobs, id)
+		}
+		delete(t.batches, name)
+		t.endedBatches--
+	}
+	clear(t.order[len(kept):])
+	t.order = kept
 }
 
 // add records a submitted job, unless its id is known already.
@@ -608,11 +645,16 @@ func (t *tracker) add(id, batch, command string, when time.Time) bool {
 		b = &batchEntry{BatchStatus: BatchStatus{Batch: batch, Submitted: when}}
 		t.batches[batch] = b
 		t.order = append(t.order, batch)
+	} else if b.Done() == b.Jobs {
+		t.endedBatches-- // it runs again
 	}
 	b.ids = append(b.ids, id)
 	b.Jobs++
 	b.Waiting++
 	b.Ended = time.Time{}
+	if len(t.jobs) > t.max && t.endedBatches > 0 {
+		t.trim()
+	}
 	return true
 }
 
@@ -657,6 +699,7 @@ func (t *tracker) finish(id string, res laboro.Result) (BatchStatus, bool) {
 		if b.Ended.IsZero() {
 			b.Ended = time.Now()
 		}
+		t.endedBatches++
 		return b.BatchStatus, true
 	}
 	return b.BatchStatus, false
@@ -719,6 +762,7 @@ func (t *tracker) cancel(id string) (BatchStatus, bool) {
 		return b.BatchStatus, false
 	}
 	b.Ended = time.Now()
+	t.endedBatches++
 	return b.BatchStatus, true
 }
 

@@ -428,3 +428,65 @@ func TestServiceTimeout(t *testing.T) {
 	assert.Equal(t, "succeeded", reply.Jobs[0].State)
 	assert.Equal(t, "timed out", reply.Jobs[1].State)
 }
+
+// The status table keeps at most its bound of jobs while batches that
+// ended can go: the oldest ended batches are forgotten first, never one
+// that runs, and a forgotten job is unknown.
+func TestTrackerForgetsEndedBatches(t *testing.T) {
+	tr := newTracker(10)
+	now := time.Now()
+	ok := laboro.Result{Status: laboro.StatusSucceeded, Ended: now}
+	addBatch := func(name string, n int) {
+		for i := range n {
+			require.True(t, tr.add(fmt.Sprintf("%s-%d", name, i), name, "true", now))
+		}
+	}
+	end := func(name string, n int) {
+		for i := range n {
+			tr.finish(fmt.Sprintf("%s-%d", name, i), ok)
+		}
+	}
+	addBatch("old", 4)
+	end("old", 4)
+	addBatch("running", 4) // 8 jobs: room left
+	addBatch("ended", 2)
+	end("ended", 2)
+	assert.Len(t, tr.jobs, 10)
+	names := func() (list []string) {
+		for _, b := range tr.recent(10) {
+			list = append(list, b.Batch)
+		}
+		return list
+	}
+	require.Equal(t, []string{"ended", "running", "old"}, names())
+
+	// The 11th job: the oldest ended batch goes, down to 9 jobs at most.
+	addBatch("new", 1)
+	assert.Equal(t, []string{"new", "ended", "running"}, names())
+	assert.Len(t, tr.jobs, 7)
+	assert.Equal(t, "", tr.state("old-0"), "forgotten")
+	reply := tr.status(StatusRequest{IDs: []string{"old-1", "running-1"}, Batches: []string{"old"}})
+	assert.Equal(t, StateUnknown, reply.Jobs[0].State)
+	assert.Equal(t, StateWaiting, reply.Jobs[1].State)
+	assert.Empty(t, reply.Batches)
+	assert.True(t, tr.add("old-0", "again", "true", now), "a forgotten id may come again")
+
+	// Nothing that runs is forgotten, whatever the bound.
+	addBatch("big", 8)
+	assert.Equal(t, []string{"big", "again", "new", "running"}, names(), "the ended batch went; the running ones stay")
+	assert.Len(t, tr.jobs, 14)
+	assert.Equal(t, StateWaiting, tr.state("running-3"))
+	assert.Zero(t, tr.endedBatches, "no ended batch left to forget")
+
+	// A batch that ended and takes a job again runs: it stays.
+	end("new", 1)
+	assert.Equal(t, 1, tr.endedBatches)
+	require.True(t, tr.add("new-1", "new", "true", now))
+	assert.Zero(t, tr.endedBatches)
+	assert.Equal(t, []string{"big", "again", "new", "running"}, names())
+	// Once it ended, the next job past the bound forgets it.
+	tr.finish("new-1", ok)
+	addBatch("last", 1)
+	assert.Equal(t, []string{"last", "big", "again", "running"}, names())
+	assert.Len(t, tr.jobs, 14)
+}
