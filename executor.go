@@ -544,18 +544,7 @@ func (e *Executor) Queued() []Job {
 func (e *Executor) Peek(n int) []Job {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n = max(min(n, e.queue.Len()), 0)
-	out := make([]Job, 0, n)
-	if q, ok := e.queue.(*FIFO); ok {
-		for i := range n {
-			out = append(out, q.ring[(q.head+i)%len(q.ring)].job)
-		}
-		return out
-	}
-	for _, h := range e.queue.Snapshot()[:n] {
-		out = append(out, h.job)
-	}
-	return out
+	return e.appendQueued(nil, n)
 }
 
 // AppendQueued appends the jobs waiting in the buffer to dst, in the order
@@ -565,16 +554,20 @@ func (e *Executor) Peek(n int) []Job {
 func (e *Executor) AppendQueued(dst []Job) []Job {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.appendQueued(dst, e.queue.Len())
+}
+
+// appendQueued appends the first n jobs of the buffer to dst. e.mu is held.
+func (e *Executor) appendQueued(dst []Job, n int) []Job {
+	n = max(min(n, e.queue.Len()), 0)
+	dst = slices.Grow(dst, n)
 	if q, ok := e.queue.(*FIFO); ok {
-		dst = slices.Grow(dst, q.n)
-		for i := range q.n {
+		for i := range n {
 			dst = append(dst, q.ring[(q.head+i)%len(q.ring)].job)
 		}
 		return dst
 	}
-	snap := e.queue.Snapshot()
-	dst = slices.Grow(dst, len(snap))
-	for _, h := range snap {
+	for _, h := range e.queue.Snapshot()[:n] {
 		dst = append(dst, h.job)
 	}
 	return dst
