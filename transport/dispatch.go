@@ -86,6 +86,7 @@ type Dispatcher[K comparable, V any] struct {
 
 	mu      sync.Mutex
 	tickets map[K]*Ticket[K, V] // unsettled tickets
+	bigMap  bool                // tickets was made for a big AddAll
 	line    line[K, V]          // tickets waiting for a worker
 	workers map[*Worker[K, V]]struct{}
 	leaving map[*Worker[K, V]]struct{} // workers that left, within their grace
@@ -330,7 +331,7 @@ func (d *Dispatcher[K, V]) AddAll(ctx context.Context, keys []K, values []V) ([]
 		// Room for them all at once, rather than growing step by step.
 		grown := make(map[K]*Ticket[K, V], len(d.tickets)+len(keys))
 		maps.Copy(grown, d.tickets)
-		d.tickets = grown
+		d.tickets, d.bigMap = grown, true
 	}
 	for i, key := range keys {
 		t := &all[i]
@@ -481,6 +482,9 @@ func (d *Dispatcher[K, V]) settle(t *Ticket[K, V], res laboro.Result) {
 	t.state = settled
 	t.res = &res
 	delete(d.tickets, t.Key)
+	if len(d.tickets) == 0 && d.bigMap {
+		d.tickets, d.bigMap = map[K]*Ticket[K, V]{}, false // a map does not shrink: let a big one go
+	}
 	if t.done != nil {
 		close(t.done)
 	}

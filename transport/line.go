@@ -27,10 +27,16 @@ func (l *line[K, V]) grow() {
 	if l.size < len(l.ring) {
 		return
 	}
-	capacity := max(16, 2*len(l.ring))
 	if l.n < l.size/2 {
-		capacity = max(16, len(l.ring)) // half stale: compacting is enough
+		l.resize(max(16, len(l.ring))) // half stale: compacting is enough
+		return
 	}
+	l.resize(max(16, 2*len(l.ring)))
+}
+
+// resize moves the live entries, in their order, to a ring of the given
+// capacity (at least l.n).
+func (l *line[K, V]) resize(capacity int) {
 	ring := make([]entry[K, V], capacity)
 	j := 0
 	for i := range l.size {
@@ -40,6 +46,24 @@ func (l *line[K, V]) grow() {
 		}
 	}
 	l.ring, l.head, l.size = ring, 0, j
+}
+
+// tidy lets go of stale entries, which hold their tickets (and a settled
+// ticket its result), once few entries are live: a job of a million tasks
+// cancelled while they wait leaves nothing behind.
+func (l *line[K, V]) tidy() {
+	switch {
+	case l.n == 0 && len(l.ring) > 1024:
+		l.ring, l.head, l.size = nil, 0, 0
+	case l.n == 0:
+		for l.size > 0 {
+			*l.at(l.size - 1) = entry[K, V]{}
+			l.size--
+		}
+		l.head = 0
+	case l.size > 64 && l.n < l.size/4:
+		l.resize(max(16, 2*l.n))
+	}
 }
 
 // pushBack queues t last.
@@ -63,6 +87,12 @@ func (l *line[K, V]) pushFront(t *Ticket[K, V]) {
 
 // remove takes t, which waits, out of the line; its entry goes stale.
 func (l *line[K, V]) remove(t *Ticket[K, V]) {
+	l.unqueue(t)
+	l.tidy()
+}
+
+// unqueue marks t's entry stale.
+func (l *line[K, V]) unqueue(t *Ticket[K, V]) {
 	t.gen++
 	l.n--
 }
@@ -77,7 +107,7 @@ func (l *line[K, V]) take(n int, accept func(V) bool) []*Ticket[K, V] {
 			continue
 		}
 		ts = append(ts, e.t)
-		l.remove(e.t)
+		l.unqueue(e.t)
 	}
 	// Drop the stale entries at the front.
 	for l.size > 0 && !l.at(0).live() {
@@ -85,5 +115,6 @@ func (l *line[K, V]) take(n int, accept func(V) bool) []*Ticket[K, V] {
 		l.head = (l.head + 1) % len(l.ring)
 		l.size--
 	}
+	l.tidy()
 	return ts
 }

@@ -363,3 +363,51 @@ func TestFailedTaskShowsWhy(t *testing.T) {
 	require.NotNil(t, jobs[0].Job)
 	assert.Equal(t, 1, jobs[0].Job.Failed)
 }
+
+// A foreman remembers the last -keep-jobs jobs that ended: status lists
+// those, says so of an older one, and a restart rewrites the journal
+// without it.
+func TestForemanForgetsOldJobs(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	control, journal := filepath.Join(dir, "control.sock"), filepath.Join(dir, "journal")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	start := func() *e2e.Process {
+		p := e2e.Start(t, nil, foremanBin, "-listen", addr, "-control", control, "-journal", journal, "-keep-jobs", "2")
+		p.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+		return p
+	}
+	foreman := start()
+	e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "2", "-spool", filepath.Join(dir, "spool"), "-reconnect", "100ms")
+	for _, name := range []string{"a", "b", "c"} {
+		submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", name, "-command", "/bin/true",
+			"-tasks", "3", "-wd", dir, "-logdir", dir)
+		require.Equal(t, 0, submit.Wait(t, 60*time.Second), "%s", submit.Log())
+	}
+	status := func() string {
+		out, err := exec.Command(foremanBin, "status", "-control", control).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	// The third job's end is recorded as its submit -wait returns.
+	require.Eventually(t, func() bool { return !strings.Contains(status(), "job_1\t") }, 10*time.Second, 10*time.Millisecond)
+	assert.Regexp(t, `^job_2\tb\tsucceeded\tdone 3/3.*\njob_3\tc\tsucceeded\tdone 3/3.*\n$`, status())
+	out, err := exec.Command(foremanBin, "status", "-control", control, "job_1").CombinedOutput()
+	assert.Error(t, err)
+	assert.Contains(t, string(out), "no job job_1")
+
+	before, err := os.ReadFile(journal)
+	require.NoError(t, err)
+	assert.Contains(t, string(before), `"ref":"job_1"`)
+	require.NoError(t, foreman.Cmd.Process.Signal(syscall.SIGTERM))
+	foreman.Wait(t, 10*time.Second)
+	start()
+	assert.Regexp(t, `^job_2\tb\tsucceeded\tdone 3/3.*\njob_3\tc\tsucceeded\tdone 3/3.*\n$`, status())
+	after, err := os.ReadFile(journal)
+	require.NoError(t, err)
+	assert.NotContains(t, string(after), `"ref":"job_1"`, "the journal forgot job_1")
+	assert.Contains(t, string(after), `"ref":"job_3"`)
+}

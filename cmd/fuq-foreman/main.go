@@ -1,7 +1,7 @@
 // Command fuq-foreman runs fuq jobs on the workers that connect to it, and
 // is also how a user submits jobs to it and follows them.
 //
-//	fuq-foreman [serve] [-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-journal FILE] [-grace D] [-max-tasks N] [-log LEVEL]
+//	fuq-foreman [serve] [-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-journal FILE] [-grace D] [-max-tasks N] [-keep-tasks N] [-keep-jobs N] [-log LEVEL]
 //	fuq-foreman submit [-wait] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]
 //	fuq-foreman status [-tasks] [JOB]
 //	fuq-foreman cancel JOB
@@ -45,7 +45,7 @@ func main() {
 			"them: the running foreman serves the other commands on a Unix socket readable by its user only.",
 		Default: "serve",
 		Commands: []cli.Subcommand{
-			{Name: "serve", Synopsis: "[-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-journal FILE] [-grace D] [-max-tasks N] [-log LEVEL]",
+			{Name: "serve", Synopsis: "[-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-journal FILE] [-grace D] [-max-tasks N] [-keep-tasks N] [-keep-jobs N] [-log LEVEL]",
 				Doc: "Serves workers on -listen (plain TCP, the loopback by default) and, with -web, the reference's " +
 					"workers over HTTPS and a websocket; and the other commands on -control, until interrupted. Workers " +
 					"must prove they hold the shared secret: from -auth-file, else $" + fuq.AuthEnv + ", else fuq.token " +
@@ -62,6 +62,24 @@ func main() {
 	s.Main(os.Args[1:])
 }
 
+// limits are the foreman's bounds on jobs.
+type limits struct {
+	tasks                 int // of one job
+	endedTasks, endedJobs int // remembered once ended
+}
+
+func (l limits) check() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-tasks", l.tasks}, {"keep-tasks", l.endedTasks}, {"keep-jobs", l.endedJobs}} {
+		if f.v < 1 {
+			return cli.Usagef("-%s %d: must be at least 1", f.name, f.v)
+		}
+	}
+	return nil
+}
+
 // controlFlag defines -control, the foreman's control socket.
 func controlFlag(c *cli.Command) *string {
 	return c.Flags.String("control", defaultSocket(), "the control socket")
@@ -71,7 +89,10 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
 	listen := c.Flags.String("listen", "127.0.0.1:7720", "address workers connect to (\":7720\" for every interface)")
 	grace := c.Flags.Duration("grace", fuq.DefaultGrace, "how long a vanished worker's tasks wait for it")
-	maxTasks := c.Flags.Int("max-tasks", fuq.DefaultMaxTasks, "the most tasks one job may have")
+	var lim limits
+	c.Flags.IntVar(&lim.tasks, "max-tasks", fuq.DefaultMaxTasks, "the most tasks one job may have")
+	c.Flags.IntVar(&lim.endedTasks, "keep-tasks", fuq.DefaultMaxEndedTasks, "the most tasks of ended jobs the foreman remembers (for status); the oldest jobs are forgotten first")
+	c.Flags.IntVar(&lim.endedJobs, "keep-jobs", fuq.DefaultMaxEndedJobs, "the most ended jobs the foreman remembers")
 	journal := c.Flags.String("journal", "", "the file that keeps the jobs across restarts (default fuq-foreman.journal in ~/.local/state/laboro)")
 	var web webFlags
 	c.Flags.StringVar(&web.listen, "web", "", "address the reference's workers connect to, over HTTPS (off by default)")
@@ -89,9 +110,9 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		if err := cli.CheckAddr("listen", *listen); err != nil {
 			return err
 		}
-		if *maxTasks < 1 {
-			return cli.Usagef("-max-tasks %d: must be at least 1", *maxTasks)
+		if err := lim.check(); err != nil {
+			return err
 		}
-		return serve(ctx, *listen, *control, *journal, *grace, *maxTasks, web, logFlag.Logger())
+		return serve(ctx, *listen, *control, *journal, *grace, lim, web, logFlag.Logger())
 	}
 }

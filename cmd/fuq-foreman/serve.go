@@ -64,7 +64,7 @@ func (w webFlags) config(auth []byte) (fuq.WebConfig, error) {
 }
 
 // serve runs the foreman until ctx ends.
-func serve(ctx context.Context, listen, control, journal string, grace time.Duration, maxTasks int, web webFlags, log *zap.Logger) error {
+func serve(ctx context.Context, listen, control, journal string, grace time.Duration, lim limits, web webFlags, log *zap.Logger) error {
 	auth, authFrom, err := web.secret()
 	if err != nil {
 		return fmt.Errorf("the workers' shared secret: %w", err)
@@ -85,12 +85,12 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 		}
 		journal = filepath.Join(dir, "fuq-foreman.journal")
 	}
-	jn, jobs, err := fuq.OpenJournal(journal)
+	jn, jobs, err := fuq.OpenJournalKeeping(journal, lim.endedTasks, lim.endedJobs)
 	if err != nil {
 		return err
 	}
 	defer jn.Close()
-	f := &fuq.Foreman{Grace: grace, MaxTasks: maxTasks, Secret: auth, Journal: jn, Logger: log}
+	f := &fuq.Foreman{Grace: grace, MaxTasks: lim.tasks, MaxEndedTasks: lim.endedTasks, MaxEndedJobs: lim.endedJobs, Secret: auth, Journal: jn, Logger: log}
 	ex, err := laboro.New(laboro.WithRunner(f), laboro.WithPoolSize(64), laboro.WithConcurrency(64),
 		laboro.WithBufferSize(1024), laboro.WithLogger(log))
 	if err != nil {

@@ -2,6 +2,7 @@ package fuq
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,7 +47,8 @@ type JobReport struct {
 // Control serves the control API for a Foreman and the Executor that runs
 // its jobs. It names jobs job_1, job_2, … With a Journal (the Foreman's
 // own), it records each job as it is submitted and as it ends, and Resume
-// takes back the jobs of the journal after a restart.
+// takes back the jobs of the journal after a restart. Of the jobs that
+// ended it keeps the last Foreman.MaxEndedJobs, as the Foreman does.
 type Control struct {
 	Foreman  *Foreman
 	Executor *laboro.Executor
@@ -55,8 +57,9 @@ type Control struct {
 	mu      sync.Mutex
 	handles map[string]*laboro.Handle
 	past    map[string]JobReport // jobs that ended before a restart
-	order   []string
-	next    int // of the next job_N; 0 means 1
+	order   []string             // every job kept, and some forgotten
+	ended   []string             // the jobs kept that ended, oldest first
+	next    int                  // of the next job_N; 0 means 1
 }
 
 // Resume takes back the jobs of a journal (see OpenJournal): those that
@@ -86,6 +89,7 @@ func (c *Control) Resume(jobs []JournaledJob) error {
 			c.mu.Lock()
 			c.past[j.Ref] = JobReport{ID: j.Ref, State: j.State, Error: j.Error, Job: &info}
 			c.order = append(c.order, j.Ref)
+			c.retire(j.Ref)
 			c.mu.Unlock()
 			continue
 		}
@@ -109,9 +113,6 @@ func (c *Control) track(h *laboro.Handle) {
 	c.handles[h.ID()] = h
 	c.order = append(c.order, h.ID())
 	c.mu.Unlock()
-	if c.Journal == nil {
-		return
-	}
 	go func() {
 		res, _ := h.Wait(context.Background())
 		switch res.Status {
@@ -119,7 +120,32 @@ func (c *Control) track(h *laboro.Handle) {
 		default:
 			c.Journal.Ended(h.ID(), res)
 		}
+		c.mu.Lock()
+		c.retire(h.ID())
+		c.mu.Unlock()
 	}()
+}
+
+// retire counts the job id among the ended ones, and forgets the oldest
+// of those past the Foreman's MaxEndedJobs. c.mu is held.
+func (c *Control) retire(id string) {
+	c.ended = append(c.ended, id)
+	for len(c.ended) > cmp.Or(c.Foreman.MaxEndedJobs, DefaultMaxEndedJobs) {
+		delete(c.handles, c.ended[0])
+		delete(c.past, c.ended[0])
+		c.ended[0] = ""
+		c.ended = c.ended[1:]
+	}
+	if n := len(c.handles) + len(c.past); len(c.order) > 2*n+16 {
+		kept := c.order[:0]
+		for _, id := range c.order {
+			if c.handles[id] != nil || c.past[id].ID != "" {
+				kept = append(kept, id)
+			}
+		}
+		clear(c.order[len(kept):])
+		c.order = kept
+	}
 }
 
 // Handler returns the API's HTTP handler.
@@ -168,7 +194,9 @@ func (c *Control) list(w http.ResponseWriter, r *http.Request) {
 	c.mu.Unlock()
 	out := make([]JobReport, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, c.status(id))
+		if st, ok := c.status(id); ok {
+			out = append(out, st)
+		}
 	}
 	writeJSON(w, out)
 }
@@ -194,16 +222,25 @@ func (c *Control) get(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, c.status(id))
+	st, ok := c.status(id)
+	if !ok {
+		http.Error(w, "no job "+id, http.StatusNotFound)
+		return
+	}
+	writeJSON(w, st)
 }
 
-func (c *Control) status(id string) JobReport {
+// status reports the job id; false if it is not kept (any more).
+func (c *Control) status(id string) (JobReport, bool) {
 	c.mu.Lock()
 	h := c.handles[id]
 	past, ended := c.past[id]
 	c.mu.Unlock()
-	if ended {
-		return past
+	switch {
+	case ended:
+		return past, true
+	case h == nil:
+		return JobReport{}, false
 	}
 	st := JobReport{ID: id, State: "queued"}
 	if info, ok := c.Foreman.JobByRef(id); ok {
@@ -218,7 +255,7 @@ func (c *Control) status(id string) JobReport {
 		}
 	default:
 	}
-	return st
+	return st, true
 }
 
 // cancel ends a job through the Executor: a queued one leaves the queue
@@ -231,12 +268,8 @@ func (c *Control) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := c.Executor.Cancel(id); err != nil {
-		c.mu.Lock()
-		_, known := c.handles[id]
-		_, ended := c.past[id]
-		c.mu.Unlock()
-		if known || ended {
-			http.Error(w, "job "+id+" has ended ("+c.status(id).State+"): nothing to cancel", http.StatusConflict)
+		if st, ok := c.status(id); ok {
+			http.Error(w, "job "+id+" has ended ("+st.State+"): nothing to cancel", http.StatusConflict)
 			return
 		}
 		http.Error(w, "no job "+id, http.StatusNotFound)

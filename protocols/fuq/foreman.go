@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"sync"
@@ -90,6 +91,15 @@ const DefaultMaxConns = 1024
 // under 1 s on a laptop's core.
 const DefaultMaxTasks = 1_000_000
 
+// DefaultMaxEndedTasks and DefaultMaxEndedJobs bound what a Foreman
+// remembers of the jobs that have ended unless Foreman.MaxEndedTasks and
+// Foreman.MaxEndedJobs say otherwise: a million tasks (about 50 MB) and
+// ten thousand jobs.
+const (
+	DefaultMaxEndedTasks = 1_000_000
+	DefaultMaxEndedJobs  = 10_000
+)
+
 // Foreman is the foreman side: a laboro.Runner whose jobs are fuq jobs
 // (see NewJob). Run splits a job into its tasks and hands them to a
 // transport.Dispatcher, which the connection of each worker asks for as
@@ -102,8 +112,9 @@ const DefaultMaxTasks = 1_000_000
 // a task may run twice, but only its first outcome is recorded. A HELLO
 // that names a task nobody waits for any more (cancelled, ended, unknown)
 // gets a CANCEL for it. Set the fields before first use; a Foreman is
-// safe for concurrent use. Its jobs and workers last as long as it does:
-// there is nothing to close.
+// safe for concurrent use. It keeps its jobs while they run and the last
+// ones that ended (MaxEndedTasks, MaxEndedJobs), its workers while they
+// are connected: there is nothing to close.
 type Foreman struct {
 	// Grace is how long a vanished worker's tasks wait for it; 0 means
 	// DefaultGrace, a negative value no wait.
@@ -125,6 +136,13 @@ type Foreman struct {
 	// 700 bytes while the job lasts); 0 means DefaultMaxTasks. A larger
 	// job is refused at submission.
 	MaxTasks int
+	// MaxEndedTasks and MaxEndedJobs bound what the Foreman remembers of
+	// the jobs that have ended, for Job, JobByRef, Jobs and Cancel: the
+	// tasks of those jobs, and their number. Past either, the jobs that
+	// ended first are forgotten; the last one to end is kept whatever its
+	// size, and a job that runs is never forgotten. 0 means
+	// DefaultMaxEndedTasks, DefaultMaxEndedJobs.
+	MaxEndedTasks, MaxEndedJobs int
 	// Secret, when not empty, is the shared secret a worker must prove it
 	// holds on the plain TCP transport before anything else (a challenge
 	// and its HMAC: see auth.go); one that cannot is told so and closed,
@@ -143,6 +161,9 @@ type Foreman struct {
 	mu         sync.Mutex
 	nextJob    uint64
 	jobs       map[uint64]*fjob
+	byRef      map[string]*fjob // the last job of each laboro id
+	past       []*fjob // the jobs that ended and are kept, oldest first
+	endedTasks int     // their tasks
 	workers    map[*fworker]bool
 	nextWorker int
 }
@@ -161,9 +182,10 @@ type fjob struct {
 
 // ftask is what the Foreman records of a task beyond its ticket.
 type ftask struct {
-	state  TaskState // TaskPending until it has ended: the ticket tells the rest
-	status string    // the worker's word on it, or why it was cancelled
-	worker string    // the worker whose outcome was recorded, or that last had it
+	state    TaskState // TaskPending until it has ended: the ticket tells the rest
+	attempts int32     // once the job has ended (and its tickets are gone)
+	status   string    // the worker's word on it, or why it was cancelled
+	worker   string    // the worker whose outcome was recorded, or that last had it
 }
 
 var (
@@ -177,6 +199,7 @@ func (f *Foreman) init() {
 			f.Logger = zap.NewNop()
 		}
 		f.jobs = map[uint64]*fjob{}
+		f.byRef = map[string]*fjob{}
 		f.workers = map[*fworker]bool{}
 		f.d = transport.NewDispatcher[TaskPair, Task](transport.Config{Grace: f.grace(), Logger: f.Logger})
 		f.d.OnSettle(f.settled)
@@ -313,9 +336,13 @@ func (f *Foreman) add(ctx context.Context, ref string, d JobDescription, resumed
 	endedBefore := d.NumTasks - j.left
 	if err == nil {
 		f.jobs[d.JobId] = j
+		if old := f.byRef[ref]; old == nil || old.desc.JobId < d.JobId {
+			f.byRef[ref] = j
+		}
 		if j.left == 0 {
 			j.desc.Status = JobFinished
 			close(j.done)
+			f.retire(j)
 		}
 	}
 	f.mu.Unlock()
@@ -417,6 +444,34 @@ func (f *Foreman) ended(j *fjob, n int, state TaskState, status, worker string) 
 			j.desc.Status = JobCancelled
 		}
 		close(j.done)
+		f.retire(j)
+	}
+}
+
+// retire keeps j, which has ended, among the ended jobs, without its
+// tickets (the bulk of a job's memory), and forgets the oldest ended jobs
+// past the bounds. f.mu is held.
+func (f *Foreman) retire(j *fjob) {
+	for i, t := range j.tickets {
+		if t != nil {
+			j.tasks[i].attempts = int32(min(t.Attempts(), math.MaxInt32))
+		}
+	}
+	j.tickets = nil
+	f.past = append(f.past, j)
+	f.endedTasks += len(j.tasks)
+	maxTasks, maxJobs := cmp.Or(f.MaxEndedTasks, DefaultMaxEndedTasks), cmp.Or(f.MaxEndedJobs, DefaultMaxEndedJobs)
+	for len(f.past) > 1 && (f.endedTasks > maxTasks || len(f.past) > maxJobs) {
+		old := f.past[0]
+		f.past[0] = nil
+		f.past = f.past[1:]
+		f.endedTasks -= len(old.tasks)
+		if f.jobs[old.desc.JobId] == old {
+			delete(f.jobs, old.desc.JobId)
+		}
+		if f.byRef[old.ref] == old {
+			delete(f.byRef, old.ref)
+		}
 	}
 }
 
@@ -450,16 +505,11 @@ func (f *Foreman) JobByRef(ref string) (JobInfo, bool) {
 	f.init()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var found *fjob
-	for _, j := range f.jobs {
-		if j.ref == ref && (found == nil || j.desc.JobId > found.desc.JobId) {
-			found = j
-		}
-	}
-	if found == nil {
+	j := f.byRef[ref]
+	if j == nil {
 		return JobInfo{}, false
 	}
-	return found.info(), true
+	return j.info(), true
 }
 
 // Jobs returns the state of every job, in the order they came.
@@ -479,8 +529,11 @@ func (f *Foreman) Jobs() []JobInfo {
 func (j *fjob) info() JobInfo {
 	info := JobInfo{JobDescription: j.desc, Ref: j.ref, Tasks: make([]TaskInfo, 0, len(j.tasks))}
 	for i, t := range j.tasks {
-		tk := j.tickets[i]
-		ti := TaskInfo{Task: i + 1, State: t.state, Status: t.status, Worker: t.worker}
+		var tk *transport.Ticket[TaskPair, Task]
+		if j.tickets != nil {
+			tk = j.tickets[i]
+		}
+		ti := TaskInfo{Task: i + 1, State: t.state, Status: t.status, Worker: t.worker, Attempts: int(t.attempts)}
 		if tk != nil {
 			ti.Attempts = tk.Attempts()
 		}

@@ -416,3 +416,51 @@ func TestForemanMaxTasks(t *testing.T) {
 	s.worker(s.addr, 4)
 	require.NoError(t, wait(t, h).Err)
 }
+
+// A Foreman keeps the jobs that ended within MaxEndedTasks and
+// MaxEndedJobs, forgetting the oldest first, never the last one to end
+// nor a job that runs; a job it kept tells its tasks' attempts.
+func TestForemanForgetsEndedJobs(t *testing.T) {
+	s := startSystem(t, &Foreman{MaxEndedTasks: 5, MaxEndedJobs: 2})
+	s.worker(s.addr, 2)
+	long, _ := s.submit("long", s.script("exec sleep 30\n"), 1)
+	cmd := s.script("true\n")
+	run := func(name string, tasks int) uint64 {
+		h, _ := s.submit(name, cmd, tasks)
+		require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+		info, ok := s.f.JobByRef(h.ID())
+		require.True(t, ok, "the job that ended last is kept")
+		for _, ti := range info.Tasks {
+			assert.Equal(t, 1, ti.Attempts)
+		}
+		return info.JobId
+	}
+	kept := func() []string {
+		var names []string
+		for _, info := range s.f.Jobs() {
+			names = append(names, info.Name)
+		}
+		return names
+	}
+	run("a", 2)
+	run("b", 2)
+	assert.Equal(t, []string{"long", "a", "b"}, kept(), "4 tasks in 2 jobs")
+	c := run("c", 3)
+	assert.Equal(t, []string{"long", "b", "c"}, kept(), "7 tasks: a is forgotten")
+	run("d", 1)
+	assert.Equal(t, []string{"long", "c", "d"}, kept(), "3 jobs: b is forgotten")
+	e := run("e", 10)
+	assert.Equal(t, []string{"long", "e"}, kept(), "e alone is over the bound, and kept")
+	_, ok := s.f.Job(c)
+	assert.False(t, ok)
+	assert.ErrorContains(t, s.f.Cancel(c), fmt.Sprintf("no job %d", c))
+	info, ok := s.f.Job(e)
+	require.True(t, ok)
+	assert.Equal(t, 10, info.Done)
+
+	info, ok = s.f.JobByRef(long.ID())
+	require.True(t, ok, "a job that runs is never forgotten")
+	require.NoError(t, s.f.Cancel(info.JobId))
+	assert.Equal(t, laboro.StatusKilled, wait(t, long).Status)
+	assert.Equal(t, []string{"long"}, kept(), "11 tasks: e is forgotten once long ends")
+}

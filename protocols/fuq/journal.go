@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,7 +21,8 @@ import (
 // Foreman queues and of each task that ends, and Control tells it of each
 // job that ends. OpenJournal replays it.
 //
-// The file is JSON lines, appended to and never rewritten while open:
+// The file is JSON lines, appended to and never rewritten while open (it
+// is rewritten when opened, to forget old jobs: see OpenJournalKeeping):
 //
 //	{"job":{"ref":"job_1","desc":{…JobDescription, JobId included…}}}
 //	{"task":{"job":1,"task":3,"state":"done","status":"done","worker":"n1"}}
@@ -79,11 +81,29 @@ type journalEnd struct {
 const maxJournalLine = 1 << 20
 
 // OpenJournal opens (creating it, 0600) the journal at path, and returns
-// the jobs it holds, in the order they were queued.
+// the jobs it holds, in the order they were queued: OpenJournalKeeping
+// with DefaultMaxEndedTasks and DefaultMaxEndedJobs.
 func OpenJournal(path string) (*Journal, []JournaledJob, error) {
+	return OpenJournalKeeping(path, DefaultMaxEndedTasks, DefaultMaxEndedJobs)
+}
+
+// OpenJournalKeeping opens (creating it, 0600) the journal at path, and
+// returns the jobs it holds, in the order they were queued: every job
+// that had not ended, and of those that ended the last ones, within
+// maxEndedTasks tasks and maxEndedJobs jobs (as Foreman.MaxEndedTasks and
+// MaxEndedJobs; the last one to end is kept whatever its size). When it
+// held more, the file is first rewritten with those alone (a new file
+// renamed over the old one), so that it does not grow for ever.
+func OpenJournalKeeping(path string, maxEndedTasks, maxEndedJobs int) (*Journal, []JournaledJob, error) {
 	jobs, err := replay(path)
 	if err != nil {
 		return nil, nil, err
+	}
+	if kept := keepJobs(jobs, maxEndedTasks, maxEndedJobs); len(kept) < len(jobs) {
+		if err := rewrite(path, kept); err != nil {
+			return nil, nil, err
+		}
+		jobs = kept
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -136,6 +156,82 @@ func replay(path string) ([]JournaledJob, error) {
 		jobs = append(jobs, *byRef[ref])
 	}
 	return jobs, nil
+}
+
+// keepJobs returns the jobs that did not end and the last that ended
+// within the bounds, in their order.
+func keepJobs(jobs []JournaledJob, maxEndedTasks, maxEndedJobs int) []JournaledJob {
+	keep := make([]bool, len(jobs))
+	tasks, ended, full := 0, 0, false
+	for i := len(jobs) - 1; i >= 0; i-- {
+		j := &jobs[i]
+		switch {
+		case j.State == "":
+			keep[i] = true
+		case !full:
+			tasks += j.Desc.NumTasks
+			ended++
+			full = ended > 1 && (tasks > maxEndedTasks || ended > maxEndedJobs)
+			keep[i] = !full // once one is over, the older ones go too
+		}
+	}
+	kept := make([]JournaledJob, 0, len(jobs))
+	for i, j := range jobs {
+		if keep[i] {
+			kept = append(kept, j)
+		}
+	}
+	return kept
+}
+
+// rewrite replaces the journal at path with one that holds jobs alone.
+func rewrite(path string, jobs []JournaledJob) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("fuq: journal: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			err = fmt.Errorf("fuq: rewriting the journal %s: %w", path, err)
+		}
+	}()
+	w := bufio.NewWriter(tmp)
+	enc := json.NewEncoder(w)
+	for _, j := range jobs {
+		if err := enc.Encode(journalLine{Job: &journalJob{Ref: j.Ref, Desc: j.Desc}}); err != nil {
+			return err
+		}
+		for _, t := range j.Ended {
+			l := journalTask{Job: j.Desc.JobId, Task: t.Task, State: t.State.String(), Status: t.Status, Worker: t.Worker}
+			if err := enc.Encode(journalLine{Task: &l}); err != nil {
+				return err
+			}
+		}
+		if j.State != "" {
+			if err := enc.Encode(journalLine{End: &journalEnd{Ref: j.Ref, State: j.State, Error: j.Error}}); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	if dir, err := os.Open(filepath.Dir(path)); err == nil {
+		dir.Sync() // the rename, on disk
+		dir.Close()
+	}
+	return nil
 }
 
 func parseTaskState(s string) TaskState {

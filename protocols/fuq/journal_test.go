@@ -48,6 +48,61 @@ func TestJournalReplay(t *testing.T) {
 	assert.Equal(t, 3, NextRef(jobs))
 }
 
+// Opened again, a journal forgets the oldest ended jobs past its bounds,
+// on disk too; the jobs that did not end stay whole, ended tasks and all.
+func TestJournalForgetsOldJobs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	j, _, err := OpenJournal(path)
+	require.NoError(t, err)
+	ended := func(ref string, id uint64, tasks int) {
+		j.job(ref, JobDescription{Name: ref, Command: "/bin/true", NumTasks: tasks, JobId: id})
+		for n := 1; n <= tasks; n++ {
+			j.task(id, n, TaskDone, "done", "w1")
+		}
+		j.Ended(ref, laboro.Result{Status: laboro.StatusSucceeded})
+	}
+	ended("job_1", 1, 2)
+	j.job("job_2", JobDescription{Name: "open", Command: "/bin/true", NumTasks: 4, JobId: 2})
+	j.task(2, 3, TaskFailed, "exit 1", "w2")
+	ended("job_3", 3, 2)
+	ended("job_4", 4, 3)
+	ended("job_5", 5, 1)
+	require.NoError(t, j.Close())
+	before, err := os.Stat(path)
+	require.NoError(t, err)
+
+	j, jobs, err := OpenJournalKeeping(path, 5, 3)
+	require.NoError(t, err)
+	require.NoError(t, j.Close())
+	refs := func(jobs []JournaledJob) []string {
+		var r []string
+		for _, j := range jobs {
+			r = append(r, j.Ref)
+		}
+		return r
+	}
+	assert.Equal(t, []string{"job_2", "job_4", "job_5"}, refs(jobs), "4 tasks of ended jobs; job_3's 2 more would be over 5")
+	assert.Equal(t, []TaskInfo{{Task: 3, State: TaskFailed, Status: "exit 1", Worker: "w2"}}, jobs[0].Ended)
+	assert.Equal(t, 6, NextRef(jobs))
+
+	after, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Less(t, after.Size(), before.Size())
+	assert.Equal(t, os.FileMode(0o600), after.Mode().Perm())
+	j, again, err := OpenJournal(path)
+	require.NoError(t, err)
+	defer j.Close()
+	assert.Equal(t, jobs, again, "the rewritten file replays the same jobs")
+
+	j2, last, err := OpenJournalKeeping(path, 1, 1)
+	require.NoError(t, err)
+	require.NoError(t, j2.Close())
+	assert.Equal(t, []string{"job_2", "job_5"}, refs(last), "the last job to end stays")
+	entries, err := os.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "no temporary file left")
+}
+
 // A resumed job runs only its tasks that had not ended, under its own
 // job number, and ends with the outcomes of all.
 func TestForemanResumedJob(t *testing.T) {
