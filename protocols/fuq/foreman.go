@@ -162,8 +162,8 @@ type Foreman struct {
 	nextJob    uint64
 	jobs       map[uint64]*fjob
 	byRef      map[string]*fjob // the last job of each laboro id
-	past       []*fjob // the jobs that ended and are kept, oldest first
-	endedTasks int     // their tasks
+	past       []*fjob          // the jobs that ended and are kept, oldest first
+	endedTasks int              // their tasks
 	workers    map[*fworker]bool
 	nextWorker int
 }
