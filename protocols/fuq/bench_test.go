@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -124,7 +125,8 @@ func BenchmarkForemanSubmitCancel(b *testing.B) {
 }
 
 // BenchmarkMillionTasks submits one job of 1,000,000 tasks (DefaultMaxTasks)
-// to a foreman with no worker, and cancels it: submit-s is from Submit until
+// to a foreman with no worker and a journal on disk (as fuq-foreman runs),
+// and cancels it: submit-s is from Submit until
 // every task is queued, cancel-s from Cancel until the job's Run returned,
 // heap-MB the Go heap the queued job holds, kept-MB the heap still in use
 // once it ended (the foreman keeps the last jobs that ended, without their
@@ -133,6 +135,12 @@ func BenchmarkMillionTasks(b *testing.B) {
 	const tasks = 1_000_000
 	f, ex := idleForeman(b)
 	dir := b.TempDir()
+	jn, _, err := OpenJournal(filepath.Join(dir, "journal"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer jn.Close()
+	f.Journal = jn
 	var submit, cancel time.Duration
 	var heap, kept uint64
 	var base runtime.MemStats

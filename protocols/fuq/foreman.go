@@ -178,6 +178,9 @@ type fjob struct {
 	left    int                                 // tasks not yet ended
 	done    chan struct{}                       // closed once left is 0
 	cause   error                               // why it was cancelled, if it was
+	// journaled is set once the journal has the cancellation, which
+	// stands for every task cancelled after it.
+	journaled bool
 }
 
 // ftask is what the Foreman records of a task beyond its ticket.
@@ -398,6 +401,10 @@ func (f *Foreman) cancel(j *fjob, st laboro.Status, cause error) {
 	if j.cause == nil {
 		j.cause = cause
 	}
+	if !j.journaled {
+		f.Journal.cancel(j.desc.JobId, cancelStatus(cause))
+		j.journaled = true
+	}
 	tickets := j.live()
 	f.mu.Unlock()
 	f.d.AbandonAll(tickets, laboro.Result{Status: st, ExitCode: -1, Err: cause, Ended: time.Now()})
@@ -419,11 +426,15 @@ func (f *Foreman) settled(t *transport.Ticket[TaskPair, Task]) {
 	if j == nil {
 		return // a job whose Add failed
 	}
-	why := "cancelled"
-	if res.Err != nil {
-		why = res.Err.Error()
+	f.ended(j, t.Key.Task, TaskCancelled, cancelStatus(res.Err), "")
+}
+
+// cancelStatus is the status of a task cancelled for err.
+func cancelStatus(err error) string {
+	if err == nil {
+		return "cancelled"
 	}
-	f.ended(j, t.Key.Task, TaskCancelled, why, "")
+	return err.Error()
 }
 
 // ended records the end of task n of j. f.mu is held.
@@ -436,7 +447,9 @@ func (f *Foreman) ended(j *fjob, n int, state TaskState, status, worker string) 
 	if worker != "" {
 		t.worker = worker
 	}
-	f.Journal.task(j.desc.JobId, n, state, status, t.worker)
+	if state != TaskCancelled || !j.journaled {
+		f.Journal.task(j.desc.JobId, n, state, status, t.worker)
+	}
 	j.left--
 	if j.left == 0 {
 		j.desc.Status = JobFinished

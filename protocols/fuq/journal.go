@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +27,12 @@ import (
 //
 //	{"job":{"ref":"job_1","desc":{…JobDescription, JobId included…}}}
 //	{"task":{"job":1,"task":3,"state":"done","status":"done","worker":"n1"}}
+//	{"cancel":{"job":1,"status":"job cancelled"}}
 //	{"end":{"ref":"job_1","state":"succeeded","error":""}}
+//
+// A cancel line stands for every task of the job that has no task line
+// before it: they were cancelled, for the status given (a job of a million
+// tasks is cancelled in one line).
 //
 // Each line is one write of the process: a SIGKILL loses none that was
 // written (the kernel has it); a machine that loses power may lose the
@@ -53,9 +59,15 @@ type JournaledJob struct {
 }
 
 type journalLine struct {
-	Job  *journalJob  `json:"job,omitempty"`
-	Task *journalTask `json:"task,omitempty"`
-	End  *journalEnd  `json:"end,omitempty"`
+	Job    *journalJob    `json:"job,omitempty"`
+	Task   *journalTask   `json:"task,omitempty"`
+	Cancel *journalCancel `json:"cancel,omitempty"`
+	End    *journalEnd    `json:"end,omitempty"`
+}
+
+type journalCancel struct {
+	Job    uint64 `json:"job"`
+	Status string `json:"status"`
 }
 
 type journalJob struct {
@@ -79,6 +91,9 @@ type journalEnd struct {
 
 // maxJournalLine bounds a line on replay (a job's description is short).
 const maxJournalLine = 1 << 20
+
+// maxJournalTasks bounds the tasks of a job on replay.
+const maxJournalTasks = 1 << 27
 
 // OpenJournal opens (creating it, 0600) the journal at path, and returns
 // the jobs it holds, in the order they were queued: OpenJournalKeeping
@@ -123,6 +138,7 @@ func replay(path string) ([]JournaledJob, error) {
 	defer f.Close()
 	byRef := map[string]*JournaledJob{}
 	byID := map[uint64]*JournaledJob{}
+	cancelled := map[*JournaledJob]string{} // with why, for the tasks without a line
 	var order []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), maxJournalLine)
@@ -140,7 +156,15 @@ func replay(path string) ([]JournaledJob, error) {
 			byRef[j.Ref], byID[j.Desc.JobId] = j, j
 		case l.Task != nil:
 			if j := byID[l.Task.Job]; j != nil {
-				j.Ended = append(j.Ended, TaskInfo{Task: l.Task.Task, State: parseTaskState(l.Task.State), Status: l.Task.Status, Worker: l.Task.Worker})
+				if _, ok := cancelled[j]; !ok {
+					j.Ended = append(j.Ended, TaskInfo{Task: l.Task.Task, State: parseTaskState(l.Task.State), Status: l.Task.Status, Worker: l.Task.Worker})
+				}
+			}
+		case l.Cancel != nil:
+			if j := byID[l.Cancel.Job]; j != nil {
+				if _, ok := cancelled[j]; !ok {
+					cancelled[j] = l.Cancel.Status
+				}
 			}
 		case l.End != nil:
 			if j := byRef[l.End.Ref]; j != nil {
@@ -151,11 +175,35 @@ func replay(path string) ([]JournaledJob, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("fuq: journal %s: %w", path, err)
 	}
+	for j, why := range cancelled {
+		j.Ended = cancelRest(j.Ended, j.Desc.NumTasks, why)
+	}
 	jobs := make([]JournaledJob, 0, len(order))
 	for _, ref := range order {
 		jobs = append(jobs, *byRef[ref])
 	}
 	return jobs, nil
+}
+
+// cancelRest returns ended with the tasks of 1…n it does not hold
+// appended, cancelled for why.
+func cancelRest(ended []TaskInfo, n int, why string) []TaskInfo {
+	if n < 1 || n > maxJournalTasks {
+		return ended // not a job this foreman made
+	}
+	seen := make([]bool, n+1)
+	for _, t := range ended {
+		if t.Task >= 1 && t.Task <= n {
+			seen[t.Task] = true
+		}
+	}
+	ended = slices.Grow(ended, n-len(ended))
+	for task := 1; task <= n; task++ {
+		if !seen[task] {
+			ended = append(ended, TaskInfo{Task: task, State: TaskCancelled, Status: why})
+		}
+	}
+	return ended
 }
 
 // keepJobs returns the jobs that did not end and the last that ended
@@ -266,6 +314,12 @@ func (j *Journal) job(ref string, d JobDescription) {
 
 func (j *Journal) task(job uint64, n int, state TaskState, status, worker string) {
 	j.write(journalLine{Task: &journalTask{Job: job, Task: n, State: state.String(), Status: status, Worker: worker}})
+}
+
+// cancel records that every task of job that has not ended is cancelled,
+// for why.
+func (j *Journal) cancel(job uint64, why string) {
+	j.write(journalLine{Cancel: &journalCancel{Job: job, Status: why}})
 }
 
 // Ended records that the job ref ended with res.

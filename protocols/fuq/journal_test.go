@@ -3,7 +3,9 @@ package fuq
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/assert"
@@ -101,6 +103,39 @@ func TestJournalForgetsOldJobs(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Dir(path))
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "no temporary file left")
+}
+
+// A cancelled job takes one line of the journal, whatever its tasks, and
+// replays with every task that had not ended cancelled; a task's line
+// after it (an outcome that came too late) changes nothing.
+func TestJournalCancelledJob(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	jn, _, err := OpenJournal(path)
+	require.NoError(t, err)
+	s := startSystem(t, &Foreman{Journal: jn})
+	h, _ := s.submit("big", "/bin/true", 10_000)
+	var id uint64
+	require.Eventually(t, func() bool {
+		info, ok := s.f.JobByRef(h.ID())
+		id = info.JobId
+		return ok
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, s.f.Cancel(id))
+	assert.Equal(t, laboro.StatusKilled, wait(t, h).Status)
+	jn.task(id, 1, TaskDone, "done", "late")
+	require.NoError(t, jn.Close())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, 3, strings.Count(string(b), "\n"), "the job, its cancellation, the late task:\n%s", b)
+
+	again, jobs, err := OpenJournal(path)
+	require.NoError(t, err)
+	defer again.Close()
+	require.Len(t, jobs, 1)
+	require.Len(t, jobs[0].Ended, 10_000)
+	for n, task := range jobs[0].Ended {
+		require.Equal(t, TaskInfo{Task: n + 1, State: TaskCancelled, Status: ErrJobCancelled.Error()}, task)
+	}
 }
 
 // A resumed job runs only its tasks that had not ended, under its own
