@@ -146,11 +146,16 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		defer cleanup()
 	}
 
-	out, err := os.CreateTemp(dir, ".laboro-*.output")
+	out, tmp, err := openOutput(dir)
 	if err != nil {
 		return fail(fmt.Errorf("laboro: create output file: %w", err))
 	}
 	defer out.Close()
+	dropTemp := func() {
+		if tmp != "" {
+			os.Remove(tmp)
+		}
+	}
 	var tail *stderrTail
 	if r.Stderr == StderrTail {
 		size := r.StderrTail
@@ -158,7 +163,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 			size = DefaultStderrTail
 		}
 		if tail, err = newStderrTail(size); err != nil {
-			os.Remove(out.Name())
+			dropTemp()
 			return fail(fmt.Errorf("laboro: create standard error pipe: %w", err))
 		}
 	}
@@ -168,7 +173,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	cmd, err := r.start(ctx, job, argv, out, tail)
 	if err != nil {
 		unpin()
-		os.Remove(out.Name())
+		dropTemp()
 		if tail != nil {
 			tail.abort()
 		}
@@ -184,8 +189,10 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	if tail != nil {
 		tail.start(res.PID)
 	}
-	path := r.nameOutput(out.Name(), dir, res.PID)
-	ReportProcess(ctx, res.PID, path)
+	path, nameErr := r.nameOutput(out, tmp, dir, res.PID)
+	if nameErr == nil {
+		ReportProcess(ctx, res.PID, path)
+	}
 
 	if tail != nil {
 		tail.collect()
@@ -197,13 +204,15 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	reap('-', res.PID)
 	res.Ended = time.Now()
 	res.ExitCode = cmd.ProcessState.ExitCode()
-	res.Output = &Output{path: path}
-	if fi, statErr := out.Stat(); statErr == nil {
-		res.Output.size = fi.Size()
-	}
-	if r.held != nil {
-		r.held.hold()
-		res.Output.release = r.held.release
+	if nameErr == nil {
+		res.Output = &Output{path: path}
+		if fi, statErr := out.Stat(); statErr == nil {
+			res.Output.size = fi.Size()
+		}
+		if r.held != nil {
+			r.held.hold()
+			res.Output.release = r.held.release
+		}
 	}
 	if tail != nil {
 		res.Stderr = tail.finish()
@@ -211,6 +220,8 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	switch st, cause := Interruption(ctx); {
 	case st != 0:
 		res.Status, res.Err = st, cause
+	case nameErr != nil:
+		res.Status, res.Err = StatusFailed, nameErr // the output is lost
 	case err == nil, errors.Is(err, exec.ErrWaitDelay) && res.ExitCode == 0:
 		res.Status = StatusSucceeded
 	default:
@@ -271,30 +282,44 @@ func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *
 	}
 }
 
-// nameOutput renames the temporary output file to <pid>.output, or to
-// <pid>_N.output when that name is taken. The check and the rename cannot
-// race with another laboro runner: while the child lives, no other process
-// has its pid, so no other runner is naming a file after it.
-func (r *ProcessRunner) nameOutput(tmp, dir string, pid int) string {
+// nameOutput names the output file <pid>.output in dir, or <pid>_N.output
+// when that name is taken, and returns its path. The check and the naming
+// cannot race with another laboro runner: while the child lives, no other
+// process has its pid, so no other runner is naming a file after it. A
+// named temporary file that cannot be named keeps its temporary name; an
+// unnamed one is an error: its output cannot be kept.
+func (r *ProcessRunner) nameOutput(out *os.File, tmp, dir string, pid int) (string, error) {
 	base := strconv.Itoa(pid)
+	var err error
 	for n := 1; n < 1000; n++ {
 		name := base
 		if n > 1 {
 			name += "_" + strconv.Itoa(n)
 		}
 		path := filepath.Join(dir, name+".output")
-		if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
-			continue
+		if err = placeOutput(out, tmp, path); err == nil {
+			return path, nil
 		}
-		if err := os.Rename(tmp, path); err != nil {
+		if !errors.Is(err, fs.ErrExist) {
 			break
 		}
-		return path
+	}
+	if tmp == "" {
+		return "", fmt.Errorf("laboro: naming the output file of process %d: %w", pid, err)
 	}
 	if r.Logger != nil {
-		r.Logger.Warn("output kept under its temporary name", zap.Int("pid", pid), zap.String("path", tmp))
+		r.Logger.Warn("output kept under its temporary name", zap.Int("pid", pid), zap.String("path", tmp), zap.Error(err))
 	}
-	return tmp
+	return tmp, nil
+}
+
+// renameNew renames tmp to path unless path exists (an error matching
+// fs.ErrExist).
+func renameNew(tmp, path string) error {
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return &os.LinkError{Op: "rename", Old: tmp, New: path, Err: fs.ErrExist}
+	}
+	return os.Rename(tmp, path)
 }
 
 // writeScript writes job.Script to a file in dir and returns the argv that

@@ -11,30 +11,57 @@ import (
 
 // An output whose <pid>.output name is taken (an earlier process of the
 // same pid whose output was not consumed yet) gets the next free name, and
-// the earlier file is left alone.
+// the earlier file is left alone; whether the output file was made unnamed
+// (Linux) or under a temporary name, nothing else is left in the directory.
 func TestOutputNameNeverOverwrites(t *testing.T) {
-	dir := t.TempDir()
-	r := &ProcessRunner{Dir: dir}
-	for _, name := range []string{"4242.output", "4242_2.output"} {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("earlier "+name), 0o600))
+	opens := map[string]func(dir string) (*os.File, string, error){
+		"openOutput": openOutput,
+		"named": func(dir string) (*os.File, string, error) {
+			f, err := os.CreateTemp(dir, ".laboro-*.output")
+			if err != nil {
+				return nil, "", err
+			}
+			return f, f.Name(), nil
+		},
 	}
-	tmp := filepath.Join(dir, ".laboro-x.output")
-	require.NoError(t, os.WriteFile(tmp, []byte("new"), 0o600))
+	for how, open := range opens {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			r := &ProcessRunner{Dir: dir}
+			for _, name := range []string{"4242.output", "4242_2.output"} {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("earlier "+name), 0o600))
+			}
+			out, tmp, err := open(dir)
+			require.NoError(t, err)
+			defer out.Close()
+			_, err = out.WriteString("new")
+			require.NoError(t, err)
 
-	got := r.nameOutput(tmp, dir, 4242)
-	assert.Equal(t, filepath.Join(dir, "4242_3.output"), got)
-	for name, want := range map[string]string{
-		"4242.output":   "earlier 4242.output",
-		"4242_2.output": "earlier 4242_2.output",
-		"4242_3.output": "new",
-	} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		require.NoError(t, err)
-		assert.Equal(t, want, string(b), name)
+			got, err := r.nameOutput(out, tmp, dir, 4242)
+			require.NoError(t, err)
+			assert.Equal(t, filepath.Join(dir, "4242_3.output"), got)
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			assert.Len(t, entries, 3, "no temporary file left")
+			for name, want := range map[string]string{
+				"4242.output":   "earlier 4242.output",
+				"4242_2.output": "earlier 4242_2.output",
+				"4242_3.output": "new",
+			} {
+				b, err := os.ReadFile(filepath.Join(dir, name))
+				require.NoError(t, err)
+				assert.Equal(t, want, string(b), name)
+			}
+			fi, err := os.Stat(got)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the output is its user's alone")
+
+			fresh, tmp, err := open(dir)
+			require.NoError(t, err)
+			defer fresh.Close()
+			got, err = r.nameOutput(fresh, tmp, dir, 7)
+			require.NoError(t, err)
+			assert.Equal(t, filepath.Join(dir, "7.output"), got)
+		})
 	}
-	assert.NoFileExists(t, tmp)
-
-	fresh := filepath.Join(dir, ".laboro-y.output")
-	require.NoError(t, os.WriteFile(fresh, nil, 0o600))
-	assert.Equal(t, filepath.Join(dir, "7.output"), r.nameOutput(fresh, dir, 7))
 }
