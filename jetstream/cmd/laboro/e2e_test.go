@@ -343,6 +343,7 @@ func TestUsage(t *testing.T) {
 		"submit -nosuchflag echo":  "flag provided but not defined: -nosuchflag",
 		"status -watch":            "-watch follows one batch",
 		"serve -c 0":               "-c 0: must be at least 1",
+		"serve -keep 0":            "-keep 0: must be at least 1",
 		"serve extra":              `unexpected argument "extra"`,
 		"serve -listen :99999":     `port "99999": must be a number from 0 to 65535`,
 		"worker -c 0":              "-c 0: must be at least 1",

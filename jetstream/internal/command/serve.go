@@ -33,6 +33,7 @@ func serve(args []string) int {
 	replicas := c.fs.Int("replicas", 0, "stream replicas on a NATS cluster, 3 for production (0: keep the streams' count, 1 for new ones)")
 	httpAddr := c.fs.String("http", "", "serve a live web console of the fleet's jobs and /metrics on this HOST:PORT, behind laboro.token (loopback unless -http-public)")
 	httpPublic := c.fs.Bool("http-public", false, "let -http listen beyond this machine")
+	keep := c.fs.Int("keep", jetstream.DefaultMaxTracked, "jobs whose state serve keeps for status; past it, the batches that ended are forgotten, oldest first")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
@@ -50,6 +51,8 @@ func serve(args []string) int {
 		return c.usageError("-c %d: must be at least 1", *concurrency)
 	case *replicas < 0:
 		return c.usageError("-replicas %d: must not be negative", *replicas)
+	case *keep < 1:
+		return c.usageError("-keep %d: must be at least 1", *keep)
 	}
 	defer c.log.Sync()
 	local := &jetstream.Worker{}
@@ -82,7 +85,7 @@ func serve(args []string) int {
 	cfg.Dir = *dir
 
 	errs := make(chan error, 2)
-	service := &jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency}
+	service := &jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency, MaxTracked: *keep}
 	running := 1
 	if *httpAddr != "" {
 		// The fleet's console: the jobs the service hands out, and the
