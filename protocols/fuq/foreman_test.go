@@ -424,6 +424,8 @@ func TestForemanForgetsEndedJobs(t *testing.T) {
 	s := startSystem(t, &Foreman{MaxEndedTasks: 5, MaxEndedJobs: 2})
 	s.worker(s.addr, 2)
 	long, _ := s.submit("long", s.script("exec sleep 30\n"), 1)
+	require.Eventually(t, func() bool { _, ok := s.f.JobByRef(long.ID()); return ok }, 10*time.Second, time.Millisecond,
+		"the long job is the foreman's first")
 	cmd := s.script("true\n")
 	run := func(name string, tasks int) uint64 {
 		h, _ := s.submit(name, cmd, tasks)
