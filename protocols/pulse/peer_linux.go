@@ -2,6 +2,7 @@ package pulse
 
 import (
 	"net"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,4 +26,16 @@ func peerPID(conn net.Conn) (int, bool) {
 		return 0, false
 	}
 	return int(cred.Pid), true
+}
+
+// taskFile returns a file, with no name, to keep a task's n bytes in: for a
+// small task, one in memory (memfd), which costs the file system nothing;
+// else one in dir, unlinked at once.
+func taskFile(dir string, n uint64) (*os.File, error) {
+	if n <= smallTask {
+		if fd, err := unix.MemfdCreate("pulse-task", unix.MFD_CLOEXEC); err == nil {
+			return os.NewFile(uintptr(fd), "pulse-task"), nil
+		}
+	}
+	return unlinkedFile(dir)
 }

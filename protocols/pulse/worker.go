@@ -644,15 +644,18 @@ func (r *workerRun) setTask(conn net.Conn, msg *pulsepb.ControlMsg) {
 	}
 }
 
-// receiveTask reads a task's n bytes into a temporary file, unlinked at
-// once, and returns it rewound.
+// smallTask is the largest task a worker keeps in memory rather than in
+// a file of its directory (where the system allows: see taskFile).
+const smallTask = 64 << 10
+
+// receiveTask reads a task's n bytes into a file with no name (see
+// taskFile) and returns it rewound.
 func (r *workerRun) receiveTask(conn io.Reader, n uint64) (*os.File, error) {
-	f, err := os.CreateTemp(r.outDir, ".task-*")
+	f, err := taskFile(r.outDir, n)
 	if err != nil {
 		r.codec.ReadExtra(conn, io.Discard, n)
 		return nil, fmt.Errorf("pulse: keep the task: %w", err)
 	}
-	os.Remove(f.Name())
 	if err = r.codec.ReadExtra(conn, f, n); err == nil {
 		_, err = f.Seek(0, io.SeekStart)
 	}
@@ -660,6 +663,16 @@ func (r *workerRun) receiveTask(conn io.Reader, n uint64) (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("pulse: receive the task: %w", err)
 	}
+	return f, nil
+}
+
+// unlinkedFile returns a new file in dir, unlinked at once.
+func unlinkedFile(dir string) (*os.File, error) {
+	f, err := os.CreateTemp(dir, ".task-*")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(f.Name())
 	return f, nil
 }
 
