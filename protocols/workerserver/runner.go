@@ -196,8 +196,11 @@ func (m *Master) Run(ctx context.Context, job laboro.Job) laboro.Result {
 func (s *session) enqueue(id string, spec JobSpec) (*jobRow, error) {
 	var row *jobRow
 	var unoffered bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	// With the updates of other jobs queued at the same time, and of
+	// pings and statuses: one sync of the table for all.
+	err := s.commit.update(func(tx *bolt.Tx) error {
 		var err error
+		unoffered = false
 		if row, err = getJob(tx, id); err != nil {
 			return err
 		}
@@ -251,7 +254,18 @@ func (s *session) enqueue(id string, spec JobSpec) (*jobRow, error) {
 // returns nil.
 func (s *session) finish(ctx context.Context, id string) (*JobRecord, error) {
 	var rec *JobRecord
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	// Most jobs have ended: a read needs no turn among the writers.
+	err := s.db.View(func(tx *bolt.Tx) error {
+		row, err := getJob(tx, id)
+		if err == nil && row != nil && Final(row.Status) {
+			rec = &row.JobRecord
+		}
+		return err
+	})
+	if err == nil && rec != nil {
+		return rec, nil
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
 		rec = nil
 		row, err := getJob(tx, id)
 		switch {
