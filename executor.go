@@ -519,11 +519,16 @@ func (e *Executor) Running() []Running {
 		if h == nil {
 			continue
 		}
-		r := Running{Job: h.job, Started: h.started}
+		r := Running{Job: h.job}
+		if h.started != nil {
+			r.Started = *h.started
+		}
 		h.mu.Lock()
-		r.PID, r.Output = h.pid, h.output
-		if r.Started.IsZero() {
-			r.Started = h.spawned
+		if p := h.proc; p != nil {
+			r.PID, r.Output = p.pid, p.output
+			if r.Started.IsZero() {
+				r.Started = p.at
+			}
 		}
 		h.mu.Unlock()
 		out = append(out, r)

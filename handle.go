@@ -29,12 +29,20 @@ type Handle struct {
 
 	// When the job entered the buffer, on the Executor's monotonic clock
 	// (since its epoch), and, with an observer, when a worker took it;
-	// guarded by the Executor's lock.
+	// guarded by the Executor's lock. (The rarely set ones are apart, so
+	// that a Handle fits a smaller size class: it is a job's one
+	// allocation.)
 	queued  time.Duration
-	started time.Time
-	pid     int    // its process, output file and the time it was
-	output  string // reported (ReportProcess); guarded by mu
-	spawned time.Time
+	started *time.Time
+	proc    *reported // guarded by mu
+}
+
+// reported is what a Runner reported of a job's process (ReportProcess):
+// its pid, its output file, and when.
+type reported struct {
+	pid    int
+	output string
+	at     time.Time
 }
 
 type jobState uint8

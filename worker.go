@@ -99,7 +99,8 @@ func (e *Executor) start(i int, now time.Time) *Handle {
 		} else if now.Before(queued) {
 			now = queued // it came in after the caller's reading
 		}
-		h.started = now
+		h.started = new(time.Time)
+		*h.started = now
 		e.events.push(eventRecord{kind: EventStarted, h: h, time: now, waited: now.Sub(queued)})
 	}
 	if e.running < e.parallelism() && e.queue.Len() > 0 {
@@ -142,9 +143,9 @@ func ReportProcess(ctx context.Context, pid int, output string) {
 		return
 	}
 	if h := c.cur.Load(); h != nil {
-		now := time.Now()
+		p := &reported{pid: pid, output: output, at: time.Now()}
 		h.mu.Lock()
-		h.pid, h.output, h.spawned = pid, output, now
+		h.proc = p
 		h.mu.Unlock()
 	}
 }
