@@ -78,14 +78,18 @@ func statusCommand(c *cli.Command) func(context.Context, []string) error {
 	return func(ctx context.Context, args []string) error {
 		cl := fuq.ControlClient{Socket: *control}
 		var list []fuq.JobReport
+		query := ""
+		if *tasks {
+			query = "?tasks=all"
+		}
 		switch len(args) {
 		case 0:
-			if err := cl.Do(ctx, "GET", "/jobs", nil, &list); err != nil {
+			if err := cl.Do(ctx, "GET", "/jobs"+query, nil, &list); err != nil {
 				return err
 			}
 		case 1:
 			var st fuq.JobReport
-			if err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(args[0]), nil, &st); err != nil {
+			if err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(args[0])+query, nil, &st); err != nil {
 				return err
 			}
 			list = append(list, st)
@@ -170,6 +174,9 @@ func printFailedTasks(st fuq.JobReport, all bool) {
 				fmt.Printf("\t  | %s\n", l)
 			}
 		}
+	}
+	if st.Job.Omitted > 0 {
+		fmt.Printf("\t%d more tasks did not succeed (status -tasks %s lists every task)\n", st.Job.Omitted, st.ID)
 	}
 }
 

@@ -411,3 +411,48 @@ func TestForemanForgetsOldJobs(t *testing.T) {
 	assert.NotContains(t, string(after), `"ref":"job_1"`, "the journal forgot job_1")
 	assert.Contains(t, string(after), `"ref":"job_3"`)
 }
+
+// A report lists at most 100 tasks that did not succeed, and says how many
+// more there are; status -tasks lists every task.
+func TestStatusBoundsTheTasksListed(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"))
+	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
+	e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "2", "-spool", filepath.Join(dir, "spool"))
+
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "f", "-command", "/bin/false",
+		"-tasks", "130", "-wd", dir, "-logdir", dir)
+	require.Equal(t, 1, submit.Wait(t, 2*time.Minute), submit.Log())
+	assert.Equal(t, 100, strings.Count(submit.Stdout.String(), "\t  command: /bin/false "), "the first 100 failed tasks")
+	assert.Contains(t, submit.Stdout.String(), "\t30 more tasks did not succeed (status -tasks job_1 lists every task)\n")
+
+	report := func(args ...string) fuq.JobReport {
+		out, err := exec.Command(foremanBin, append([]string{"status", "-json", "-control", control}, args...)...).Output()
+		require.NoError(t, err)
+		var jobs []fuq.JobReport
+		require.NoError(t, json.Unmarshal(out, &jobs), "%s", out)
+		require.Len(t, jobs, 1)
+		require.NotNil(t, jobs[0].Job)
+		return jobs[0]
+	}
+	st := report("job_1")
+	assert.Equal(t, 130, st.Job.Failed)
+	assert.Len(t, st.Job.Tasks, 100)
+	assert.Equal(t, 30, st.Job.Omitted)
+	st = report("-tasks", "job_1")
+	assert.Len(t, st.Job.Tasks, 130)
+	assert.Zero(t, st.Job.Omitted)
+
+	// The same from the journal, after a restart.
+	require.NoError(t, foreman.Cmd.Process.Signal(syscall.SIGTERM))
+	foreman.Wait(t, 10*time.Second)
+	e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal")).
+		Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+	st = report("job_1")
+	assert.Equal(t, 130, st.Job.Failed)
+	assert.Len(t, st.Job.Tasks, 100)
+	assert.Equal(t, 30, st.Job.Omitted)
+	assert.Len(t, report("-tasks", "job_1").Job.Tasks, 130)
+}

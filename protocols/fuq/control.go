@@ -21,11 +21,15 @@ import (
 // on a local Unix socket, so that "fuq-foreman submit" and "fuq-foreman
 // status" reach the running foreman. It is HTTP with JSON bodies:
 //
-//	POST /jobs                 Submission → {"id": "job_1"}
-//	GET  /jobs                 → [JobReport…]
-//	GET  /jobs/{id}[?wait=1]   → JobReport (with wait: once the job has ended)
+//	POST /jobs                           Submission → {"id": "job_1"}
+//	GET  /jobs[?tasks=all]               → [JobReport…]
+//	GET  /jobs/{id}[?wait=1][&tasks=all] → JobReport (with wait: once the job has ended)
 //	POST /jobs/{id}/cancel
-//	POST /workers/stop?n=N     STOP(N) to every worker; n=now: STOP(immediate)
+//	POST /workers/stop?n=N               STOP(N) to every worker; n=now: STOP(immediate)
+//
+// A report counts every task of its job, and lists the tasks that did not
+// succeed, the first MaxListedTasks of them (JobInfo.Omitted counts the
+// rest); tasks=all lists every task.
 
 // Submission is a job as a user submits it.
 type Submission struct {
@@ -188,13 +192,22 @@ func (c *Control) submit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]string{"id": h.ID()})
 }
 
+// MaxListedTasks bounds the tasks of a job that the control API lists
+// unless asked for every one (tasks=all): the tasks that did not succeed,
+// the first MaxListedTasks of them; JobInfo.Omitted counts the others.
+const MaxListedTasks = 100
+
+// allTasks reports whether the request asks for every task (tasks=all).
+func allTasks(r *http.Request) bool { return r.URL.Query().Get("tasks") == "all" }
+
 func (c *Control) list(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	ids := append([]string(nil), c.order...)
 	c.mu.Unlock()
 	out := make([]JobReport, 0, len(ids))
+	all := allTasks(r)
 	for _, id := range ids {
-		if st, ok := c.status(id); ok {
+		if st, ok := c.status(id, all); ok {
 			out = append(out, st)
 		}
 	}
@@ -208,7 +221,7 @@ func (c *Control) get(w http.ResponseWriter, r *http.Request) {
 	past, ended := c.past[id]
 	c.mu.Unlock()
 	if ended {
-		writeJSON(w, past)
+		writeJSON(w, past.bounded(allTasks(r)))
 		return
 	}
 	if h == nil {
@@ -222,7 +235,7 @@ func (c *Control) get(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	st, ok := c.status(id)
+	st, ok := c.status(id, allTasks(r))
 	if !ok {
 		http.Error(w, "no job "+id, http.StatusNotFound)
 		return
@@ -230,20 +243,25 @@ func (c *Control) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, st)
 }
 
-// status reports the job id; false if it is not kept (any more).
-func (c *Control) status(id string) (JobReport, bool) {
+// status reports the job id, with every task if all is set, else as
+// MaxListedTasks says; false if the job is not kept (any more).
+func (c *Control) status(id string, all bool) (JobReport, bool) {
 	c.mu.Lock()
 	h := c.handles[id]
 	past, ended := c.past[id]
 	c.mu.Unlock()
 	switch {
 	case ended:
-		return past, true
+		return past.bounded(all), true
 	case h == nil:
 		return JobReport{}, false
 	}
 	st := JobReport{ID: id, State: "queued"}
-	if info, ok := c.Foreman.JobByRef(id); ok {
+	keep, max := notDone, MaxListedTasks
+	if all {
+		keep, max = nil, -1
+	}
+	if info, ok := c.Foreman.jobByRefTasks(id, keep, max); ok {
 		st.State, st.Job = "running", &info
 	}
 	select {
@@ -258,6 +276,29 @@ func (c *Control) status(id string) (JobReport, bool) {
 	return st, true
 }
 
+// notDone keeps the tasks that did not succeed.
+func notDone(t TaskInfo) bool { return t.State != TaskDone }
+
+// bounded returns the report with its tasks listed as status lists them.
+func (st JobReport) bounded(all bool) JobReport {
+	if all || st.Job == nil {
+		return st
+	}
+	info := *st.Job
+	info.Tasks, info.Omitted = nil, 0
+	for _, t := range st.Job.Tasks {
+		switch {
+		case !notDone(t):
+		case len(info.Tasks) < MaxListedTasks:
+			info.Tasks = append(info.Tasks, t)
+		default:
+			info.Omitted++
+		}
+	}
+	st.Job = &info
+	return st
+}
+
 // cancel ends a job through the Executor: a queued one leaves the queue
 // (stopped), a running one's tasks are dropped or cancelled on their
 // workers (cancelled).
@@ -268,7 +309,7 @@ func (c *Control) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := c.Executor.Cancel(id); err != nil {
-		if st, ok := c.status(id); ok {
+		if st, ok := c.status(id, false); ok {
 			http.Error(w, "job "+id+" has ended ("+st.State+"): nothing to cancel", http.StatusConflict)
 			return
 		}

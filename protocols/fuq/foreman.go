@@ -63,6 +63,9 @@ type JobInfo struct {
 	Tasks                          []TaskInfo
 	Pending, Running, Done, Failed int
 	Cancelled                      int
+	// Omitted counts the tasks a bounded list (the control API's, unless
+	// asked for every task) would have held but left out.
+	Omitted int `json:",omitempty"`
 }
 
 // WorkerInfo is one connected worker.
@@ -539,8 +542,16 @@ func (f *Foreman) Jobs() []JobInfo {
 }
 
 // info returns the state of j. f.mu is held.
-func (j *fjob) info() JobInfo {
-	info := JobInfo{JobDescription: j.desc, Ref: j.ref, Tasks: make([]TaskInfo, 0, len(j.tasks))}
+func (j *fjob) info() JobInfo { return j.summary(nil, -1) }
+
+// summary returns the state of j with, in Tasks, the tasks that keep
+// accepts (nil: every task), at most max of them (negative: no bound);
+// Omitted counts those accepted past max. f.mu is held.
+func (j *fjob) summary(keep func(TaskInfo) bool, max int) JobInfo {
+	info := JobInfo{JobDescription: j.desc, Ref: j.ref}
+	if keep == nil && max < 0 {
+		info.Tasks = make([]TaskInfo, 0, len(j.tasks))
+	}
 	for i, t := range j.tasks {
 		var tk *transport.Ticket[TaskPair, Task]
 		if j.tickets != nil {
@@ -556,21 +567,44 @@ func (j *fjob) info() JobInfo {
 				ti.State = TaskRunning
 			}
 		}
-		info.Tasks = append(info.Tasks, ti)
-		switch ti.State {
-		case TaskPending:
-			info.Pending++
-		case TaskRunning:
-			info.Running++
-		case TaskDone:
-			info.Done++
-		case TaskFailed:
-			info.Failed++
-		case TaskCancelled:
-			info.Cancelled++
+		info.count(ti)
+		if keep == nil || keep(ti) {
+			if max < 0 || len(info.Tasks) < max {
+				info.Tasks = append(info.Tasks, ti)
+			} else {
+				info.Omitted++
+			}
 		}
 	}
 	return info
+}
+
+// count counts t in its state's total.
+func (info *JobInfo) count(t TaskInfo) {
+	switch t.State {
+	case TaskPending:
+		info.Pending++
+	case TaskRunning:
+		info.Running++
+	case TaskDone:
+		info.Done++
+	case TaskFailed:
+		info.Failed++
+	case TaskCancelled:
+		info.Cancelled++
+	}
+}
+
+// jobByRefTasks is JobByRef with the tasks listed as summary says.
+func (f *Foreman) jobByRefTasks(ref string, keep func(TaskInfo) bool, max int) (JobInfo, bool) {
+	f.init()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j := f.byRef[ref]
+	if j == nil {
+		return JobInfo{}, false
+	}
+	return j.summary(keep, max), true
 }
 
 // Workers returns the connected workers.
