@@ -81,14 +81,7 @@ func (c *Control) Resume(jobs []JournaledJob) error {
 			info := JobInfo{JobDescription: j.Desc, Ref: j.Ref, Tasks: j.Ended}
 			info.Status = JobFinished
 			for _, t := range j.Ended {
-				switch t.State {
-				case TaskDone:
-					info.Done++
-				case TaskFailed:
-					info.Failed++
-				case TaskCancelled:
-					info.Cancelled++
-				}
+				info.count(t)
 			}
 			c.mu.Lock()
 			c.past[j.Ref] = JobReport{ID: j.Ref, State: j.State, Error: j.Error, Job: &info}

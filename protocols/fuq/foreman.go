@@ -517,16 +517,7 @@ func (f *Foreman) Job(id uint64) (JobInfo, bool) {
 
 // JobByRef returns the state of the job that the laboro job ref (its id)
 // runs; the last one, if the id was used more than once.
-func (f *Foreman) JobByRef(ref string) (JobInfo, bool) {
-	f.init()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	j := f.byRef[ref]
-	if j == nil {
-		return JobInfo{}, false
-	}
-	return j.info(), true
-}
+func (f *Foreman) JobByRef(ref string) (JobInfo, bool) { return f.jobByRefTasks(ref, nil, -1) }
 
 // Jobs returns the state of every job, in the order they came.
 func (f *Foreman) Jobs() []JobInfo {
