@@ -2,7 +2,6 @@ package fuq
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -127,7 +126,8 @@ func (c *Control) track(h *laboro.Handle) {
 // of those past the Foreman's MaxEndedJobs. c.mu is held.
 func (c *Control) retire(id string) {
 	c.ended = append(c.ended, id)
-	for len(c.ended) > cmp.Or(c.Foreman.MaxEndedJobs, DefaultMaxEndedJobs) {
+	_, maxJobs := c.Foreman.endedBounds()
+	for len(c.ended) > maxJobs {
 		delete(c.handles, c.ended[0])
 		delete(c.past, c.ended[0])
 		c.ended[0] = ""
@@ -211,17 +211,8 @@ func (c *Control) get(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	c.mu.Lock()
 	h := c.handles[id]
-	past, ended := c.past[id]
 	c.mu.Unlock()
-	if ended {
-		writeJSON(w, past.bounded(allTasks(r)))
-		return
-	}
-	if h == nil {
-		http.Error(w, "no job "+id, http.StatusNotFound)
-		return
-	}
-	if r.URL.Query().Get("wait") != "" {
+	if h != nil && r.URL.Query().Get("wait") != "" {
 		select {
 		case <-h.Done():
 		case <-r.Context().Done():
@@ -280,13 +271,7 @@ func (st JobReport) bounded(all bool) JobReport {
 	info := *st.Job
 	info.Tasks, info.Omitted = nil, 0
 	for _, t := range st.Job.Tasks {
-		switch {
-		case !notDone(t):
-		case len(info.Tasks) < MaxListedTasks:
-			info.Tasks = append(info.Tasks, t)
-		default:
-			info.Omitted++
-		}
+		info.list(t, notDone, MaxListedTasks)
 	}
 	st.Job = &info
 	return st

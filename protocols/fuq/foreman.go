@@ -464,6 +464,18 @@ func (f *Foreman) ended(j *fjob, n int, state TaskState, status, worker string) 
 	}
 }
 
+// endedBounds returns MaxEndedTasks and MaxEndedJobs, or their defaults.
+func (f *Foreman) endedBounds() (tasks, jobs int) {
+	return cmp.Or(f.MaxEndedTasks, DefaultMaxEndedTasks), cmp.Or(f.MaxEndedJobs, DefaultMaxEndedJobs)
+}
+
+// overBounds reports whether ended jobs holding tasks tasks in all are
+// more than the bounds allow; the last one to end is kept whatever its
+// size, so one job never is.
+func overBounds(tasks, jobs, maxTasks, maxJobs int) bool {
+	return jobs > 1 && (tasks > maxTasks || jobs > maxJobs)
+}
+
 // retire keeps j, which has ended, among the ended jobs, without its
 // tickets (the bulk of a job's memory), and forgets the oldest ended jobs
 // past the bounds. f.mu is held.
@@ -476,8 +488,8 @@ func (f *Foreman) retire(j *fjob) {
 	j.tickets = nil
 	f.past = append(f.past, j)
 	f.endedTasks += len(j.tasks)
-	maxTasks, maxJobs := cmp.Or(f.MaxEndedTasks, DefaultMaxEndedTasks), cmp.Or(f.MaxEndedJobs, DefaultMaxEndedJobs)
-	for len(f.past) > 1 && (f.endedTasks > maxTasks || len(f.past) > maxJobs) {
+	maxTasks, maxJobs := f.endedBounds()
+	for overBounds(f.endedTasks, len(f.past), maxTasks, maxJobs) {
 		old := f.past[0]
 		f.past[0] = nil
 		f.past = f.past[1:]
@@ -559,15 +571,22 @@ func (j *fjob) summary(keep func(TaskInfo) bool, max int) JobInfo {
 			}
 		}
 		info.count(ti)
-		if keep == nil || keep(ti) {
-			if max < 0 || len(info.Tasks) < max {
-				info.Tasks = append(info.Tasks, ti)
-			} else {
-				info.Omitted++
-			}
-		}
+		info.list(ti, keep, max)
 	}
 	return info
+}
+
+// list adds t to Tasks if keep accepts it (nil: every task) and Tasks
+// holds fewer than max (negative: no bound); one accepted past max counts
+// in Omitted.
+func (info *JobInfo) list(t TaskInfo, keep func(TaskInfo) bool, max int) {
+	switch {
+	case keep != nil && !keep(t):
+	case max < 0 || len(info.Tasks) < max:
+		info.Tasks = append(info.Tasks, t)
+	default:
+		info.Omitted++
+	}
 }
 
 // count counts t in its state's total.

@@ -219,7 +219,7 @@ func keepJobs(jobs []JournaledJob, maxEndedTasks, maxEndedJobs int) []JournaledJ
 		case !full:
 			tasks += j.Desc.NumTasks
 			ended++
-			full = ended > 1 && (tasks > maxEndedTasks || ended > maxEndedJobs)
+			full = overBounds(tasks, ended, maxEndedTasks, maxEndedJobs)
 			keep[i] = !full // once one is over, the older ones go too
 		}
 	}
