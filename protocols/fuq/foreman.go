@@ -341,6 +341,11 @@ func (f *Foreman) add(ctx context.Context, ref string, d JobDescription, resumed
 	}
 	endedBefore := d.NumTasks - j.left
 	if err == nil {
+		if resumed == nil {
+			// Before anyone can find the job: a Cancel's line must come
+			// after this one, or a replay would not know its job.
+			f.Journal.job(ref, d)
+		}
 		f.jobs[d.JobId] = j
 		if old := f.byRef[ref]; old == nil || old.desc.JobId < d.JobId {
 			f.byRef[ref] = j
@@ -355,9 +360,6 @@ func (f *Foreman) add(ctx context.Context, ref string, d JobDescription, resumed
 	if err != nil { // not in f.jobs: settled ignores these tickets
 		f.d.AbandonAll(j.live(), laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Err: err})
 		return nil, err
-	}
-	if resumed == nil {
-		f.Journal.job(ref, d)
 	}
 	f.Logger.Info("job queued", zap.Uint64("job", d.JobId), zap.String("name", d.Name), zap.Int("tasks", d.NumTasks),
 		zap.Int("ended before", endedBefore))
