@@ -92,7 +92,12 @@
 //     then still finds runners. A runner whose last jobs are out at itself
 //     is told FINO and reports them from state 5, as the spec allows.
 //     While a PETO waits, the runner's other workers cannot talk, so a
-//     runner with jobs out waits 5 ms at most.
+//     runner with jobs out waits 5 ms at most. A Runner's worker told
+//     ATENDI asks again after HoldWait, or as soon as another of its
+//     workers receives a job or reports one: jobs flow again, or the
+//     manager's verdict may have changed. (A runner whose workers were all
+//     held once its line ran dry would otherwise run one job at a time,
+//     for up to HoldWait, when jobs came again.)
 //   - FINO on the runner side. The spec raises MASTERSTOP on ELIRI only;
 //     our runner raises it on FINO too, since the reference manager
 //     answers nothing but REZULTO and FINO ANKAU after FINO, and another

@@ -72,8 +72,9 @@ type Runner struct {
 	// success) instead of the reference's rule: a job fails if and only
 	// if its output has a line starting with "RES:failed".
 	UseExitStatus bool
-	// HoldWait is how long to wait after ATENDI before asking again;
-	// 0 means DefaultHoldWait.
+	// HoldWait is how long a worker waits after ATENDI before asking
+	// again, unless another worker of this runner receives or reports a
+	// job first; 0 means DefaultHoldWait.
 	HoldWait time.Duration
 	// Timeout bounds every exchange (connecting, each handshake step,
 	// the answers to PETO and REZULTO, each chunk of a payload);
@@ -262,6 +263,12 @@ type runnerSession struct {
 	active  int // workers not yet in WaitClose; guarded by mu
 	running int // jobs received and not yet reported; guarded by mu
 
+	// resume is closed, and replaced, when the manager may have a job for
+	// a worker holding after ATENDI: another worker received one (jobs
+	// flow again), or reported a result (the manager's verdict on this
+	// runner, and its line, may have changed). Guarded by mu.
+	resume chan struct{}
+
 	// While jobs run and no worker talks, the watcher reads the
 	// connection: the manager says nothing then, so what it reads is the
 	// connection's end, and the jobs are killed rather than left running
@@ -291,6 +298,7 @@ func newRunnerSession(ctx context.Context, cfg Runner) (*runnerSession, error) {
 		dir:     cfg.Dir,
 		stop:    make(chan struct{}),
 		broken:  make(chan struct{}),
+		resume:  make(chan struct{}),
 		watch:   make(chan struct{}, 1),
 		watched: make(chan error, 1),
 	}
@@ -551,7 +559,9 @@ func (s *runnerSession) ask() (t *runnerJob, more bool) {
 	}
 	if t != nil {
 		s.running++ // until report
+		s.wakeHeld()
 	}
+	resume := s.resume
 	s.unlock()
 	if err == nil && t != nil && t.script == "" {
 		err = s.writeScript(t) // after the unlock: the others may talk meanwhile
@@ -570,7 +580,7 @@ func (s *runnerSession) ask() (t *runnerJob, more bool) {
 		return t, true
 	case KindAtendi:
 		s.log.Info("on hold (ATENDI)", zap.Duration("wait", s.cfg.HoldWait))
-		s.hold()
+		s.hold(resume)
 		return nil, true
 	case KindEliri:
 		s.log.Warn("banned (ELIRI): no more jobs for this runner")
@@ -676,12 +686,23 @@ func safeName(s string, max int) string {
 	return string(b)
 }
 
-// hold waits HoldWait after ATENDI, or less if the session stops.
-func (s *runnerSession) hold() {
+// wakeHeld ends the holds of the workers told ATENDI; s.mu is held.
+func (s *runnerSession) wakeHeld() {
+	close(s.resume)
+	s.resume = make(chan struct{})
+}
+
+// hold waits HoldWait after ATENDI, or less: until another worker of this
+// runner received a job or reported one (resume), or the session stops.
+// Without the first, a runner whose workers were told ATENDI while the
+// manager's line was empty would run one job at a time, for up to
+// HoldWait, once jobs came again.
+func (s *runnerSession) hold(resume <-chan struct{}) {
 	t := time.NewTimer(s.cfg.HoldWait)
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-resume:
 	case <-s.stop:
 	case <-s.broken:
 	case <-s.ctx.Done():
@@ -870,6 +891,9 @@ func (s *runnerSession) report(o *runnerOutcome) {
 		return
 	}
 	err := s.sendResult(o)
+	if err == nil {
+		s.wakeHeld()
+	}
 	s.unlock()
 	if err != nil {
 		s.fail(fmt.Errorf("sending the result of %q: %w", o.name, err))

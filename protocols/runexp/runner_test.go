@@ -444,6 +444,55 @@ func TestRunnerOnHold(t *testing.T) {
 	require.NoError(t, x.wait(t))
 }
 
+// A worker told ATENDI while the manager had nothing for it asks again as
+// soon as another worker of its runner reports a result or receives a job,
+// not after HoldWait: otherwise a runner idle for a moment would run one
+// job at a time, for up to HoldWait, once jobs came again.
+func TestRunnerHeldWorkersResume(t *testing.T) {
+	m := newFakeManager(t)
+	r := testRunner(t, m)
+	r.Workers = 2
+	r.HoldWait = time.Hour
+	x := launchRunner(t, r)
+	p := m.accept(t)
+	p.handshake()
+
+	first, release := blockingScript(t, "a")
+	p.give("a", ".sh", first)
+	p.expect("PETO") // the second worker
+	p.say("ATENDI")
+	release()
+	status, out := p.collect("a")
+	require.Equal(t, "success", status)
+	require.Contains(t, out, "a released")
+
+	// Both workers ask now: the one that ran a, and the held one, woken
+	// by a's result (an hour before its HoldWait).
+	both, releaseBoth := blockingScript(t, "bc")
+	p.give("b", ".sh", both)
+	p.give("c", ".sh", both)
+	releaseBoth()
+	got := map[string]string{}
+	for len(got) < 2 {
+		msg := p.hear()
+		if msg == "PETO" { // the first to report asks again
+			p.say("ATENDI")
+			continue
+		}
+		m := rezultoRE.FindStringSubmatch(msg)
+		require.NotNil(t, m, "expected REZULTO, got %q", msg)
+		size, err := strconv.Atoi(m[3])
+		require.NoError(t, err)
+		p.say("PRETA")
+		got[m[1]] = m[2]
+		p.payload(size)
+		p.say("RICEVIS")
+	}
+	require.Equal(t, map[string]string{"b": "success", "c": "success"}, got)
+	p.finish()
+	require.NoError(t, x.wait(t))
+}
+
 // A runner on hold stops waiting when its context ends.
 func TestRunnerOnHoldCancelled(t *testing.T) {
 	m := newFakeManager(t)
