@@ -16,6 +16,10 @@ import (
 func TestOutputNameNeverOverwrites(t *testing.T) {
 	opens := map[string]func(dir string) (*os.File, string, error){
 		"openOutput": openOutput,
+		"openOutput linked through /proc": func(dir string) (*os.File, string, error) {
+			viaProc(t)
+			return openOutput(dir)
+		},
 		"named": func(dir string) (*os.File, string, error) {
 			f, err := os.CreateTemp(dir, ".laboro-*.output")
 			if err != nil {
@@ -64,4 +68,49 @@ func TestOutputNameNeverOverwrites(t *testing.T) {
 			assert.Equal(t, filepath.Join(dir, "7.output"), got)
 		})
 	}
+}
+
+// BenchmarkOutputPlacement measures making an output file, naming it and
+// removing it, as a process job does: unnamed and linked from its
+// descriptor, unnamed and linked through /proc/self/fd, or made under a
+// temporary name and renamed.
+func BenchmarkOutputPlacement(b *testing.B) {
+	for _, how := range []string{"descriptor", "proc", "rename"} {
+		b.Run(how, func(b *testing.B) {
+			if how == "proc" {
+				viaProc(b)
+			}
+			dir := b.TempDir()
+			name := filepath.Join(dir, "1.output")
+			for b.Loop() {
+				var f *os.File
+				var tmp string
+				var err error
+				if how == "rename" {
+					f, err = os.CreateTemp(dir, ".laboro-*.output")
+					if err == nil {
+						tmp = f.Name()
+					}
+				} else {
+					f, tmp, err = openOutput(dir)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := placeOutput(f, tmp, name); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+				if err := os.Remove(name); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// viaProc has output files linked through /proc/self/fd until tb ends.
+func viaProc(tb testing.TB) {
+	was := noEmptyPath.Swap(true)
+	tb.Cleanup(func() { noEmptyPath.Store(was) })
 }
