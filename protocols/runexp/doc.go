@@ -93,7 +93,9 @@
 //     is told FINO and reports them from state 5, as the spec allows.
 //     While a PETO waits, the runner's other workers cannot talk, so a
 //     runner with jobs out waits 5 ms at most. A Runner's worker told
-//     ATENDI asks again after HoldWait, or as soon as another of its
+//     ATENDI asks again at once when the answer took a while (250 ms or
+//     more: the manager waited for work, so an idle runner takes a new job
+//     as it comes), else after HoldWait, or as soon as another of its
 //     workers receives a job or reports one: jobs flow again, or the
 //     manager's verdict may have changed. (A runner whose workers were all
 //     held once its line ran dry would otherwise run one job at a time,

@@ -800,3 +800,28 @@ func TestManagerJobWhilePetoWaits(t *testing.T) {
 		result(t, h)
 	}
 }
+
+// A runner left idle takes a new job as soon as the manager has one: its
+// workers' PETOs wait at the manager (IdleWait) and, told ATENDI after that
+// wait, they ask again at once rather than holding for HoldWait (an hour
+// here).
+func TestIdleRunnerTakesNewJobAtOnce(t *testing.T) {
+	tm := startManager(t, &Manager{IdleWait: waitedAnswer + 50*time.Millisecond})
+	core, logs := observer.New(zap.DebugLevel)
+	r := &Runner{Addr: tm.addr, Name: "idle", Workers: 2, HoldWait: time.Hour, Timeout: 2 * time.Second,
+		Dir: t.TempDir(), Logger: zap.New(core)}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-ran
+	})
+	// Both workers were told ATENDI after a wait at least once.
+	require.Eventually(t, func() bool {
+		return logs.FilterMessageSnippet("ATENDI after a wait").Len() >= 2
+	}, 10*time.Second, time.Millisecond)
+	res, out := result(t, tm.submit(t, "late", "echo RES:ok\n"))
+	require.Equal(t, laboro.StatusSucceeded, res.Status, res.Err)
+	assert.Contains(t, out, "RES:ok")
+}

@@ -29,6 +29,13 @@ const DefaultHoldWait = 10 * time.Second
 // do not modify it.
 var DefaultInterpreters = map[string][]string{".sh": {"bash"}}
 
+// waitedAnswer is how long an ATENDI must have taken to be taken for a
+// manager that held the PETO while it waited for work (a Manager does, up
+// to its IdleWait), rather than for a hold: the worker then asks again at
+// once instead of waiting HoldWait, so that an idle runner takes a new job
+// as soon as it comes.
+const waitedAnswer = 250 * time.Millisecond
+
 // Errors of a runner's session.
 var (
 	// ErrBanned is matched by Run's error when the manager answered
@@ -74,7 +81,9 @@ type Runner struct {
 	UseExitStatus bool
 	// HoldWait is how long a worker waits after ATENDI before asking
 	// again, unless another worker of this runner receives or reports a
-	// job first; 0 means DefaultHoldWait.
+	// job first; 0 means DefaultHoldWait. An ATENDI that came after the
+	// manager held the PETO for a while (a Manager waiting for work) is
+	// followed by another PETO at once.
 	HoldWait time.Duration
 	// Timeout bounds every exchange (connecting, each handshake step,
 	// the answers to PETO and REZULTO, each chunk of a payload);
@@ -553,7 +562,9 @@ func (s *runnerSession) ask() (t *runnerJob, more bool) {
 		s.unlock()
 		return nil, false
 	}
+	asked := time.Now()
 	m, err := s.peto()
+	waited := time.Since(asked) >= waitedAnswer
 	if err == nil && m.Kind == KindLaboro {
 		t, err = s.receive(m)
 	}
@@ -561,7 +572,7 @@ func (s *runnerSession) ask() (t *runnerJob, more bool) {
 		s.running++ // until report
 		s.wakeHeld()
 	}
-	resume := s.resume
+	resume, busy := s.resume, s.running > 0
 	s.unlock()
 	if err == nil && t != nil && t.script == "" {
 		err = s.writeScript(t) // after the unlock: the others may talk meanwhile
@@ -579,7 +590,17 @@ func (s *runnerSession) ask() (t *runnerJob, more bool) {
 	case KindLaboro:
 		return t, true
 	case KindAtendi:
-		s.log.Info("on hold (ATENDI)", zap.Duration("wait", s.cfg.HoldWait))
+		if waited {
+			s.log.Debug("no job yet (ATENDI after a wait): asking again")
+			return nil, true
+		}
+		// With other jobs out, an ATENDI is routine: the manager's line
+		// was empty for a moment.
+		log := s.log.Info
+		if busy {
+			log = s.log.Debug
+		}
+		log("on hold (ATENDI)", zap.Duration("wait", s.cfg.HoldWait))
 		s.hold(resume)
 		return nil, true
 	case KindEliri:

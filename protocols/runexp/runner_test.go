@@ -493,6 +493,26 @@ func TestRunnerHeldWorkersResume(t *testing.T) {
 	require.NoError(t, x.wait(t))
 }
 
+// An ATENDI that came after the manager held the PETO while it waited for
+// work is followed by another PETO at once, not after HoldWait: an idle
+// runner takes a new job as soon as the manager has one.
+func TestRunnerAsksAgainAfterWaitedAtendi(t *testing.T) {
+	m := newFakeManager(t)
+	r := testRunner(t, m)
+	r.HoldWait = time.Hour
+	x := launchRunner(t, r)
+	p := m.accept(t)
+	p.handshake()
+	p.expect("PETO")
+	time.Sleep(waitedAnswer + 50*time.Millisecond) // a manager waiting for work
+	p.say("ATENDI")
+	p.give("j", ".sh", "echo RES:ok\n") // an hour before HoldWait
+	status, _ := p.collect("j")
+	assert.Equal(t, "success", status)
+	p.finish()
+	require.NoError(t, x.wait(t))
+}
+
 // A runner on hold stops waiting when its context ends.
 func TestRunnerOnHoldCancelled(t *testing.T) {
 	m := newFakeManager(t)
