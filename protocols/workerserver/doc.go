@@ -113,6 +113,13 @@
 //     full worker at its next ping, when a job ends. A Worker cancels a job
 //     through its local Executor (Executor.Cancel: the job's process group
 //     is killed) and reports it Cancelled.
+//   - A ping may bring several jobs: a Worker with more than one free
+//     slot says how many in the form field slots (FieldSlots), and the
+//     master answers with up to that many, at most MaxSlots, all handed
+//     out in one commit: the first as job, the others in jobs
+//     (PingData.Jobs). A worker with 4 slots thus fills them in one round
+//     trip instead of four. The reference's worker sends no slots and gets
+//     one job at most, as before.
 //   - The user API (/api/jobs, /api/servers) asks for no password: serve
 //     the master on a trusted address.
 package workerserver

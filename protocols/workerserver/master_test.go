@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"strconv"
 	"testing"
 	"time"
 
@@ -508,6 +509,65 @@ func TestPingCodes(t *testing.T) {
 	f.jobStatus("s3", "ja2", JobDone, 2)
 	f.jobStatus("s3", "jc", JobDone, 3)
 	for _, h := range []*laboro.Handle{hb, ha1, ha2, hc} {
+		require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+	}
+}
+
+// A ping that says how many jobs it may bring (FieldSlots, what a Worker
+// with free slots sends) gets up to that many, oldest first, each handed
+// out in the table; a ping without it (the reference's) gets one; a
+// number that is none is refused.
+func TestPingSlots(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "a")
+	var hs []*laboro.Handle
+	for i := range 5 {
+		h, err := ex.Submit(context.Background(), NewJob(fmt.Sprintf("j%d", i), "a", params("n", strconv.Itoa(i))))
+		require.NoError(t, err)
+		f.waitStatus(h.ID(), JobQueued)
+		hs = append(hs, h)
+	}
+	pingSlots := func(slots string) (int, Answer) {
+		v := form("s1", "", nil)
+		v.Set(FieldSlots, slots)
+		return f.post(DefaultPaths.Ping+"s1", v)
+	}
+	for _, bad := range []string{"0", "-1", "two", "1.5"} {
+		code, a := pingSlots(bad)
+		require.Equal(t, http.StatusBadRequest, code, bad)
+		require.Contains(t, a.FormErrors, FieldSlots, bad)
+	}
+
+	code, a := pingSlots("3")
+	require.Equal(t, http.StatusOK, code, "%+v", a)
+	var pd PingData
+	require.NoError(t, json.Unmarshal(a.Data, &pd))
+	require.NotNil(t, pd.Job)
+	require.Len(t, pd.Jobs, 2)
+	got := []string{pd.Job.JobID, pd.Jobs[0].JobID, pd.Jobs[1].JobID}
+	require.Equal(t, []string{"j0", "j1", "j2"}, got)
+	require.Equal(t, params("n", "1"), pd.Jobs[0].Params)
+	for _, id := range got {
+		rec := f.record(id)
+		require.Equal(t, JobProcessing, rec.Status, id)
+		require.Equal(t, "s1", rec.Server, id)
+	}
+
+	pd, raw := f.ping("s1") // no slots: one job, and the answer has no "jobs"
+	require.Equal(t, "j3", pd.Job.JobID)
+	require.Empty(t, pd.Jobs)
+	require.NotContains(t, string(raw), `"jobs"`)
+
+	code, a = pingSlots("1000") // more than MaxSlots: as many as there are
+	require.Equal(t, http.StatusOK, code, "%+v", a)
+	pd = PingData{}
+	require.NoError(t, json.Unmarshal(a.Data, &pd))
+	require.Equal(t, "j4", pd.Job.JobID)
+	require.Empty(t, pd.Jobs)
+
+	for i, h := range hs {
+		f.jobStatus("s1", h.ID(), JobDone, i)
 		require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
 	}
 }

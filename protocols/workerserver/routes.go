@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -77,6 +78,7 @@ type workerRequest struct {
 	serverID string
 	status   string
 	data     json.RawMessage // nil when the form had none
+	slots    int             // jobs a ping may bring: 1 unless it said more
 }
 
 // worker reads and authenticates a worker's POST, then calls handle.
@@ -106,12 +108,20 @@ func (m *Master) worker(w http.ResponseWriter, r *http.Request, rawID string, ha
 		return
 	}
 	f := r.PostForm
-	req := &workerRequest{ctx: r.Context(), id: id, serverID: f.Get(FieldServerID), status: f.Get(FieldStatus)}
+	req := &workerRequest{ctx: r.Context(), id: id, serverID: f.Get(FieldServerID), status: f.Get(FieldStatus), slots: 1}
 	if !m.authenticate(req.serverID, f.Get(FieldPassword)) {
 		m.logger().Warn("worker refused: wrong serverId or serverPassword",
 			zap.String("serverId", req.serverID), zap.String("remote", r.RemoteAddr))
 		writeError(w, http.StatusUnauthorized, "wrong serverId or serverPassword")
 		return
+	}
+	if v := f.Get(FieldSlots); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeFormErrors(w, map[string]string{FieldSlots: fmt.Sprintf("not a number of jobs (1 or more): %.20q", v)})
+			return
+		}
+		req.slots = min(n, MaxSlots)
 	}
 	if d := f.Get(FieldData); d != "" {
 		if !json.Valid([]byte(d)) {
@@ -324,21 +334,28 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 		return
 	}
 	wk := s.alive(req.id)
-	var t *dispatchTicket
+	var taken []*dispatchTicket
 	if srv == nil || (srv.Status != ServerStopping && srv.Status != ServerOffline) {
 		// (no new work for a server on its way out)
 		accept := acceptCodes(srv)
-		if _, t = s.take(req.id, accept); t == nil && s.hold > 0 {
-			t = s.await(req.ctx, wk, req.id, accept)
+		if _, taken = s.take(req.id, req.slots, accept); len(taken) == 0 && s.hold > 0 {
+			if t := s.await(req.ctx, wk, req.id, accept); t != nil {
+				taken = append(taken, t)
+				if req.slots > 1 {
+					_, more := s.take(req.id, req.slots-1, accept)
+					taken = append(taken, more...)
+				}
+			}
 			wk.Renew() // it waited here: alive all along
 		}
 	}
 
 	var pd PingData
-	var cancelled bool // the job taken was being cancelled, and ended
+	var handed []*dispatchTicket // of taken, those handed out
+	var ended []string           // of taken, those being cancelled, which ended
 	now := time.Now()
 	err = s.commit.update(func(tx *bolt.Tx) error {
-		pd, cancelled = PingData{}, false
+		pd, handed, ended = PingData{}, handed[:0], ended[:0]
 		cancels, err := takeCancels(tx, req.id)
 		if err != nil {
 			return err
@@ -352,16 +369,26 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 				pd.CancelJobs = append(pd.CancelJobs, id)
 			}
 		}
-		if t != nil {
-			var handed bool
-			if handed, cancelled, err = handOut(tx, t, req.id, now); err != nil {
+		for _, t := range taken {
+			ok, cancelled, err := handOut(tx, t, req.id, now)
+			if err != nil {
 				return err
 			}
-			if handed {
-				pd.Job = &JobOrder{JobID: t.Value.JobID, Worker: t.Value.Worker, Params: t.Value.Params}
+			if cancelled {
+				ended = append(ended, t.Key)
+			}
+			if !ok {
+				continue
+			}
+			handed = append(handed, t)
+			order := JobOrder{JobID: t.Value.JobID, Worker: t.Value.Worker, Params: t.Value.Params}
+			if pd.Job == nil {
+				pd.Job = &order
+			} else {
+				pd.Jobs = append(pd.Jobs, order)
 			}
 		}
-		if pd.Job == nil && len(cancels) == 0 && !cancelled {
+		if pd.Job == nil && len(cancels) == 0 && len(ended) == 0 {
 			return errNoChange
 		}
 		return nil
@@ -369,11 +396,18 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 	if errors.Is(err, errNoChange) {
 		err = nil
 	}
-	if t != nil && (err != nil || pd.Job == nil) {
+	if err != nil {
+		handed = nil
+	}
+	if len(handed) < len(taken) {
 		s.mu.Lock()
-		wk.Release(t) // not handed out after all
-		if err == nil && cancelled {
-			s.abandon([]string{t.Key})
+		for _, t := range taken {
+			if !slices.Contains(handed, t) {
+				wk.Release(t) // not handed out after all
+			}
+		}
+		if err == nil && len(ended) > 0 {
+			s.abandon(ended)
 		}
 		s.mu.Unlock()
 	}
@@ -381,9 +415,9 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 		s.writeTxError(w, err)
 		return
 	}
-	if pd.Job != nil {
-		s.expect(pd.Job.JobID, req.id)
-		s.log.Info("job handed out", zap.String("job", pd.Job.JobID), zap.String("server", req.id))
+	for _, t := range handed {
+		s.expect(t.Key, req.id)
+		s.log.Info("job handed out", zap.String("job", t.Key), zap.String("server", req.id))
 	}
 	if len(pd.CancelJobs) > 0 {
 		s.log.Info("jobs to cancel sent", zap.Strings("jobs", pd.CancelJobs), zap.String("server", req.id))

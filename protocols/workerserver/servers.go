@@ -216,15 +216,12 @@ func (s *session) unconfirmed(id, server string, n uint64) {
 	s.requeued(w, []string{id}, errUnconfirmed)
 }
 
-// take hands the server the job first in line that accept takes, if any.
-func (s *session) take(server string, accept func(JobOrder) bool) (*transport.Worker[string, JobOrder], *dispatchTicket) {
+// take hands the server up to n jobs first in line that accept takes.
+func (s *session) take(server string, n int, accept func(JobOrder) bool) (*transport.Worker[string, JobOrder], []*dispatchTicket) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.joinLocked(server)
-	if ts := w.Take(1, accept); len(ts) == 1 {
-		return w, ts[0]
-	}
-	return w, nil
+	return w, w.Take(n, accept)
 }
 
 // complete settles a job that a server ended (its first result), so that
@@ -326,8 +323,8 @@ func (s *session) await(ctx context.Context, w *transport.Worker[string, JobOrde
 	for {
 		select {
 		case <-w.Wake():
-			if _, t := s.take(server, accept); t != nil {
-				return t
+			if _, ts := s.take(server, 1, accept); len(ts) == 1 {
+				return ts[0]
 			}
 		case <-nudge:
 			return nil

@@ -24,7 +24,16 @@ const (
 	FieldData     = "data"           // a JSON document, as a string
 	FieldServerID = "serverId"       // the worker's id
 	FieldPassword = "serverPassword" // the worker's password
+
+	// FieldSlots, in a ping, is how many jobs it may bring: a Worker of
+	// this package sends its free slots, and the master answers with up
+	// to that many (PingData.Jobs), at most MaxSlots. A ping without it
+	// (the reference's) brings one job at most.
+	FieldSlots = "slots"
 )
+
+// MaxSlots is the most jobs one ping's answer brings.
+const MaxSlots = 64
 
 // A worker's statuses, in the order it goes through them.
 const (
@@ -168,10 +177,12 @@ var ErrRefused = errors.New("workerserver: refused")
 func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
 // PingData is the data of a ping's answer: a job to run (nil when none),
-// and the ids of jobs to cancel.
+// more jobs for a ping that asked for several (FieldSlots), and the ids of
+// jobs to cancel.
 type PingData struct {
-	Job        *JobOrder `json:"job,omitempty"`
-	CancelJobs []string  `json:"cancelJobs,omitempty"`
+	Job        *JobOrder  `json:"job,omitempty"`
+	Jobs       []JobOrder `json:"jobs,omitempty"`
+	CancelJobs []string   `json:"cancelJobs,omitempty"`
 }
 
 // UnmarshalJSON reads a ping's answer. A job id may be a JSON string or a
@@ -180,12 +191,13 @@ type PingData struct {
 func (p *PingData) UnmarshalJSON(b []byte) error {
 	var raw struct {
 		Job        *JobOrder         `json:"job"`
+		Jobs       []JobOrder        `json:"jobs"`
 		CancelJobs []json.RawMessage `json:"cancelJobs"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
-	p.Job, p.CancelJobs = raw.Job, nil
+	p.Job, p.Jobs, p.CancelJobs = raw.Job, raw.Jobs, nil
 	for _, r := range raw.CancelJobs {
 		id, err := jobID(r)
 		if err != nil {

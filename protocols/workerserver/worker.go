@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -129,8 +130,13 @@ func (w *Worker) ping(ctx context.Context, ex *laboro.Executor, up *link.Link, p
 		// comes when a job ends (and brings any cancelJobs then).
 		return false, nil
 	}
+	var form url.Values
+	if free > 1 {
+		// One ping brings a job for every free slot (FieldSlots).
+		form = url.Values{FieldSlots: {strconv.Itoa(min(free, MaxSlots))}}
+	}
 	var answer PingData
-	if err := w.post(ctx, w.Paths.Ping+url.PathEscape(w.ServerID), nil, &answer); err != nil {
+	if err := w.post(ctx, w.Paths.Ping+url.PathEscape(w.ServerID), form, &answer); err != nil {
 		return false, err
 	}
 	for _, id := range answer.CancelJobs {
@@ -140,6 +146,9 @@ func (w *Worker) ping(ctx context.Context, ex *laboro.Executor, up *link.Link, p
 		return false, nil
 	}
 	w.start(ctx, ex, up, pinger, jobs, *answer.Job)
+	for _, order := range answer.Jobs {
+		w.start(ctx, ex, up, pinger, jobs, order)
+	}
 	return true, nil
 }
 
