@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -153,6 +154,39 @@ func BenchmarkPickup(b *testing.B) {
 		b.ResetTimer()
 		one(b, bm.ex, func(i int) laboro.Job { return NewJob(fmt.Sprintf("j%d", i), "echo", nil) })
 	})
+}
+
+// BenchmarkBurst measures how soon an idle worker of 4 slots runs 4 jobs
+// that come at once: one op is 4 trivial jobs submitted together, from the
+// first Submit to the last result, the next op once they are all in.
+func BenchmarkBurst(b *testing.B) {
+	codes := b.TempDir()
+	if err := os.WriteFile(filepath.Join(codes, "echo"), []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	bm := newBenchMaster(b)
+	defer bm.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Worker{URL: bm.srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: b.TempDir(), Concurrency: 4}
+	var wg sync.WaitGroup
+	wg.Go(func() { w.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	burst := func(name string) {
+		hs := make([]*laboro.Handle, 4)
+		for i := range hs {
+			h, err := bm.ex.Submit(context.Background(), NewJob(fmt.Sprintf("%s-%d", name, i), "echo", nil))
+			if err != nil {
+				b.Fatal(err)
+			}
+			hs[i] = h
+		}
+		waitAll(b, hs)
+	}
+	burst("warm") // the worker is there once its first jobs ran
+	b.ResetTimer()
+	for i := range b.N {
+		burst(strconv.Itoa(i))
+	}
 }
 
 // BenchmarkReplay measures how long a worker takes, once the master is
