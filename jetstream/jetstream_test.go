@@ -367,3 +367,48 @@ func TestWorkerStreamDeleted(t *testing.T) {
 	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 	assert.Equal(t, "two\n", string(output(t, res)))
 }
+
+// A worker that started on an empty JOBS stream looks nothing up before
+// running a job delivered the first time: the job's end, if any, comes
+// after the job, on the subscription the worker holds (a lookup is a
+// request to the server per job, all for nothing).
+func TestFirstDeliveriesNeedNoLookup(t *testing.T) {
+	nc, url := setupURL(t)
+	m := newManager(t, nc, Config{}) // the streams, empty
+	mon, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer mon.Close()
+	pulls, err := mon.SubscribeSync("$JS.API.CONSUMER.MSG.NEXT.LABORO_JOBS.>")
+	require.NoError(t, err)
+	lookups, err := mon.SubscribeSync("$JS.API.*.GET.LABORO_RESULTS.>")
+	require.NoError(t, err)
+	require.NoError(t, mon.Flush())
+
+	wc, err := nats.Connect(url) // the worker's own connection, to tell its requests
+	require.NoError(t, err)
+	defer wc.Close()
+	inbox := wc.NewRespInbox()
+	inbox = inbox[:strings.LastIndexByte(inbox, '.')+1]
+	runWorker(t, &Worker{Conn: wc, Concurrency: 2, OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t)})
+	_, err = pulls.NextMsg(10 * time.Second) // it asks for jobs: it took the stream's state before
+	require.NoError(t, err)
+
+	ctx := testCtx(t, 30*time.Second)
+	for i := range 5 {
+		res := m.Run(ctx, laboro.Job{ID: fmt.Sprintf("j%d", i), Command: "true"})
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		res.Output.Close()
+	}
+	require.NoError(t, mon.Flush()) // the requests made before, delivered
+	var byWorker []string
+	for {
+		msg, err := lookups.NextMsg(0)
+		if err != nil {
+			break
+		}
+		if strings.HasPrefix(msg.Reply, inbox) {
+			byWorker = append(byWorker, msg.Subject)
+		}
+	}
+	require.Empty(t, byWorker, "the worker looked up ends or results of jobs delivered the first time")
+}

@@ -170,7 +170,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// long as the connection holds: for them, no lookup is needed.
 	if err := w.Conn.Flush(); err == nil {
 		if info, err := jobs.Info(ctx); err == nil {
-			r.heardFrom, r.reconnects = info.State.LastSeq, w.Conn.Stats().Reconnects
+			r.heard, r.heardFrom, r.reconnects = true, info.State.LastSeq, w.Conn.Stats().Reconnects
 		}
 	}
 	var wg sync.WaitGroup
@@ -204,9 +204,11 @@ type workerRun struct {
 	draining  <-chan struct{} // closed when no new job is to be taken
 
 	// heardFrom is the last job of the JOBS stream before the cancel
-	// subscription was in place, with the connection's reconnections
-	// then: the end of a later job is heard of while the connection
-	// holds (see over). 0 when unknown: every job is looked up.
+	// subscription was in place (0: the stream was empty), with the
+	// connection's reconnections then: the end of a later job is heard of
+	// while the connection holds (see over). heard is false when they are
+	// unknown: every job is then looked up.
+	heard                 bool
 	heardFrom, reconnects uint64
 
 	mu     sync.Mutex
@@ -361,7 +363,7 @@ func (r *workerRun) over(ctx context.Context, t *taken, id string, seq uint64, a
 	if r.ended(t) {
 		return true, nil
 	}
-	if !again && r.heardFrom > 0 && seq > r.heardFrom && r.js.Conn().Stats().Reconnects == r.reconnects {
+	if !again && r.heard && seq > r.heardFrom && r.js.Conn().Stats().Reconnects == r.reconnects {
 		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckWait/2)
