@@ -153,16 +153,22 @@ var rezultoRE = regexp.MustCompile(`^REZULTO (.+) (success|failure) (\d+)$`)
 // collect receives a result and returns its status and output.
 func (p *fakePeer) collect(name string) (status, output string) {
 	p.t.Helper()
-	msg := p.hear()
+	got, status, output := p.receive(p.hear())
+	require.Equal(p.t, name, got)
+	return status, output
+}
+
+// receive takes the result that msg, a REZULTO, announces.
+func (p *fakePeer) receive(msg string) (name, status, output string) {
+	p.t.Helper()
 	m := rezultoRE.FindStringSubmatch(msg)
 	require.NotNil(p.t, m, "expected REZULTO, got %q", msg)
-	require.Equal(p.t, name, m[1])
 	size, err := strconv.Atoi(m[3])
 	require.NoError(p.t, err)
 	p.say("PRETA")
 	output = p.payload(size)
 	p.say("RICEVIS")
-	return m[2], output
+	return m[1], m[2], output
 }
 
 // finish answers a PETO with FINO and expects the goodbye.
@@ -223,6 +229,18 @@ func testRunner(t *testing.T, m *fakeManager) *Runner {
 		Timeout:  2 * time.Second,
 		Dir:      t.TempDir(),
 	}
+}
+
+// startHeldRunner runs a Runner of n workers that would wait an hour after
+// an ATENDI, past its handshake with a fake manager.
+func startHeldRunner(t *testing.T, n int) (*fakePeer, *runnerRun) {
+	m := newFakeManager(t)
+	r := testRunner(t, m)
+	r.Workers, r.HoldWait = n, time.Hour
+	x := launchRunner(t, r)
+	p := m.accept(t)
+	p.handshake()
+	return p, x
 }
 
 func requireEmptyDir(t *testing.T, dir string) {
@@ -449,13 +467,7 @@ func TestRunnerOnHold(t *testing.T) {
 // not after HoldWait: otherwise a runner idle for a moment would run one
 // job at a time, for up to HoldWait, once jobs came again.
 func TestRunnerHeldWorkersResume(t *testing.T) {
-	m := newFakeManager(t)
-	r := testRunner(t, m)
-	r.Workers = 2
-	r.HoldWait = time.Hour
-	x := launchRunner(t, r)
-	p := m.accept(t)
-	p.handshake()
+	p, x := startHeldRunner(t, 2)
 
 	first, release := blockingScript(t, "a")
 	p.give("a", ".sh", first)
@@ -479,14 +491,8 @@ func TestRunnerHeldWorkersResume(t *testing.T) {
 			p.say("ATENDI")
 			continue
 		}
-		m := rezultoRE.FindStringSubmatch(msg)
-		require.NotNil(t, m, "expected REZULTO, got %q", msg)
-		size, err := strconv.Atoi(m[3])
-		require.NoError(t, err)
-		p.say("PRETA")
-		got[m[1]] = m[2]
-		p.payload(size)
-		p.say("RICEVIS")
+		name, status, _ := p.receive(msg)
+		got[name] = status
 	}
 	require.Equal(t, map[string]string{"b": "success", "c": "success"}, got)
 	p.finish()
@@ -497,12 +503,7 @@ func TestRunnerHeldWorkersResume(t *testing.T) {
 // work is followed by another PETO at once, not after HoldWait: an idle
 // runner takes a new job as soon as the manager has one.
 func TestRunnerAsksAgainAfterWaitedAtendi(t *testing.T) {
-	m := newFakeManager(t)
-	r := testRunner(t, m)
-	r.HoldWait = time.Hour
-	x := launchRunner(t, r)
-	p := m.accept(t)
-	p.handshake()
+	p, x := startHeldRunner(t, 1)
 	p.expect("PETO")
 	time.Sleep(waitedAnswer + 50*time.Millisecond) // a manager waiting for work
 	p.say("ATENDI")
@@ -515,12 +516,7 @@ func TestRunnerAsksAgainAfterWaitedAtendi(t *testing.T) {
 
 // A runner on hold stops waiting when its context ends.
 func TestRunnerOnHoldCancelled(t *testing.T) {
-	m := newFakeManager(t)
-	r := testRunner(t, m)
-	r.HoldWait = time.Hour
-	x := launchRunner(t, r)
-	p := m.accept(t)
-	p.handshake()
+	p, x := startHeldRunner(t, 1)
 	p.expect("PETO")
 	p.say("ATENDI")
 	p.silent(50 * time.Millisecond)

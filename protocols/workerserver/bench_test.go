@@ -45,6 +45,27 @@ func (bm *benchMaster) close() {
 	bm.ex.Close()
 }
 
+// runWorker runs a Worker of 4 slots for bm with the codes of dir, pinging
+// every ping (0: the default); the returned func stops it.
+func (bm *benchMaster) runWorker(b *testing.B, dir string, ping time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Worker{URL: bm.srv.URL, ServerID: "w1", Password: "pw", CodeDir: dir, CacheDir: b.TempDir(),
+		Concurrency: 4, Ping: ping}
+	var wg sync.WaitGroup
+	wg.Go(func() { w.Run(ctx) })
+	return func() { cancel(); wg.Wait() }
+}
+
+// echoCode returns a directory of one worker code, echo: a trivial
+// executable (cat: the params back as the result).
+func echoCode(b *testing.B) string {
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "echo"), []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return dir
+}
+
 // submit submits n jobs and returns their handles.
 func (bm *benchMaster) submit(b *testing.B, n int) []*laboro.Handle {
 	hs := make([]*laboro.Handle, n)
@@ -73,10 +94,7 @@ func waitAll(b *testing.B, hs []*laboro.Handle) {
 // back as the result), against the same executable and input spawned by
 // the core at concurrency 4.
 func BenchmarkJobs(b *testing.B) {
-	codes := b.TempDir()
-	if err := os.WriteFile(filepath.Join(codes, "echo"), []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
-		b.Fatal(err)
-	}
+	codes := echoCode(b)
 	b.Run("core", func(b *testing.B) {
 		ex, err := laboro.New(laboro.WithOutputDir(b.TempDir()), laboro.WithPoolSize(4), laboro.WithConcurrency(4), laboro.WithBufferSize(4096))
 		if err != nil {
@@ -94,12 +112,7 @@ func BenchmarkJobs(b *testing.B) {
 	b.Run("workerserver", func(b *testing.B) {
 		bm := newBenchMaster(b)
 		defer bm.close()
-		ctx, cancel := context.WithCancel(context.Background())
-		w := &Worker{URL: bm.srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: b.TempDir(),
-			Concurrency: 4, Ping: 20 * time.Millisecond}
-		var wg sync.WaitGroup
-		wg.Go(func() { w.Run(ctx) })
-		defer func() { cancel(); wg.Wait() }()
+		defer bm.runWorker(b, codes, 20*time.Millisecond)()
 		// One job before the timer: the worker is known to the master and
 		// the figure is the steady rate.
 		h, err := bm.ex.Submit(context.Background(), NewJob("warm", "echo", nil))
@@ -118,10 +131,7 @@ func BenchmarkJobs(b *testing.B) {
 // (its default) and a master that holds its ping (the default Hold); core
 // is the same job spawned by a local Executor.
 func BenchmarkPickup(b *testing.B) {
-	codes := b.TempDir()
-	if err := os.WriteFile(filepath.Join(codes, "echo"), []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
-		b.Fatal(err)
-	}
+	codes := echoCode(b)
 	one := func(b *testing.B, ex *laboro.Executor, job func(i int) laboro.Job) {
 		for i := range b.N {
 			h, err := ex.Submit(context.Background(), job(i))
@@ -144,11 +154,7 @@ func BenchmarkPickup(b *testing.B) {
 	b.Run("workerserver", func(b *testing.B) {
 		bm := newBenchMaster(b)
 		defer bm.close()
-		ctx, cancel := context.WithCancel(context.Background())
-		w := &Worker{URL: bm.srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: b.TempDir(), Concurrency: 4}
-		var wg sync.WaitGroup
-		wg.Go(func() { w.Run(ctx) })
-		defer func() { cancel(); wg.Wait() }()
+		defer bm.runWorker(b, codes, 0)()
 		// The worker is there once its first job ran.
 		one(b, bm.ex, func(i int) laboro.Job { return NewJob(fmt.Sprintf("warm%d", i), "echo", nil) })
 		b.ResetTimer()
@@ -160,17 +166,10 @@ func BenchmarkPickup(b *testing.B) {
 // that come at once: one op is 4 trivial jobs submitted together, from the
 // first Submit to the last result, the next op once they are all in.
 func BenchmarkBurst(b *testing.B) {
-	codes := b.TempDir()
-	if err := os.WriteFile(filepath.Join(codes, "echo"), []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
-		b.Fatal(err)
-	}
+	codes := echoCode(b)
 	bm := newBenchMaster(b)
 	defer bm.close()
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &Worker{URL: bm.srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: b.TempDir(), Concurrency: 4}
-	var wg sync.WaitGroup
-	wg.Go(func() { w.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	defer bm.runWorker(b, codes, 0)()
 	burst := func(name string) {
 		hs := make([]*laboro.Handle, 4)
 		for i := range hs {
