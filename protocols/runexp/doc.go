@@ -95,9 +95,11 @@
 //     runner with jobs out waits 5 ms at most. A Runner's worker told
 //     ATENDI asks again at once when the answer took a while (250 ms or
 //     more: the manager waited for work, so an idle runner takes a new job
-//     as it comes), else after HoldWait, or as soon as another of its
-//     workers receives a job or reports one: jobs flow again, or the
-//     manager's verdict may have changed. (A runner whose workers were all
+//     as it comes), else after HoldWait (a second at most while other
+//     workers of the runner have jobs out: a job that comes next finds a
+//     free worker soon), or as soon as another of its workers receives a
+//     job or reports one: jobs flow again, or the manager's verdict may
+//     have changed. (A runner whose workers were all
 //     held once its line ran dry would otherwise run one job at a time,
 //     for up to HoldWait, when jobs came again.)
 //   - FINO on the runner side. The spec raises MASTERSTOP on ELIRI only;

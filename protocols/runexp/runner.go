@@ -36,6 +36,13 @@ var DefaultInterpreters = map[string][]string{".sh": {"bash"}}
 // as soon as it comes.
 const waitedAnswer = 250 * time.Millisecond
 
+// busyHold bounds the hold after an ATENDI that came at once while other
+// workers of the runner had jobs out: the manager's line was empty for a
+// moment (a Manager holds such a PETO only briefly, since it keeps the
+// others from reporting), and a job that comes next should not wait
+// HoldWait for a worker that is free.
+const busyHold = time.Second
+
 // Errors of a runner's session.
 var (
 	// ErrBanned is matched by Run's error when the manager answered
@@ -83,7 +90,8 @@ type Runner struct {
 	// again, unless another worker of this runner receives or reports a
 	// job first; 0 means DefaultHoldWait. An ATENDI that came after the
 	// manager held the PETO for a while (a Manager waiting for work) is
-	// followed by another PETO at once.
+	// followed by another PETO at once; one that came at once while other
+	// workers of the runner have jobs out, after a second at most.
 	HoldWait time.Duration
 	// Timeout bounds every exchange (connecting, each handshake step,
 	// the answers to PETO and REZULTO, each chunk of a payload);
@@ -596,12 +604,12 @@ func (s *runnerSession) ask() (t *runnerJob, more bool) {
 		}
 		// With other jobs out, an ATENDI is routine: the manager's line
 		// was empty for a moment.
-		log := s.log.Info
+		log, wait := s.log.Info, s.cfg.HoldWait
 		if busy {
-			log = s.log.Debug
+			log, wait = s.log.Debug, min(wait, busyHold)
 		}
-		log("on hold (ATENDI)", zap.Duration("wait", s.cfg.HoldWait))
-		s.hold(resume)
+		log("on hold (ATENDI)", zap.Duration("wait", wait))
+		s.hold(wait, resume)
 		return nil, true
 	case KindEliri:
 		s.log.Warn("banned (ELIRI): no more jobs for this runner")
@@ -713,13 +721,13 @@ func (s *runnerSession) wakeHeld() {
 	s.resume = make(chan struct{})
 }
 
-// hold waits HoldWait after ATENDI, or less: until another worker of this
-// runner received a job or reported one (resume), or the session stops.
-// Without the first, a runner whose workers were told ATENDI while the
-// manager's line was empty would run one job at a time, for up to
-// HoldWait, once jobs came again.
-func (s *runnerSession) hold(resume <-chan struct{}) {
-	t := time.NewTimer(s.cfg.HoldWait)
+// hold waits d after ATENDI, or less: until another worker of this runner
+// received a job or reported one (resume), or the session stops. Without
+// the first, a runner whose workers were told ATENDI while the manager's
+// line was empty would run one job at a time, for up to HoldWait, once
+// jobs came again.
+func (s *runnerSession) hold(d time.Duration, resume <-chan struct{}) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -514,6 +514,27 @@ func TestRunnerAsksAgainAfterWaitedAtendi(t *testing.T) {
 	require.NoError(t, x.wait(t))
 }
 
+// A worker told ATENDI at once while another worker of its runner has a
+// job out asks again within a second, not after HoldWait: a job that
+// comes next does not wait an hour for a free worker.
+func TestRunnerBusyHoldIsShort(t *testing.T) {
+	p, x := startHeldRunner(t, 2)
+	long, release := blockingScript(t, "long")
+	p.give("long", ".sh", long)
+	p.expect("PETO") // the other worker, while long runs
+	p.say("ATENDI")
+	p.give("next", ".sh", "echo RES:ok\n") // an hour before HoldWait; long still runs
+	status, _ := p.collect("next")
+	assert.Equal(t, "success", status)
+	p.expect("PETO")
+	p.say("ATENDI")
+	release()
+	status, _ = p.collect("long")
+	assert.Equal(t, "success", status)
+	p.finish()
+	require.NoError(t, x.wait(t))
+}
+
 // A runner on hold stops waiting when its context ends.
 func TestRunnerOnHoldCancelled(t *testing.T) {
 	p, x := startHeldRunner(t, 1)
