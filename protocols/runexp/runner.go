@@ -865,7 +865,8 @@ const failedMark = "RES:failed"
 // failedMark. It reads r in chunks: an output of any size is scanned in
 // constant memory.
 func reportsFailure(r io.Reader) (bool, error) {
-	var buf [32 << 10]byte
+	buf := scanBuffers.Get().(*[32 << 10]byte)
+	defer scanBuffers.Put(buf)
 	matched := 0
 	for {
 		n, err := r.Read(buf[:])
@@ -881,6 +882,10 @@ func reportsFailure(r io.Reader) (bool, error) {
 		}
 	}
 }
+
+// scanBuffers hold reportsFailure's buffers: one on its stack escapes to
+// the heap (it is handed to an io.Reader), 32 KiB made and cleared a job.
+var scanBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 
 // scanFailed goes on looking for failedMark at a line's start in b.
 // matched is how many bytes of it the current line started with so far,
