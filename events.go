@@ -84,7 +84,7 @@ type eventRecord struct {
 func (r *eventRecord) event() Event {
 	ev := Event{Kind: r.kind, Time: r.time, Waited: r.waited, Concurrency: r.n, Parallelism: r.p}
 	if r.h != nil {
-		ev.Job = r.h.job
+		ev.Job = r.h.j.job()
 		if r.kind == EventFinished {
 			ev.Result = r.h.res
 		}

@@ -146,7 +146,7 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 	}
 	// The clock is read before the lock, which is held short; only the
 	// monotonic one (half the cost of time.Now).
-	h := &Handle{job: job, queued: time.Since(e.epoch)}
+	h := &Handle{j: storeJob(job), queued: time.Since(e.epoch)}
 	e.mu.Lock()
 	if e.state != stateOpen {
 		e.mu.Unlock()
@@ -210,8 +210,8 @@ func (e *Executor) Submit(ctx context.Context, job Job) (*Handle, error) {
 
 // enqueue gives h its id and puts it in the buffer. e.mu is held.
 func (e *Executor) enqueue(h *Handle) {
-	if h.job.ID == "" {
-		h.job.ID = e.nextID()
+	if h.j.ID == "" {
+		h.j.ID = e.nextID()
 		if e.ownIDs {
 			e.index(h)
 		}
@@ -231,14 +231,14 @@ func (e *Executor) enqueue(h *Handle) {
 
 // index puts h in e.live. e.mu is held.
 func (e *Executor) index(h *Handle) {
-	e.live[h.job.ID] = h
+	e.live[h.j.ID] = h
 	h.indexed = true
 }
 
 // unindex takes h out of e.live, if it is there. e.mu is held.
 func (e *Executor) unindex(h *Handle) {
 	if h.indexed {
-		delete(e.live, h.job.ID)
+		delete(e.live, h.j.ID)
 		h.indexed = false
 	}
 }
@@ -432,7 +432,7 @@ func (e *Executor) Cancel(id string) error {
 		// then among the running ones.
 		if h = e.queue.Remove(id); h == nil {
 			for _, r := range e.current {
-				if r != nil && r.job.ID == id {
+				if r != nil && r.j.ID == id {
 					h = r
 					break
 				}
@@ -521,7 +521,7 @@ func (e *Executor) Running() []Running {
 		if h == nil {
 			continue
 		}
-		r := Running{Job: h.job}
+		r := Running{Job: h.j.job()}
 		if h.started != nil {
 			r.Started = *h.started
 		}
@@ -570,12 +570,12 @@ func (e *Executor) appendQueued(dst []Job, n int) []Job {
 	dst = slices.Grow(dst, n)
 	if q, ok := e.queue.(*FIFO); ok {
 		for i := range n {
-			dst = append(dst, q.ring[(q.head+i)%len(q.ring)].job)
+			dst = append(dst, q.ring[(q.head+i)%len(q.ring)].j.job())
 		}
 		return dst
 	}
 	for _, h := range e.queue.Snapshot()[:n] {
-		dst = append(dst, h.job)
+		dst = append(dst, h.j.job())
 	}
 	return dst
 }
@@ -625,7 +625,7 @@ func (e *Executor) begin(s execState) {
 		}
 		e.waiters = waitList{}
 		for h := e.queue.Pop(); h != nil; h = e.queue.Pop() {
-			res := Result{ID: h.job.ID, Status: StatusTerminated, ExitCode: -1, Err: ErrTerminated}
+			res := Result{ID: h.j.ID, Status: StatusTerminated, ExitCode: -1, Err: ErrTerminated}
 			e.retire(h, &res)
 			terminated = append(terminated, h)
 		}

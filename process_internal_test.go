@@ -1,8 +1,12 @@
 package laboro
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -113,4 +117,59 @@ func BenchmarkOutputPlacement(b *testing.B) {
 func viaProc(tb testing.TB) {
 	was := noEmptyPath.Swap(true)
 	tb.Cleanup(func() { noEmptyPath.Store(was) })
+}
+
+// A Handle gives back the job as submitted, every field of it, each set
+// alone or all together (a field added to Job that storedJob forgets fails
+// here); an empty Env (an empty environment) stays apart from a nil one
+// (this process's); and a job that sets none of the fields kept apart takes
+// no allocation of them.
+func TestStoredJobKeepsEveryField(t *testing.T) {
+	jt := reflect.TypeFor[Job]()
+	all := reflect.New(jt).Elem()
+	for i := range jt.NumField() {
+		one := reflect.New(jt).Elem()
+		for _, v := range []reflect.Value{one, all} {
+			f := v.Field(i)
+			switch f.Kind() {
+			case reflect.String:
+				f.SetString("x")
+			case reflect.Slice:
+				f.Set(reflect.ValueOf([]string{"a", "b"}))
+			case reflect.Int64:
+				f.SetInt(42)
+			case reflect.Func:
+				f.Set(reflect.ValueOf(func(context.Context) error { return nil }))
+			case reflect.Interface:
+				if f.Type() == reflect.TypeFor[io.Reader]() {
+					f.Set(reflect.ValueOf(strings.NewReader("in")))
+				} else {
+					f.Set(reflect.ValueOf(7))
+				}
+			default:
+				t.Fatalf("Job.%s: a kind this test does not know: %v", jt.Field(i).Name, f.Kind())
+			}
+		}
+		requireSameJob(t, one.Interface().(Job), jt.Field(i).Name)
+	}
+	requireSameJob(t, all.Interface().(Job), "every field")
+
+	empty := NewHandle(Job{ID: "e", Env: []string{}}).Job()
+	require.NotNil(t, empty.Env, "an empty environment became this process's")
+	assert.Nil(t, NewHandle(Job{ID: "n"}).Job().Env)
+	assert.Nil(t, storeJob(Job{ID: "f", Func: func(context.Context) error { return nil }, Timeout: 1}).rest)
+	assert.Nil(t, storeJob(Job{Command: "true", Args: []string{"x"}}).rest)
+}
+
+// requireSameJob checks that a Handle of want gives want back. (Funcs are
+// compared by their pointers: reflect.DeepEqual says no to any two.)
+func requireSameJob(t *testing.T, want Job, what string) {
+	t.Helper()
+	got := NewHandle(want).Job()
+	require.Equal(t, want.Func == nil, got.Func == nil, what)
+	if want.Func != nil {
+		require.Equal(t, reflect.ValueOf(want.Func).Pointer(), reflect.ValueOf(got.Func).Pointer(), what)
+	}
+	want.Func, got.Func = nil, nil
+	require.True(t, reflect.DeepEqual(want, got), "%s: got %+v, want %+v", what, got, want)
 }

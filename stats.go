@@ -105,7 +105,7 @@ func (r *history) newest(i int) *Handle { return r.ring[(r.next-1-i+len(r.ring))
 
 // finished reads h, which retire kept, under the Executor's lock: its
 // result was kept under the lock, before h was put in the ring.
-func finished(h *Handle) Finished { return Finished{Job: h.job, Result: h.res} }
+func finished(h *Handle) Finished { return Finished{Job: h.j.job(), Result: h.res} }
 
 func (r *history) add(h *Handle) {
 	r.ring[r.next] = h
@@ -134,7 +134,7 @@ func (e *Executor) Ended(id string) (Finished, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i := range e.history.kept() {
-		if h := e.history.newest(i); h.job.ID == id {
+		if h := e.history.newest(i); h.j.ID == id {
 			return finished(h), true
 		}
 	}

@@ -23,7 +23,7 @@ func (e *Executor) worker(i int) {
 	for h != nil {
 		res := e.run(&ctx, h, chained)
 		var now time.Time // the next job's start, read before the lock
-		if e.ownRunner && h.job.Func != nil && !res.Ended.IsZero() {
+		if e.ownRunner && h.j.Func != nil && !res.Ended.IsZero() {
 			// A function's end, read as it returned: a job taken next, in
 			// the same critical section, starts now, to within the
 			// bookkeeping between. One clock read per function job.
@@ -170,18 +170,18 @@ func (e *Executor) run(jc *jobContext, h *Handle, started time.Time) (res Result
 	h.bind(stop)
 	jc.cur.Store(h)
 	defer jc.cur.Store(nil)
-	if h.job.Timeout > 0 {
+	if h.j.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, h.job.Timeout, ErrTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, h.j.Timeout, ErrTimeout)
 		defer cancel()
 	}
 	defer func() {
 		if v := recover(); v != nil {
 			stack := debug.Stack()
-			e.log.Error("runner panicked", zap.String("job", h.job.ID), zap.Any("panic", v), zap.ByteString("stack", stack))
+			e.log.Error("runner panicked", zap.String("job", h.j.ID), zap.Any("panic", v), zap.ByteString("stack", stack))
 			res = Result{Status: StatusFailed, ExitCode: -1, Err: &PanicError{Value: v, Stack: stack}}
 		}
-		res.ID = h.job.ID
+		res.ID = h.j.ID
 		if res.Status == 0 {
 			res.Status = StatusSucceeded
 			if res.Err != nil {
@@ -195,15 +195,16 @@ func (e *Executor) run(jc *jobContext, h *Handle, started time.Time) (res Result
 		}
 		if res.Status == StatusFailed || res.Status == StatusTimedOut {
 			// Once per job, with why: what an operator reads in the log.
-			e.log.Warn("job failed", zap.String("job", res.ID), zap.String("command", logLine(h.job)),
+			e.log.Warn("job failed", zap.String("job", res.ID), zap.String("command", logLine(h.j.job())),
 				zap.Stringer("status", res.Status), zap.Int("exit", res.ExitCode), zap.Error(res.Err),
 				zap.ByteString("stderr", stderrEnd(res.Stderr)))
 		}
 	}()
-	if e.ownRunner && h.job.Func != nil {
-		return e.fn.run(ctx, h.job, started)
+	job := h.j.job()
+	if e.ownRunner && job.Func != nil {
+		return e.fn.run(ctx, job, started)
 	}
-	return e.runner.Run(ctx, h.job)
+	return e.runner.Run(ctx, job)
 }
 
 // logLine is a job as a log line shows it: its String, or a script's
