@@ -19,6 +19,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -1121,4 +1122,34 @@ func TestLostHandOut(t *testing.T) {
 	f.jobStatus("s1", "kept", JobDone, 2)
 	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
 	require.Equal(t, laboro.StatusSucceeded, wait(t, kept).Status)
+}
+
+// A job that ends in the table after its Run read it and before its Run
+// put it in line (a server it was lost with comes back while it is being
+// cancelled: what ends it finds no ticket to settle) still wakes its Run.
+// (Seen once in CI: TestReferenceCancelWhileWorkerDown/master_restart
+// waited for a Run that never returned.)
+func TestJobEndedBeforeItsTicket(t *testing.T) {
+	f := newFixture(t)
+	s := f.m.current()
+	row, err := s.enqueue("9", JobSpec{Worker: "echo"})
+	require.NoError(t, err)
+	require.Equal(t, JobQueued, row.Status)
+	require.NoError(t, s.db.Update(func(tx *bolt.Tx) error {
+		row, err := getJob(tx, "9")
+		if err != nil {
+			return err
+		}
+		row.Status = JobCancelled
+		return putJob(tx, row)
+	}))
+	tk, err := s.add(context.Background(), JobOrder{JobID: "9", Worker: "echo"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.d.Wait(ctx, tk)
+	require.NoError(t, ctx.Err(), "the Run of a job that ended was never woken")
+	rec, err := s.finish(ctx, "9")
+	require.NoError(t, err)
+	require.Equal(t, JobCancelled, rec.Status)
 }

@@ -140,13 +140,24 @@ func (s *session) add(ctx context.Context, order JobOrder) (*dispatchTicket, err
 	// Read under s.mu: a status of the server that gave the job back (a
 	// restart, Stopping) cannot come between this and the Reclaim.
 	var server string
+	var ended bool
 	err = s.db.View(func(tx *bolt.Tx) error {
 		row, err := getJob(tx, order.JobID)
-		if err == nil && row != nil && row.Status == JobProcessing {
-			server = row.Server
+		if err == nil && row != nil {
+			ended = Final(row.Status)
+			if row.Status == JobProcessing {
+				server = row.Server
+			}
 		}
 		return err
 	})
+	if err == nil && ended {
+		// It ended since its Run read the table (a server it was lost
+		// with came back while it was being cancelled): whatever ended it
+		// found no ticket to settle. Its Run wakes and reads the end.
+		s.abandon([]string{order.JobID})
+		return t, nil
+	}
 	if err != nil || server == "" {
 		return t, nil // in line; a failed read is seen again by the next transaction
 	}
