@@ -99,9 +99,9 @@
 //     workers of the runner have jobs out: a job that comes next finds a
 //     free worker soon), or as soon as another of its workers receives a
 //     job or reports one: jobs flow again, or the manager's verdict may
-//     have changed. (A runner whose workers were all
-//     held once its line ran dry would otherwise run one job at a time,
-//     for up to HoldWait, when jobs came again.)
+//     have changed. (A runner whose workers were all held once its line
+//     ran dry would otherwise run one job at a time, for up to HoldWait,
+//     when jobs came again.)
 //   - FINO on the runner side. The spec raises MASTERSTOP on ELIRI only;
 //     our runner raises it on FINO too, since the reference manager
 //     answers nothing but REZULTO and FINO ANKAU after FINO, and another

@@ -339,13 +339,7 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 		// (no new work for a server on its way out)
 		accept := acceptCodes(srv)
 		if _, taken = s.take(req.id, req.slots, accept); len(taken) == 0 && s.hold > 0 {
-			if t := s.await(req.ctx, wk, req.id, accept); t != nil {
-				taken = append(taken, t)
-				if req.slots > 1 {
-					_, more := s.take(req.id, req.slots-1, accept)
-					taken = append(taken, more...)
-				}
-			}
+			taken = s.await(req.ctx, wk, req.id, req.slots, accept)
 			wk.Renew() // it waited here: alive all along
 		}
 	}

@@ -305,10 +305,10 @@ func (s *session) nudgeOf(server string) chan struct{} {
 	return ch
 }
 
-// await waits, up to s.hold, for a job in line that server accepts, and
-// takes it; nil when none came, when jobs to cancel came for the server
-// (or were there already), or when ctx or the session ended.
-func (s *session) await(ctx context.Context, w *transport.Worker[string, JobOrder], server string, accept func(JobOrder) bool) *dispatchTicket {
+// await waits, up to s.hold, for jobs in line that server accepts, and
+// takes up to n of them; none when none came, when jobs to cancel came for
+// the server (or were there already), or when ctx or the session ended.
+func (s *session) await(ctx context.Context, w *transport.Worker[string, JobOrder], server string, n int, accept func(JobOrder) bool) []*dispatchTicket {
 	nudge := s.nudgeOf(server)
 	select {
 	case <-nudge: // an old one: the table says whether cancels wait
@@ -334,8 +334,8 @@ func (s *session) await(ctx context.Context, w *transport.Worker[string, JobOrde
 	for {
 		select {
 		case <-w.Wake():
-			if _, ts := s.take(server, 1, accept); len(ts) == 1 {
-				return ts[0]
+			if _, ts := s.take(server, n, accept); len(ts) > 0 {
+				return ts
 			}
 		case <-nudge:
 			return nil
