@@ -526,7 +526,7 @@ func TestPingSlots(t *testing.T) {
 	for i := range 5 {
 		h, err := ex.Submit(context.Background(), NewJob(fmt.Sprintf("j%d", i), "a", params("n", strconv.Itoa(i))))
 		require.NoError(t, err)
-		f.waitStatus(h.ID(), JobQueued)
+		f.waitInLine(h.ID()) // in the Dispatcher's line, not only in the table: the order is known
 		hs = append(hs, h)
 	}
 	pingSlots := func(slots string) (int, Answer) {
