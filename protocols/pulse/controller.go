@@ -325,7 +325,9 @@ func (l *mainListener) Close() error {
 func (c *Controller) servePulse(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(c.timeout()))
-	p, err := c.Codec.ReadPulse(conn)
+	br := newReader(conn)
+	p, err := c.Codec.ReadPulse(br)
+	freeReader(br)
 	var resp pulsepb.PulseResponse
 	var ee *EnumError
 	switch {
@@ -589,20 +591,17 @@ func (c *Controller) exchange(ctx context.Context, w *cworker, msg *pulsepb.Cont
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	conn.SetDeadline(time.Now().Add(c.timeout()))
-	if err := c.Codec.WriteMessage(conn, msg); err != nil {
+	if err := c.Codec.writeWithExtra(transport.Deadlined(conn, c.timeout()), msg, body, int64(msg.ExtraSize)); err != nil {
 		return nil, err
 	}
-	if body != nil {
-		if _, err := io.CopyN(transport.Deadlined(conn, c.timeout()), body, int64(msg.ExtraSize)); err != nil {
-			return nil, err
-		}
-	}
 	conn.SetDeadline(time.Now().Add(c.timeout()))
-	resp, err := c.Codec.ReadWorkerResponse(conn)
+	br := newReader(conn)
+	defer freeReader(br)
+	resp, err := c.Codec.ReadWorkerResponse(br)
 	if err != nil {
 		return nil, err
 	}
-	r := io.Reader(transport.Deadlined(conn, c.timeout()))
+	r := io.Reader(extraReader{conn, br, c.timeout()})
 	if extra != nil {
 		return resp, extra(resp, io.LimitReader(r, int64(resp.ExtraSize)))
 	}

@@ -225,6 +225,47 @@ func TestControllerTaskFlow(t *testing.T) {
 	}
 }
 
+// Tasks and results of every size cross intact, each way, around the size
+// up to which a message and its bytes go in one write (smallExtra) and far
+// past it, to a worker that reads and writes each part on its own.
+func TestControllerTaskSizes(t *testing.T) {
+	tc := startController(t, Codec{})
+	w := tc.worker(t)
+	var mu sync.Mutex
+	var task []byte
+	var id uint64
+	w.on(func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch m.Type {
+		case pulsepb.ControlType_CTRL_SET_TASK:
+			task, id = extra, m.GetTaskId()
+			return &pulsepb.WorkerResponse{TaskId: id}, nil
+		case pulsepb.ControlType_CTRL_FETCH:
+			return &pulsepb.WorkerResponse{TaskId: id}, bytes.ToUpper(task)
+		}
+		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_FAILED}, nil
+	})
+	for _, n := range []int{0, 1, smallExtra - 1, smallExtra, smallExtra + 1, 1 << 20} {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = 'a' + byte(i%26)
+		}
+		h := tc.submit(t, string(data))
+		require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
+		require.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.received().Type, "task of %d bytes", n)
+		mu.Lock()
+		got, given := task, id
+		mu.Unlock()
+		require.Equal(t, data, got, "task of %d bytes as the worker read it", n)
+		require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_FETCH_ME, given).Error)
+		require.Equal(t, pulsepb.ControlType_CTRL_FETCH, w.received().Type)
+		res, out := result(t, h)
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "task of %d bytes", n)
+		require.Equal(t, string(bytes.ToUpper(data)), out, "result of %d bytes", n)
+	}
+}
+
 // BUSY sends the task to another worker; TASK_FAILED too; each counts as
 // an attempt, until Attempts have been made; NO_FETCH changes nothing.
 func TestControllerBusyAndFailures(t *testing.T) {

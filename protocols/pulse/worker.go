@@ -1,6 +1,7 @@
 package pulse
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -496,7 +497,9 @@ func (r *workerRun) exchange(ctx context.Context, p *pulsepb.WorkerPulse) (*puls
 	if err := r.codec.WriteMessage(conn, p); err != nil {
 		return nil, fmt.Errorf("send %v: %w", p.GetType(), err)
 	}
-	resp, err := r.codec.ReadPulseResponse(conn)
+	br := newReader(conn)
+	defer freeReader(br)
+	resp, err := r.codec.ReadPulseResponse(br)
 	if err != nil {
 		return nil, fmt.Errorf("answer to %v: %w", p.GetType(), err)
 	}
@@ -526,7 +529,10 @@ func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- st
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	c.SetDeadline(time.Now().Add(r.timeout)) // the whole ControlMsg
-	msg, err := r.codec.ReadControl(c)
+	br := newReader(c)
+	defer freeReader(br)
+	msg, err := r.codec.ReadControl(br)
+	in := extraReader{c, br, r.timeout} // its extra bytes
 	conn := transport.Deadlined(c, r.timeout)
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
@@ -538,10 +544,10 @@ func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- st
 	r.log.Debug("control message", zap.Stringer("type", msg.GetType()),
 		zap.Uint64("task", msg.GetTaskId()), zap.Uint64("extra", msg.GetExtraSize()))
 	if msg.GetType() == pulsepb.ControlType_CTRL_SET_TASK {
-		r.setTask(conn, msg)
+		r.setTask(in, conn, msg)
 		return
 	}
-	if err := r.codec.ReadExtra(conn, io.Discard, msg.GetExtraSize()); err != nil {
+	if err := r.codec.ReadExtra(in, io.Discard, msg.GetExtraSize()); err != nil {
 		r.log.Warn("control message cut short", zap.Stringer("type", msg.GetType()), zap.Error(err))
 		return
 	}
@@ -572,12 +578,9 @@ func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- st
 
 // reply sends a WorkerResponse and its extra bytes.
 func (r *workerRun) reply(w io.Writer, code pulsepb.WorkerError, task uint64, extra []byte) error {
-	err := r.codec.WriteMessage(w, &pulsepb.WorkerResponse{
+	err := r.codec.writeWithExtra(w, &pulsepb.WorkerResponse{
 		Error: code, TaskId: task, ExtraSize: uint64(len(extra)),
-	})
-	if err == nil && len(extra) > 0 {
-		_, err = w.Write(extra)
-	}
+	}, bytes.NewReader(extra), int64(len(extra)))
 	if err != nil {
 		r.log.Warn("could not answer", zap.Stringer("answer", code), zap.Error(err))
 	}
@@ -585,7 +588,7 @@ func (r *workerRun) reply(w io.Writer, code pulsepb.WorkerError, task uint64, ex
 }
 
 // setTask answers SET_TASK: it starts the task unless the worker is busy.
-func (r *workerRun) setTask(conn net.Conn, msg *pulsepb.ControlMsg) {
+func (r *workerRun) setTask(in io.Reader, conn net.Conn, msg *pulsepb.ControlMsg) {
 	id, size := msg.GetTaskId(), msg.GetExtraSize()
 	r.mu.Lock()
 	state, current := r.task.state, r.task.current()
@@ -597,7 +600,7 @@ func (r *workerRun) setTask(conn net.Conn, msg *pulsepb.ControlMsg) {
 	}
 	r.mu.Unlock()
 	if state != taskIdle || id == 0 {
-		if err := r.codec.ReadExtra(conn, io.Discard, size); err != nil {
+		if err := r.codec.ReadExtra(in, io.Discard, size); err != nil {
 			return
 		}
 		if id == 0 {
@@ -609,7 +612,7 @@ func (r *workerRun) setTask(conn net.Conn, msg *pulsepb.ControlMsg) {
 		return
 	}
 
-	stdin, err := r.receiveTask(conn, size)
+	stdin, err := r.receiveTask(in, size)
 	var h *laboro.Handle
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
@@ -796,13 +799,9 @@ func (r *workerRun) sendOutput(conn net.Conn, id uint64, out *laboro.Output) err
 	}
 	defer f.Close()
 	size := out.Size()
-	if err := r.codec.WriteMessage(conn, &pulsepb.WorkerResponse{
+	if err := r.codec.writeWithExtra(conn, &pulsepb.WorkerResponse{
 		Error: pulsepb.WorkerError_WORKER_ERR_OK, TaskId: id, ExtraSize: uint64(size),
-	}); err != nil {
-		r.log.Warn("could not send the result", zap.Uint64("task", id), zap.Error(err))
-		return err
-	}
-	if _, err := io.CopyN(conn, f, size); err != nil {
+	}, f, size); err != nil {
 		r.log.Warn("could not send the result", zap.Uint64("task", id), zap.Error(err))
 		return err
 	}

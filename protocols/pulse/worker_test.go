@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"net"
@@ -388,6 +389,17 @@ func testWorkerMainFlow(t *testing.T, numbering Numbering) {
 	ctl.expect(pulsepb.PulseType_PULSE_FETCH_ME, func(p *pulsepb.WorkerPulse) bool { return p.GetTaskId() == 2 })
 	resp, extra = ctl.control(7, ctlMsg(pulsepb.ControlType_CTRL_FETCH, 0), nil)
 	wantResp(t, "FETCH 2", resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, 2, bytes.ToUpper(big))
+	// Around the size up to which an answer and its bytes go in one write,
+	// to a controller that reads each part on its own.
+	for i, n := range []int{smallExtra - 1, smallExtra, smallExtra + 1} {
+		id := uint64(3 + i)
+		what := fmt.Sprintf("task %d of %d bytes", id, n)
+		resp, extra = ctl.control(7, ctlMsg(pulsepb.ControlType_CTRL_SET_TASK, id), big[:n])
+		wantResp(t, "SET_TASK, "+what, resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, id, []byte{})
+		ctl.expect(pulsepb.PulseType_PULSE_FETCH_ME, func(p *pulsepb.WorkerPulse) bool { return p.GetTaskId() == id })
+		resp, extra = ctl.control(7, ctlMsg(pulsepb.ControlType_CTRL_FETCH, 0), nil)
+		wantResp(t, "FETCH, "+what, resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, id, bytes.ToUpper(big[:n]))
+	}
 
 	cancel()
 	if err := waitRun(t, done); !errors.Is(err, context.Canceled) {
