@@ -2,10 +2,12 @@ package workerserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,7 +29,13 @@ type benchMaster struct {
 }
 
 func newBenchMaster(b *testing.B) *benchMaster {
-	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: b.TempDir()}
+	return newBenchMasterOf(b, map[string]string{"w1": "pw"})
+}
+
+// newBenchMasterOf is newBenchMaster with the servers (id: password) the
+// master knows.
+func newBenchMasterOf(b *testing.B, servers map[string]string) *benchMaster {
+	m := &Master{Servers: servers, OutputDir: b.TempDir()}
 	if err := m.Open(filepath.Join(b.TempDir(), "table.db")); err != nil {
 		b.Fatal(err)
 	}
@@ -123,6 +131,53 @@ func BenchmarkJobs(b *testing.B) {
 		b.ResetTimer()
 		waitAll(b, bm.submit(b, b.N))
 	})
+	// The same with 200 more servers in the table, online and idle: a
+	// fleet whose other machines have no free slot, or that came and went.
+	b.Run("workerserver/idle-servers=200", func(b *testing.B) {
+		servers := map[string]string{"w1": "pw"}
+		for i := range 200 {
+			servers[fmt.Sprintf("idle%d", i)] = "pw"
+		}
+		bm := newBenchMasterOf(b, servers)
+		defer bm.close()
+		for id := range servers {
+			if id != "w1" {
+				bm.online(b, id)
+			}
+		}
+		defer bm.runWorker(b, codes, 20*time.Millisecond)()
+		h, err := bm.ex.Submit(context.Background(), NewJob("warm", "echo", nil))
+		if err != nil {
+			b.Fatal(err)
+		}
+		waitAll(b, []*laboro.Handle{h})
+		b.ResetTimer()
+		waitAll(b, bm.submit(b, b.N))
+	})
+}
+
+// online has server id say Connecting, then Online, listing the code
+// echo, as a worker does when it starts.
+func (bm *benchMaster) online(b *testing.B, id string) {
+	startup, err := json.Marshal(Startup{Startup: true, Version: "1.0.0", Workers: []WorkerCode{{Code: "echo", Version: "1"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, st := range []url.Values{
+		{FieldStatus: {ServerConnecting}},
+		{FieldStatus: {ServerOnline}, FieldData: {string(startup)}},
+	} {
+		st.Set(FieldServerID, id)
+		st.Set(FieldPassword, bm.m.Servers[id])
+		resp, err := http.PostForm(bm.srv.URL+DefaultPaths.Status+id, st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("server %s: %s", id, resp.Status)
+		}
+	}
 }
 
 // BenchmarkPickup measures how soon an idle worker runs a new job: one op

@@ -397,7 +397,7 @@ func (m *Master) Job(id string) (JobRecord, bool) {
 			return err
 		}
 		if rec.Status == JobQueued {
-			codes, err := offeredCodes(tx)
+			codes, err := s.offers.get(tx)
 			rec.Unoffered = err == nil && !codes.offer(rec.Worker)
 			return err
 		}

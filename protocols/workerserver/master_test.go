@@ -20,7 +20,9 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 var testServers = map[string]string{"s1": "pw1", "s2": "pw2", "s3": "pw3"}
@@ -512,6 +514,52 @@ func TestPingCodes(t *testing.T) {
 	for _, h := range []*laboro.Handle{hb, ha1, ha2, hc} {
 		require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
 	}
+}
+
+// Whether any server offers a queued job's code follows the servers as
+// they come, change and go: in the job's record (JobRecord.Unoffered), and
+// in the warning of a job queued with a code that no server offers (which
+// the master keeps in memory between changes of the servers).
+func TestUnofferedFollowsServers(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Logger = zap.New(core) })
+	ex := f.executor()
+	warned := func(code string) bool {
+		return logs.FilterMessageSnippet("no server offers").FilterField(zap.String("worker", code)).Len() > 0
+	}
+	queue := func(id, code string) {
+		t.Helper()
+		_, err := ex.Submit(context.Background(), NewJob(id, code, nil))
+		require.NoError(t, err)
+		// In the Dispatcher's line once its Run has queued it in the
+		// table, and warned, or not.
+		f.waitInLine(id)
+	}
+
+	f.online("s1", "a")
+	queue("j1", "a")
+	queue("j2", "b")
+	require.False(t, f.record("j1").Unoffered)
+	require.True(t, f.record("j2").Unoffered, "no server runs b")
+	require.True(t, warned("b"))
+
+	f.online("s2", "c")
+	require.True(t, f.record("j2").Unoffered, "s2 does not run b")
+	queue("j3", "c")
+	require.False(t, warned("c"), "s2 came and runs c")
+	require.False(t, f.record("j3").Unoffered)
+
+	f.serverStatus("s2", ServerOffline, nil)
+	require.True(t, f.record("j3").Unoffered, "s2 left")
+	queue("j4", "c")
+	require.True(t, warned("c"), "s2 left before j4 was queued")
+
+	f.online("s3") // lists no code: runs any
+	for _, id := range []string{"j2", "j3", "j4"} {
+		require.False(t, f.record(id).Unoffered, "%s: s3 runs any code", id)
+	}
+	queue("j5", "d")
+	require.False(t, warned("d"), "s3 runs any code")
 }
 
 // A ping that says how many jobs it may bring (FieldSlots, what a Worker

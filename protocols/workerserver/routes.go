@@ -212,6 +212,7 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 		if startup != nil && (startup.Workers != nil || rec.Startup == nil) {
 			rec.Startup = startup
 		}
+		s.offers.changed(tx)
 		if err := putServer(tx, rec); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -161,6 +162,54 @@ type offered struct {
 }
 
 func (o offered) offer(code string) bool { return o.all || o.codes[code] }
+
+// offerCache keeps what offeredCodes found, so that queueing a job does not
+// read the record of every server the table has known. It is filled only
+// once a write transaction that read it commits, and emptied by every
+// transaction that writes a server's record (changed), at once and again
+// once it commits: a value found before a change can never be stored after
+// it, and a read-only transaction, whose view may be older than the last
+// commit, reads it only when it is there and never fills it.
+type offerCache struct {
+	mu    sync.Mutex
+	gen   uint64 // changes so far
+	valid bool
+	o     offered
+}
+
+// get returns the codes offered as tx sees them.
+func (c *offerCache) get(tx *bolt.Tx) (offered, error) {
+	c.mu.Lock()
+	o, valid, gen := c.o, c.valid, c.gen
+	c.mu.Unlock()
+	if valid {
+		return o, nil
+	}
+	o, err := offeredCodes(tx)
+	if err == nil && tx.Writable() {
+		tx.OnCommit(func() {
+			c.mu.Lock()
+			if c.gen == gen {
+				c.o, c.valid = o, true
+			}
+			c.mu.Unlock()
+		})
+	}
+	return o, err
+}
+
+// changed is called in a transaction that writes a server's record.
+func (c *offerCache) changed(tx *bolt.Tx) {
+	c.drop()
+	tx.OnCommit(c.drop)
+}
+
+func (c *offerCache) drop() {
+	c.mu.Lock()
+	c.gen++
+	c.valid = false
+	c.mu.Unlock()
+}
 
 // offeredCodes returns the codes offered by the servers that are not
 // Stopping or Offline (see Master.Handler).
