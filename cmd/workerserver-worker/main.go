@@ -1,6 +1,6 @@
 // Command workerserver-worker runs the jobs of a workerserver master.
 //
-//	workerserver-worker -url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-reconnect D]
+//	workerserver-worker -url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-first-progress D] [-reconnect D]
 //
 // The password is read from -password-file, else from
 // WORKERSERVER_PASSWORD, which is then removed from the environment so
@@ -30,7 +30,7 @@ import (
 )
 
 func main() {
-	c := cli.New("workerserver-worker", "-url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-reconnect D]",
+	c := cli.New("workerserver-worker", "-url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-first-progress D] [-reconnect D]",
 		"Runs the jobs of a workerserver master, N at a time. The password is read from -password-file, else "+
 			"$WORKERSERVER_PASSWORD (which no job sees). A job "+
 			"for worker code CODE runs the executable DIR/CODE with the job's params as JSON on its standard input; its "+
@@ -49,6 +49,8 @@ func main() {
 	c.Flags.IntVar(&w.Concurrency, "c", runtime.NumCPU(), "jobs at once")
 	c.Flags.DurationVar(&w.Ping, "ping", 0, "ping interval when no job came (default 30s)")
 	c.Flags.DurationVar(&w.Progress, "progress", 0, "progress re-sent after (default 10s)")
+	c.Flags.DurationVar(&w.FirstProgress, "first-progress", 0,
+		"a job's first progress sent once it has run for (default 1s, at most -progress; negative: as it starts)")
 	c.Flags.DurationVar(&w.Reconnect, "reconnect", 0, "wait before connecting again (default 10s)")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {

@@ -177,9 +177,11 @@ var errUnconfirmed = errors.New("the server never spoke of it")
 // handed to it: a job it does not speak of within a lease, though it
 // shows life, never reached it (the answer to the ping that handed it out
 // was lost, or, after a restart of the master, it is not the server's any
-// more), and goes back in line. A worker reports a job Processing as it
-// starts it, and then at least once per progress interval (10 s by
-// default, the reference's too).
+// more), and goes back in line. A worker speaks of a job within its
+// progress interval (10 s by default, the reference's too), and then at
+// least once per interval: the reference's says Processing as it starts
+// it, ours once it has run Worker.FirstProgress (1 s by default), or its
+// end if that comes first.
 func (s *session) expect(id, server string) {
 	s.mu.Lock()
 	s.expectLocked(id, server)

@@ -89,6 +89,92 @@ func TestWorkerAgainstMaster(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "nothing left in the cache")
 }
 
+// A job that ends before the Worker's FirstProgress sends its end alone;
+// one that runs longer says Processing, with its progress, once it has run
+// that long, and its end after; with a negative FirstProgress, Processing
+// goes as any job starts, as the reference's worker sends it. (The
+// master's own Processing, when it hands the job out, carries no data.)
+func TestWorkerFirstProgress(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		first        time.Duration
+		quick, gated bool // run a job that ends at once, one that runs until let go
+		quickSaysIt  bool // the quick one says Processing
+	}{
+		{name: "an-hour", first: time.Hour, quick: true},
+		{name: "soon", first: 20 * time.Millisecond, gated: true},
+		{name: "at-start", first: -1, quick: true, gated: true, quickSaysIt: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			codes := t.TempDir()
+			gate := filepath.Join(t.TempDir(), "gate")
+			for name, body := range map[string]string{
+				"quick": "#!/bin/sh\nread p\necho '{}'\n",
+				"gated": "#!/bin/sh\nread p\nwhile [ ! -e '" + gate + "' ]; do sleep 0.01; done\necho '{}'\n",
+			} {
+				require.NoError(t, os.WriteFile(filepath.Join(codes, name), []byte(body), 0o755))
+			}
+			ctx, m, ex, _ := workerAndMaster(t, codes, 0, 2, func(w *Worker) {
+				w.FirstProgress, w.Progress = tc.first, 2*time.Hour
+			})
+			// The Processing statuses the worker sent for job id.
+			said := func(id string) (n int) {
+				rec, _ := m.Job(id)
+				for _, ev := range rec.History {
+					if ev.Status == JobProcessing && ev.Server == "w1" && len(ev.Data) > 0 {
+						n++
+					}
+				}
+				return n
+			}
+			run := func(id, code string) *laboro.Handle {
+				h, err := ex.Submit(ctx, NewJob(id, code, nil))
+				require.NoError(t, err)
+				return h
+			}
+			wait := func(h *laboro.Handle) {
+				wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+				defer wcancel()
+				res, err := h.Wait(wctx)
+				require.NoError(t, err)
+				require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+				res.Output.Close()
+			}
+
+			if tc.quick {
+				wait(run("q", "quick"))
+				want := 0
+				if tc.quickSaysIt {
+					want = 1
+				}
+				assert.Equal(t, want, said("q"), "Processing statuses of a job that ended at once")
+				rec, _ := m.Job("q")
+				assert.Equal(t, JobDone, rec.Status)
+			}
+			if tc.gated {
+				h := run("g", "gated")
+				require.Eventually(t, func() bool { return said("g") == 1 }, 10*time.Second, time.Millisecond,
+					"no Processing from a job that runs")
+				require.NoError(t, os.WriteFile(gate, nil, 0o644))
+				wait(h)
+				assert.Equal(t, 1, said("g"), "one Processing: the next one is two hours away")
+			}
+		})
+	}
+	t.Run("defaults", func(t *testing.T) {
+		for _, tc := range []struct{ first, progress, want time.Duration }{
+			{0, 0, DefaultFirstProgress},
+			{0, 300 * time.Millisecond, 300 * time.Millisecond},
+			{5 * time.Second, 0, 5 * time.Second},
+			{time.Minute, 0, 10 * time.Second},
+			{-1, 0, -1},
+		} {
+			w := &Worker{FirstProgress: tc.first, Progress: tc.progress}
+			assert.Equal(t, tc.want, w.firstProgress(), "FirstProgress %v, Progress %v", tc.first, tc.progress)
+		}
+	})
+}
+
 // A result too large for the master (HTTP 413) does not leave its job
 // Processing for ever: the worker reports the job Failed, saying why, and
 // goes on.
@@ -119,7 +205,7 @@ func TestWorkerResultTooLarge(t *testing.T) {
 // workerAndMaster runs a Master (with maxBody, 0 for the default) over
 // loopback HTTP, an Executor of its jobs, and a Worker of the executables
 // in codes running n jobs at once, until the test ends; ctx ends then.
-func workerAndMaster(t *testing.T, codes string, maxBody int64, n int) (context.Context, *Master, *laboro.Executor, *Worker) {
+func workerAndMaster(t *testing.T, codes string, maxBody int64, n int, opts ...func(*Worker)) (context.Context, *Master, *laboro.Executor, *Worker) {
 	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir(), MaxBody: maxBody}
 	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
 	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(8), laboro.WithConcurrency(8))
@@ -128,6 +214,9 @@ func workerAndMaster(t *testing.T, codes string, maxBody int64, n int) (context.
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(),
 		Concurrency: n, Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond}
+	for _, o := range opts {
+		o(w)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { assert.ErrorIs(t, w.Run(ctx), context.Canceled) })
 	t.Cleanup(func() {

@@ -46,11 +46,11 @@ type Config struct {
 	Logger    *zap.Logger   // nil = none
 }
 
-// The reference's intervals.
+// The defaults of Config's intervals: the reference's.
 const (
-	defaultReconnect = 10 * time.Second
-	defaultProgress  = 10 * time.Second
-	defaultPing      = 30 * time.Second
+	DefaultReconnect = 10 * time.Second
+	DefaultProgress  = 10 * time.Second
+	DefaultPing      = 30 * time.Second
 )
 
 // Link is a worker's link to its master: it connects (and reconnects),
@@ -108,9 +108,9 @@ func New(m Master, cfg Config) (*Link, error) {
 	if cfg.Reconnect < 0 || cfg.Progress < 0 || cfg.Ping < 0 {
 		return nil, errors.New("transport: negative interval")
 	}
-	cfg.Reconnect = cmp.Or(cfg.Reconnect, defaultReconnect)
-	cfg.Progress = cmp.Or(cfg.Progress, defaultProgress)
-	cfg.Ping = cmp.Or(cfg.Ping, defaultPing)
+	cfg.Reconnect = cmp.Or(cfg.Reconnect, DefaultReconnect)
+	cfg.Progress = cmp.Or(cfg.Progress, DefaultProgress)
+	cfg.Ping = cmp.Or(cfg.Ping, DefaultPing)
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock()
 	}

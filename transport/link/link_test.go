@@ -32,9 +32,9 @@ func TestNewValidates(t *testing.T) {
 
 	l, err := New(&fakeMaster{}, Config{CacheDir: t.TempDir()})
 	require.NoError(t, err)
-	assert.Equal(t, defaultReconnect, l.cfg.Reconnect)
-	assert.Equal(t, defaultProgress, l.cfg.Progress)
-	assert.Equal(t, defaultPing, l.cfg.Ping)
+	assert.Equal(t, DefaultReconnect, l.cfg.Reconnect)
+	assert.Equal(t, DefaultProgress, l.cfg.Progress)
+	assert.Equal(t, DefaultPing, l.cfg.Ping)
 	require.NoError(t, l.Stop(ctx(t)))
 }
 
