@@ -226,7 +226,16 @@ func TestControllerKilledResumes(t *testing.T) {
 	work := fmt.Sprintf(`n=$(wc -l < %[1]s 2>/dev/null || echo 0); echo run >> %[1]s; if [ "$n" -ge 4 ]; then while [ ! -e %[2]s ]; do sleep 0.02; done; fi; md5sum`, runs, gate)
 	controller := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", in, "-out", out, "-log", "debug")
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "main.sock")); return err == nil }, 20*time.Second, 10*time.Millisecond)
-	e2e.Start(t, nil, workerBin, "-dir", dir, "-pulse", "2s", "--", "sh", "-c", work)
+	w1 := e2e.Start(t, nil, workerBin, "-dir", dir, "-pulse", "2s", "-log", "debug", "--", "sh", "-c", work)
+	var w2 *e2e.Process
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the first worker:\n%s", w1.Log())
+			if w2 != nil {
+				t.Logf("the second worker:\n%s", w2.Log())
+			}
+		}
+	})
 	require.Eventually(t, func() bool {
 		entries, _ := os.ReadDir(out)
 		n := 0
@@ -242,7 +251,7 @@ func TestControllerKilledResumes(t *testing.T) {
 	require.NoError(t, os.WriteFile(gate, nil, 0o600))
 
 	again := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", in, "-out", out, "-log", "debug")
-	e2e.Start(t, nil, workerBin, "-dir", dir, "-pulse", "2s", "--", "sh", "-c", work)
+	w2 = e2e.Start(t, nil, workerBin, "-dir", dir, "-pulse", "2s", "-log", "debug", "--", "sh", "-c", work)
 	require.Equal(t, 0, again.Wait(t, 60*time.Second), again.Log())
 	checkResults(t, out, sums)
 	assert.Contains(t, again.Log(), `"tasks": 4`, "the four done before are skipped")

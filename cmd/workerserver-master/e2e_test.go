@@ -232,6 +232,14 @@ func TestMasterKilledAndRestarted(t *testing.T) {
 	require.Eventually(t, func() bool { return s.done() == n }, 120*time.Second, 50*time.Millisecond,
 		"done %d of %d\n%s", s.done(), n, s.master.Log())
 	checkJobs(t, s.jobs(), n)
+	// The results are in the table: the files the master's Runs handed
+	// them in are gone, not left in its temp dir, one a job.
+	left := func() []string {
+		names, _ := filepath.Glob(filepath.Join(s.master.TempDir, "workerserver-*"))
+		return names
+	}
+	assert.Eventually(t, func() bool { return len(left()) == 0 }, 30*time.Second, 20*time.Millisecond,
+		"left in the master's temp dir: %d files", len(left()))
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("w%d", i)
 		assert.Eventually(t, func() bool { return len(cached(t, s.cache(id))) == 0 }, 30*time.Second, 50*time.Millisecond, "cache of %s: %v", id, cached(t, s.cache(id)))

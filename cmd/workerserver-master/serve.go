@@ -75,8 +75,23 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 	// as it is (closing the Executor first would cancel the jobs).
 	defer ex.Close()
 	defer m.Close()
-	m.Submit = func(job laboro.Job) error {
+	// A job's result stays in the table; the file the Master hands its
+	// Run's result in is removed as the job ends.
+	submit := func(job laboro.Job) (*laboro.Handle, error) {
 		h, err := ex.Submit(context.Background(), job)
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			<-h.Done()
+			if res, ok := h.Result(); ok {
+				res.Output.Close()
+			}
+		}()
+		return h, nil
+	}
+	m.Submit = func(job laboro.Job) error {
+		h, err := submit(job)
 		if err != nil {
 			return err
 		}
@@ -94,7 +109,7 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 		}
 	}
 	for _, rec := range m.Unfinished() {
-		if _, err := ex.Submit(context.Background(), workerserver.NewJob(rec.ID, rec.Worker, rec.Params)); err != nil {
+		if _, err := submit(workerserver.NewJob(rec.ID, rec.Worker, rec.Params)); err != nil {
 			return err
 		}
 	}

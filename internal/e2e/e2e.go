@@ -83,18 +83,24 @@ func Build(t testing.TB, pkg string) string {
 type Process struct {
 	Cmd    *exec.Cmd
 	Stdout strings.Builder // read it only after Wait
+	// TempDir is the process's $TMPDIR, a directory of the test's own:
+	// what the process leaves there (a process killed at the end of its
+	// test cannot clean up) goes with the test, and a test can see what
+	// it left.
+	TempDir string
 
 	mu   sync.Mutex
 	logs strings.Builder
 	eof  chan struct{}
 }
 
-// Start runs bin with args (and env added to this process's environment);
-// the process is killed when the test ends.
+// Start runs bin with args (and env added to this process's environment,
+// TMPDIR set to Process.TempDir unless env sets it); the process is killed
+// when the test ends.
 func Start(t testing.TB, env []string, bin string, args ...string) *Process {
 	t.Helper()
-	p := &Process{Cmd: exec.Command(bin, args...), eof: make(chan struct{})}
-	p.Cmd.Env = append(os.Environ(), env...)
+	p := &Process{Cmd: exec.Command(bin, args...), eof: make(chan struct{}), TempDir: t.TempDir()}
+	p.Cmd.Env = append(append(os.Environ(), "TMPDIR="+p.TempDir), env...)
 	p.Cmd.Stdout = &p.Stdout
 	stderr, err := p.Cmd.StderrPipe()
 	if err != nil {
