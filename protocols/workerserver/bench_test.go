@@ -120,16 +120,7 @@ func BenchmarkJobs(b *testing.B) {
 	b.Run("workerserver", func(b *testing.B) {
 		bm := newBenchMaster(b)
 		defer bm.close()
-		defer bm.runWorker(b, codes, 20*time.Millisecond)()
-		// One job before the timer: the worker is known to the master and
-		// the figure is the steady rate.
-		h, err := bm.ex.Submit(context.Background(), NewJob("warm", "echo", nil))
-		if err != nil {
-			b.Fatal(err)
-		}
-		waitAll(b, []*laboro.Handle{h})
-		b.ResetTimer()
-		waitAll(b, bm.submit(b, b.N))
+		bm.steady(b, codes)
 	})
 	// The same with 200 more servers in the table, online and idle: a
 	// fleet whose other machines have no free slot, or that came and went.
@@ -145,15 +136,22 @@ func BenchmarkJobs(b *testing.B) {
 				bm.online(b, id)
 			}
 		}
-		defer bm.runWorker(b, codes, 20*time.Millisecond)()
-		h, err := bm.ex.Submit(context.Background(), NewJob("warm", "echo", nil))
-		if err != nil {
-			b.Fatal(err)
-		}
-		waitAll(b, []*laboro.Handle{h})
-		b.ResetTimer()
-		waitAll(b, bm.submit(b, b.N))
+		bm.steady(b, codes)
 	})
+}
+
+// steady runs b.N echo jobs through a worker of the codes in dir, pinging
+// every 20 ms when idle. One job runs before the timer: the worker is known
+// to the master and the figure is the steady rate.
+func (bm *benchMaster) steady(b *testing.B, dir string) {
+	defer bm.runWorker(b, dir, 20*time.Millisecond)()
+	h, err := bm.ex.Submit(context.Background(), NewJob("warm", "echo", nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	waitAll(b, []*laboro.Handle{h})
+	b.ResetTimer()
+	waitAll(b, bm.submit(b, b.N))
 }
 
 // online has server id say Connecting, then Online, listing the code
