@@ -380,7 +380,11 @@ func TestControllerTaskFailsWhenTheWorkersStayBusy(t *testing.T) {
 	tc := startController(t, Codec{}, func(c *Controller) { c.Attempts = attempts })
 	w := startSpecRefWorker(t, tc.c.Dir)
 	timeout := time.After(20 * time.Second)
-	first, second := tc.submit(t, "first task"), tc.submit(t, "second task")
+	// The first in line before the second is submitted: the two Runs
+	// would otherwise race to it, and the worker solve the second.
+	first := tc.submit(t, "first task")
+	require.Eventually(t, func() bool { return tc.c.d.Stats().Waiting == 1 }, 10*time.Second, time.Millisecond)
+	second := tc.submit(t, "second task")
 
 	// The reference pulses OK only after 30 to 45 s; this one at once.
 	assert.Equal(t, "", w.pulse(), "OK, left out")
