@@ -18,10 +18,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"runtime"
-	"time"
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
@@ -63,8 +61,7 @@ func main() {
 			if !roots.AppendCertsFromPEM(pem) {
 				return fmt.Errorf("%s: no PEM certificate", *caFile)
 			}
-			w.Client = &http.Client{Timeout: 30 * time.Second,
-				Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+			w.Client = workerserver.NewClient(w.Concurrency, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
 		}
 		if *passwordFile != "" {
 			p, err := secret.ReadFile(*passwordFile)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,7 +62,8 @@ type Worker struct {
 	// DefaultFirstProgress; it is never more than Progress; a negative
 	// value sends it as the job starts, as the reference's worker does.
 	FirstProgress time.Duration
-	// Client makes the requests; nil means one with a 30 s timeout.
+	// Client makes the requests; nil means one with a 30 s timeout that
+	// keeps a connection open for each slot and the pings (NewClient).
 	Client *http.Client
 	// Logger; nil means none.
 	Logger *zap.Logger
@@ -90,12 +92,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.Paths == (Paths{}) {
 		w.Paths = DefaultPaths
 	}
-	if w.Client == nil {
-		w.Client = &http.Client{Timeout: 30 * time.Second}
-	}
 	n := w.Concurrency
 	if n <= 0 {
 		n = runtime.NumCPU()
+	}
+	if w.Client == nil {
+		w.Client = NewClient(n, nil)
 	}
 	w.running, w.free = map[string][]*running{}, n
 	ex, err := laboro.New(laboro.WithPoolSize(n), laboro.WithConcurrency(n), laboro.WithBufferSize(n), laboro.WithLogger(w.Logger))
@@ -216,6 +218,18 @@ func (w *Worker) start(ctx context.Context, ex *laboro.Executor, up *link.Link, 
 		}
 		stream.Complete(statusBody(status, data))
 	})
+}
+
+// NewClient returns the HTTP client of a Worker running n jobs at once:
+// a 30 s timeout, and an idle connection kept to the master for each job's
+// statuses and for the pings (Go's default keeps two, so that a worker of
+// more slots opened a new connection for many of its requests). tlsConfig,
+// if not nil, is that of an https:// master.
+func NewClient(n int, tlsConfig *tls.Config) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = n + 2
+	t.TLSClientConfig = tlsConfig
+	return &http.Client{Timeout: 30 * time.Second, Transport: t}
 }
 
 // DefaultFirstProgress is Worker.FirstProgress's default.

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,6 +177,54 @@ func TestWorkerFirstProgress(t *testing.T) {
 			assert.Equal(t, tc.want, w.firstProgress(), "FirstProgress %v, Progress %v", tc.first, tc.progress)
 		}
 	})
+}
+
+// A Worker of 8 slots keeps a connection open to the master for each slot
+// and for its pings: its jobs' statuses do not open new ones (Go's default
+// client keeps two idle connections to a host, and closes the others).
+func TestWorkerKeepsItsConnections(t *testing.T) {
+	const slots, jobs = 8, 200
+	codes := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "quick"), []byte("#!/bin/sh\nread p\necho '{}'\n"), 0o755))
+	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir()}
+	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(jobs), laboro.WithConcurrency(jobs))
+	require.NoError(t, err)
+	var opened atomic.Int64
+	srv := httptest.NewUnstartedServer(m.Handler())
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(),
+		Concurrency: slots, Ping: 20 * time.Millisecond}
+	var wg sync.WaitGroup
+	wg.Go(func() { assert.ErrorIs(t, w.Run(ctx), context.Canceled) })
+	defer func() {
+		cancel()
+		wg.Wait()
+		srv.Close()
+		m.Close()
+		ex.Close()
+	}()
+
+	hs := make([]*laboro.Handle, jobs)
+	for i := range hs {
+		hs[i], err = ex.Submit(ctx, NewJob(fmt.Sprint(i), "quick", nil))
+		require.NoError(t, err)
+	}
+	for _, h := range hs {
+		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+		res, err := h.Wait(wctx)
+		wcancel()
+		require.NoError(t, err)
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		res.Output.Close()
+	}
+	assert.LessOrEqual(t, opened.Load(), int64(2*(slots+2)), "connections opened for %d jobs", jobs)
 }
 
 // A result too large for the master (HTTP 413) does not leave its job
