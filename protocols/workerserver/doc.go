@@ -112,7 +112,8 @@
 //     (the reference's request.post sets no timeout, and its job lock
 //     keeps one ping out at a time).
 //   - A worker pings only when it has a free slot; cancelJobs thus reach a
-//     full worker at its next ping, when a job ends. A Worker cancels a job
+//     full worker when a job ends (its next ping, or the end's answer,
+//     below). A Worker cancels a job
 //     through its local Executor (Executor.Cancel: the job's process group
 //     is killed) and reports it Cancelled.
 //   - A ping may bring several jobs: a Worker with more than one free
@@ -122,6 +123,17 @@
 //     (PingData.Jobs). A worker with 4 slots thus fills them in one round
 //     trip instead of four. The reference's worker sends no slots and gets
 //     one job at most, as before.
+//   - The end of a job (Done, Failed, Cancelled) may ask for jobs too: a
+//     Worker sends slots with it, its free slots then (the one the job
+//     freed among them), and the master answers as a ping would, without
+//     waiting (jobId and status, and job, jobs, cancelJobs), the end and
+//     the hand-out in one commit. A worker kept busy thus sends one request
+//     a job instead of two, and pings only when an end brought fewer jobs
+//     than it asked for (such a ping may be held). Only a server Online
+//     gets jobs so: a new process replays the ends of its cache between
+//     its Connecting and its Online, which gives back the jobs it had. A
+//     master that does not know the field answers an end as before, and
+//     the Worker pings.
 //   - The user API (/api/jobs, /api/servers) asks for no password: serve
 //     the master on a trusted address.
 package workerserver

@@ -621,6 +621,103 @@ func TestPingSlots(t *testing.T) {
 	}
 }
 
+// The end of a job that asks for jobs (FieldSlots) brings what a ping
+// would, in the same answer: the jobs in line for its server, handed out,
+// and the jobs it is to cancel. A status that does not ask, a Processing,
+// and the end of a server not Online (a new process replaying its cache)
+// bring none.
+func TestJobEndBringsJobs(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "a")
+	var hs []*laboro.Handle
+	submit := func(n int) {
+		for range n {
+			id := fmt.Sprintf("j%d", len(hs))
+			h, err := ex.Submit(context.Background(), NewJob(id, "a", params("n", strconv.Itoa(len(hs)))))
+			require.NoError(t, err)
+			f.waitInLine(h.ID())
+			hs = append(hs, h)
+		}
+	}
+	end := func(job, status, slots string) jobStatusData {
+		t.Helper()
+		v := form("s1", status, 1)
+		if slots != "" {
+			v.Set(FieldSlots, slots)
+		}
+		code, a := f.post(DefaultPaths.Job+job, v)
+		require.Equal(t, http.StatusOK, code, "%+v", a)
+		var got jobStatusData // (PingData's UnmarshalJSON would read it all)
+		require.NoError(t, json.Unmarshal(a.Data, &struct {
+			JobID  *string `json:"jobId"`
+			Status *string `json:"status"`
+		}{&got.JobID, &got.Status}))
+		require.NoError(t, json.Unmarshal(a.Data, &got.PingData))
+		return got
+	}
+	ids := func(pd PingData) []string {
+		var got []string
+		if pd.Job != nil {
+			got = append(got, pd.Job.JobID)
+		}
+		for _, o := range pd.Jobs {
+			got = append(got, o.JobID)
+		}
+		return got
+	}
+
+	submit(3)
+	job, _ := f.pingForJob("s1")
+	require.Equal(t, "j0", job.JobID)
+	got := end("j0", JobDone, "2")
+	require.Equal(t, "j0", got.JobID)
+	require.Equal(t, JobDone, got.Status)
+	require.Equal(t, []string{"j1", "j2"}, ids(got.PingData))
+	require.Equal(t, params("n", "2"), got.Jobs[0].Params)
+	for _, id := range []string{"j1", "j2"} {
+		rec := f.record(id)
+		require.Equal(t, JobProcessing, rec.Status, id)
+		require.Equal(t, "s1", rec.Server, id)
+		require.Equal(t, []string{JobQueued, JobProcessing}, statuses(rec.History), id)
+	}
+	require.Equal(t, laboro.StatusSucceeded, wait(t, hs[0]).Status)
+
+	submit(1) // j3
+	require.Empty(t, ids(end("j1", JobDone, "").PingData), "a job's end that does not ask")
+	require.Empty(t, ids(end("j2", JobProcessing, "1").PingData), "a Processing")
+	require.Equal(t, JobQueued, f.record("j3").Status)
+	require.Equal(t, []string{"j3"}, ids(end("j2", JobFailed, "1").PingData), "a Failed asks too")
+	require.Equal(t, laboro.StatusFailed, wait(t, hs[2]).Status)
+
+	// A new process of s1 replays the end of j3 before its Online.
+	submit(1) // j4
+	f.serverStatus("s1", ServerConnecting, nil)
+	require.Empty(t, ids(end("j3", JobDone, "1").PingData), "the end of a server not Online")
+	require.Equal(t, JobQueued, f.record("j4").Status)
+	f.serverStatus("s1", ServerOnline, Startup{Startup: true, Workers: []WorkerCode{{Code: "a"}}})
+
+	// A job to cancel comes with the next end, with what is in line.
+	submit(2) // j5, j6
+	v := form("s1", "", nil)
+	v.Set(FieldSlots, "2")
+	code, a := f.post(DefaultPaths.Ping+"s1", v)
+	require.Equal(t, http.StatusOK, code, "%+v", a)
+	var pd PingData
+	require.NoError(t, json.Unmarshal(a.Data, &pd))
+	require.Equal(t, []string{"j4", "j5"}, ids(pd))
+	require.NoError(t, f.m.Cancel("j5"))
+	got = end("j4", JobDone, "1")
+	require.Equal(t, []string{"j5"}, got.CancelJobs)
+	require.Equal(t, []string{"j6"}, ids(got.PingData))
+	f.jobStatus("s1", "j5", JobCancelled, errData("cancelled"))
+	f.jobStatus("s1", "j6", JobDone, 6)
+	for i, want := range []laboro.Status{laboro.StatusSucceeded, laboro.StatusSucceeded, laboro.StatusFailed, laboro.StatusSucceeded,
+		laboro.StatusSucceeded, laboro.StatusKilled, laboro.StatusSucceeded} {
+		require.Equal(t, want, wait(t, hs[i]).Status, hs[i].ID())
+	}
+}
+
 func TestRestart(t *testing.T) {
 	f := newFixture(t)
 	f.online("s1", "sum")

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/laboro-go/laboro/transport"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 )
@@ -79,6 +80,7 @@ type workerRequest struct {
 	status   string
 	data     json.RawMessage // nil when the form had none
 	slots    int             // jobs a ping may bring: 1 unless it said more
+	asked    bool            // the form said slots: a job's end asks for jobs too
 }
 
 // worker reads and authenticates a worker's POST, then calls handle.
@@ -121,7 +123,7 @@ func (m *Master) worker(w http.ResponseWriter, r *http.Request, rawID string, ha
 			writeFormErrors(w, map[string]string{FieldSlots: fmt.Sprintf("not a number of jobs (1 or more): %.20q", v)})
 			return
 		}
-		req.slots = min(n, MaxSlots)
+		req.slots, req.asked = min(n, MaxSlots), true
 	}
 	if d := f.Get(FieldData); d != "" {
 		if !json.Valid([]byte(d)) {
@@ -241,7 +243,8 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 }
 
 // jobStatus records a job's status from a server, and settles the job in
-// the Dispatcher when it is the job's end.
+// the Dispatcher when it is the job's end. The end of a job that asks for
+// jobs (FieldSlots) brings what a ping would, in the same commit.
 func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 	switch req.status {
 	case JobProcessing, JobDone, JobFailed, JobCancelled:
@@ -251,71 +254,108 @@ func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 	}
 	wk := s.alive(req.serverID)
 	s.confirm(req.id, req.serverID)
-	var (
-		status string // the job's, after this one
-		ended  bool   // this status ended the job
-		kept   bool   // this status was recorded in History only
-	)
+	var h *handout // the jobs the end of a job asks for
+	if req.asked && Final(req.status) {
+		var err error
+		if h, err = s.takeFor(req, wk, false); err != nil {
+			s.writeTxError(w, err)
+			return
+		}
+	}
+	var r recorded
 	now := time.Now()
-	err := s.commit.update(func(tx *bolt.Tx) error {
-		status, ended, kept = "", false, false
-		row, err := getJob(tx, req.id)
-		if err != nil {
+	err := s.commit.update(func(tx *bolt.Tx) (err error) {
+		if r, err = s.recordJobStatus(tx, req, now); err != nil {
 			return err
 		}
-		if row == nil {
-			return &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("unknown job %q", req.id)}
-		}
-		if err := appendEvent(tx, bucketJobHistory, req.id, StatusEvent{Status: req.status, Data: req.data, At: now, Server: req.serverID}); err != nil {
+		if h != nil {
+			_, err := h.inTx(tx, now)
 			return err
 		}
-		if Final(req.status) {
-			// The server is done with it: nothing to cancel there.
-			if err := deleteCancel(tx, req.serverID, req.id); err != nil {
-				return err
-			}
-		}
-		status = row.Status
-		switch {
-		case Final(row.Status):
-			kept = true
-			return nil
-		case row.Status == JobProcessing && row.Server == req.serverID:
-		case req.status == JobDone && row.handedTo(req.serverID):
-			// A server that lost the job (it went back in line, maybe
-			// to another server) ran it to its end: the first result
-			// wins, and the server that has it now is told to cancel it.
-			if row.Status == JobProcessing {
-				if err := putCancel(tx, row.Server, req.id); err != nil {
-					return err
-				}
-				server := row.Server
-				tx.OnCommit(func() { s.nudge(server) })
-			}
-		default:
-			kept = true
-			return nil
-		}
-		row.Status, row.Server, row.Data, row.Updated = req.status, req.serverID, req.data, now
-		status = row.Status
-		ended = Final(req.status)
-		return putJob(tx, row)
+		return nil
 	})
+	if h != nil {
+		s.settle(h, err)
+	}
 	if err != nil {
 		s.writeTxError(w, err)
 		return
 	}
 	switch {
-	case ended:
+	case r.ended:
 		s.complete(wk, req.id)
 		s.log.Info("job ended", zap.String("job", req.id), zap.String("status", req.status), zap.String("server", req.serverID))
-	case kept && req.status != status:
+	case r.kept && req.status != r.status:
 		s.log.Info("job status recorded only", zap.String("job", req.id), zap.String("status", req.status),
-			zap.String("jobStatus", status), zap.String("server", req.serverID))
+			zap.String("jobStatus", r.status), zap.String("server", req.serverID))
 	default:
 		s.log.Debug("job status", zap.String("job", req.id), zap.String("status", req.status), zap.String("server", req.serverID))
 	}
-	writeData(w, map[string]string{"jobId": req.id, "status": status})
+	answer := jobStatusData{JobID: req.id, Status: r.status}
+	if h != nil {
+		answer.PingData = h.pd
+	}
+	writeData(w, answer)
+}
+
+// jobStatusData is the data of a job status's answer: the job's status
+// after it, and for a job's end that asked for jobs, what a ping brings.
+type jobStatusData struct {
+	JobID  string `json:"jobId"`
+	Status string `json:"status"`
+	PingData
+}
+
+// recorded is what recording a job's status did.
+type recorded struct {
+	status string // the job's, after it
+	ended  bool   // it ended the job
+	kept   bool   // it was kept in the job's history only
+}
+
+// recordJobStatus records req, a status of job req.id from its server, in
+// tx.
+func (s *session) recordJobStatus(tx *bolt.Tx, req *workerRequest, now time.Time) (recorded, error) {
+	row, err := getJob(tx, req.id)
+	if err != nil {
+		return recorded{}, err
+	}
+	if row == nil {
+		return recorded{}, &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("unknown job %q", req.id)}
+	}
+	if err := appendEvent(tx, bucketJobHistory, req.id, StatusEvent{Status: req.status, Data: req.data, At: now, Server: req.serverID}); err != nil {
+		return recorded{}, err
+	}
+	if Final(req.status) {
+		// The server is done with it: nothing to cancel there.
+		if err := deleteCancel(tx, req.serverID, req.id); err != nil {
+			return recorded{}, err
+		}
+	}
+	r := recorded{status: row.Status}
+	switch {
+	case Final(row.Status):
+		r.kept = true
+		return r, nil
+	case row.Status == JobProcessing && row.Server == req.serverID:
+	case req.status == JobDone && row.handedTo(req.serverID):
+		// A server that lost the job (it went back in line, maybe
+		// to another server) ran it to its end: the first result
+		// wins, and the server that has it now is told to cancel it.
+		if row.Status == JobProcessing {
+			if err := putCancel(tx, row.Server, req.id); err != nil {
+				return recorded{}, err
+			}
+			server := row.Server
+			tx.OnCommit(func() { s.nudge(server) })
+		}
+	default:
+		r.kept = true
+		return r, nil
+	}
+	row.Status, row.Server, row.Data, row.Updated = req.status, req.serverID, req.data, now
+	r.status, r.ended = row.Status, Final(req.status)
+	return r, putJob(tx, row)
 }
 
 // ping hands the server a job, if one is in line for it, and the jobs it
@@ -325,99 +365,138 @@ func (s *session) ping(w http.ResponseWriter, req *workerRequest) {
 		writeError(w, http.StatusForbidden, "the serverId of the form is not the one of the path")
 		return
 	}
-	var srv *ServerRecord
-	err := s.db.View(func(tx *bolt.Tx) (err error) {
-		srv, err = getServer(tx, req.id)
-		return err
-	})
+	h, err := s.takeFor(req, s.alive(req.id), true)
 	if err != nil {
 		s.writeTxError(w, err)
 		return
 	}
-	wk := s.alive(req.id)
-	var taken []*dispatchTicket
-	if srv == nil || (srv.Status != ServerStopping && srv.Status != ServerOffline) {
-		// (no new work for a server on its way out)
-		accept := acceptCodes(srv)
-		if _, taken = s.take(req.id, req.slots, accept); len(taken) == 0 && s.hold > 0 {
-			taken = s.await(req.ctx, wk, req.id, req.slots, accept)
-			wk.Renew() // it waited here: alive all along
-		}
-	}
-
-	var pd PingData
-	var handed []*dispatchTicket // of taken, those handed out
-	var ended []string           // of taken, those being cancelled, which ended
 	now := time.Now()
 	err = s.commit.update(func(tx *bolt.Tx) error {
-		pd, handed, ended = PingData{}, handed[:0], ended[:0]
-		cancels, err := takeCancels(tx, req.id)
-		if err != nil {
-			return err
-		}
-		for _, id := range cancels {
-			row, err := getJob(tx, id)
-			if err != nil {
-				return err
-			}
-			if row != nil && row.handedTo(req.id) {
-				pd.CancelJobs = append(pd.CancelJobs, id)
-			}
-		}
-		for _, t := range taken {
-			ok, cancelled, err := handOut(tx, t, req.id, now)
-			if err != nil {
-				return err
-			}
-			if cancelled {
-				ended = append(ended, t.Key)
-			}
-			if !ok {
-				continue
-			}
-			handed = append(handed, t)
-			order := JobOrder{JobID: t.Value.JobID, Worker: t.Value.Worker, Params: t.Value.Params}
-			if pd.Job == nil {
-				pd.Job = &order
-			} else {
-				pd.Jobs = append(pd.Jobs, order)
-			}
-		}
-		if pd.Job == nil && len(cancels) == 0 && len(ended) == 0 {
+		changed, err := h.inTx(tx, now)
+		if err == nil && !changed {
 			return errNoChange
 		}
-		return nil
+		return err
 	})
 	if errors.Is(err, errNoChange) {
 		err = nil
 	}
-	if err != nil {
-		handed = nil
-	}
-	if len(handed) < len(taken) {
-		s.mu.Lock()
-		for _, t := range taken {
-			if !slices.Contains(handed, t) {
-				wk.Release(t) // not handed out after all
-			}
-		}
-		if err == nil && len(ended) > 0 {
-			s.abandon(ended)
-		}
-		s.mu.Unlock()
-	}
+	s.settle(h, err)
 	if err != nil {
 		s.writeTxError(w, err)
 		return
 	}
-	for _, t := range handed {
-		s.expect(t.Key, req.id)
-		s.log.Info("job handed out", zap.String("job", t.Key), zap.String("server", req.id))
+	writeData(w, h.pd)
+}
+
+// handout is what one request of a server brings it: the jobs it took
+// from the Dispatcher, on their way into the table, and the jobs it is to
+// cancel.
+type handout struct {
+	server string
+	wk     *transport.Worker[string, JobOrder]
+	taken  []*dispatchTicket
+	// Set by inTx, afresh on each call (an update may run more than once).
+	pd     PingData          // the answer
+	handed []*dispatchTicket // of taken, those handed out
+	ended  []string          // of taken, those being cancelled, which ended
+}
+
+// takeFor takes from the Dispatcher up to req.slots jobs for the server
+// of req (wk, alive), unless it is on its way out. A ping that finds none waits for
+// one up to the master's Hold. The end of a job (not a ping) brings jobs
+// only to a server Online: a new process of a worker replays the ends of
+// its cache between its Connecting and its Online, which gives back the
+// jobs the server had.
+func (s *session) takeFor(req *workerRequest, wk *transport.Worker[string, JobOrder], ping bool) (*handout, error) {
+	var srv *ServerRecord
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		srv, err = getServer(tx, req.serverID)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	if len(pd.CancelJobs) > 0 {
-		s.log.Info("jobs to cancel sent", zap.Strings("jobs", pd.CancelJobs), zap.String("server", req.id))
+	h := &handout{server: req.serverID, wk: wk}
+	switch {
+	case srv != nil && (srv.Status == ServerStopping || srv.Status == ServerOffline):
+		return h, nil // no new work for a server on its way out
+	case !ping && (srv == nil || srv.Status != ServerOnline):
+		return h, nil
 	}
-	writeData(w, pd)
+	accept := acceptCodes(srv)
+	if _, h.taken = s.take(req.serverID, req.slots, accept); len(h.taken) == 0 && ping && s.hold > 0 {
+		h.taken = s.await(req.ctx, h.wk, req.serverID, req.slots, accept)
+		h.wk.Renew() // it waited here: alive all along
+	}
+	return h, nil
+}
+
+// inTx records in tx the jobs of h handed out, and takes the cancels that
+// wait for its server; it reports whether it wrote anything.
+func (h *handout) inTx(tx *bolt.Tx, now time.Time) (changed bool, err error) {
+	h.pd, h.handed, h.ended = PingData{}, h.handed[:0], h.ended[:0]
+	cancels, err := takeCancels(tx, h.server)
+	if err != nil {
+		return false, err
+	}
+	for _, id := range cancels {
+		row, err := getJob(tx, id)
+		if err != nil {
+			return false, err
+		}
+		if row != nil && row.handedTo(h.server) {
+			h.pd.CancelJobs = append(h.pd.CancelJobs, id)
+		}
+	}
+	for _, t := range h.taken {
+		ok, cancelled, err := handOut(tx, t, h.server, now)
+		if err != nil {
+			return false, err
+		}
+		if cancelled {
+			h.ended = append(h.ended, t.Key)
+		}
+		if !ok {
+			continue
+		}
+		h.handed = append(h.handed, t)
+		order := JobOrder{JobID: t.Value.JobID, Worker: t.Value.Worker, Params: t.Value.Params}
+		if h.pd.Job == nil {
+			h.pd.Job = &order
+		} else {
+			h.pd.Jobs = append(h.pd.Jobs, order)
+		}
+	}
+	return h.pd.Job != nil || len(cancels) > 0 || len(h.ended) > 0, nil
+}
+
+// settle follows the commit of h (err its error, nil when it committed):
+// the jobs taken but not handed out go back to the Dispatcher, and those
+// handed out are expected of their server.
+func (s *session) settle(h *handout, err error) {
+	if err != nil {
+		h.handed, h.pd = nil, PingData{}
+	}
+	if len(h.handed) < len(h.taken) {
+		s.mu.Lock()
+		for _, t := range h.taken {
+			if !slices.Contains(h.handed, t) {
+				h.wk.Release(t) // not handed out after all
+			}
+		}
+		if err == nil && len(h.ended) > 0 {
+			s.abandon(h.ended)
+		}
+		s.mu.Unlock()
+	}
+	for _, t := range h.handed {
+		s.expect(t.Key, h.server)
+		s.log.Info("job handed out", zap.String("job", t.Key), zap.String("server", h.server))
+	}
+	if len(h.pd.CancelJobs) > 0 {
+		s.log.Info("jobs to cancel sent", zap.Strings("jobs", h.pd.CancelJobs), zap.String("server", h.server))
+	}
 }
 
 // handOut records in the table that server has the job of t, which it

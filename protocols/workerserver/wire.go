@@ -28,7 +28,9 @@ const (
 	// FieldSlots, in a ping, is how many jobs it may bring: a Worker of
 	// this package sends its free slots, and the master answers with up
 	// to that many (PingData.Jobs), at most MaxSlots. A ping without it
-	// (the reference's) brings one job at most.
+	// (the reference's) brings one job at most. In the status of a job's
+	// end, it asks for jobs as a ping would, and the answer's data holds
+	// PingData's members beside jobId and status.
 	FieldSlots = "slots"
 )
 

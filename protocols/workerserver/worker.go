@@ -27,12 +27,13 @@ import (
 
 // Worker is the worker side: it talks to a master over HTTP through a
 // link.Link (so that no status is lost or sent out of order: what
-// cannot be sent waits in CacheDir), pings it for jobs, and runs each job
+// cannot be sent waits in CacheDir), asks it for jobs (with the end of
+// each job, and by pinging when that brings none), and runs each job
 // with the executable CodeDir/<worker> (the job's "worker" field), its
 // params as JSON on standard input, its standard output (JSON) the result.
-// Each job runs as a job of a local laboro.Executor; a ping answer's
-// cancelJobs cancel theirs (Executor.Cancel: the process group is killed),
-// and the job is reported Cancelled.
+// Each job runs as a job of a local laboro.Executor; the cancelJobs of an
+// answer cancel theirs (Executor.Cancel: the process group is killed), and
+// the job is reported Cancelled.
 //
 // Set the fields before Run; a Worker runs once.
 type Worker struct {
@@ -68,9 +69,17 @@ type Worker struct {
 	// Logger; nil means none.
 	Logger *zap.Logger
 
-	mu      sync.Mutex
-	running map[string][]*running // by the master's job id
-	free    int
+	// Set by Run.
+	ctx    context.Context
+	ex     *laboro.Executor
+	up     *link.Link
+	pinger *link.Pinger
+	jobs   sync.WaitGroup // the jobs' goroutines
+
+	mu       sync.Mutex
+	running  map[string][]*running // by the master's job id
+	free     int                   // slots neither running a job nor asking for one
+	stopping bool                  // Run's ctx ended: no more jobs asked for
 }
 
 // running is a job this worker runs, as the local Executor knows it.
@@ -111,17 +120,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		ex.Close()
 		return err
 	}
-	var jobs sync.WaitGroup
-	var pinger *link.Pinger
-	pinger = up.NewPinger(func(ctx context.Context) (bool, error) {
-		return w.ping(ctx, ex, up, pinger, &jobs)
-	})
+	w.ctx, w.ex, w.up = ctx, ex, up
+	w.pinger = up.NewPinger(w.ping)
 	up.Start()
 	<-ctx.Done()
+	w.mu.Lock()
+	w.stopping = true
+	w.mu.Unlock()
 	// Jobs still running end as killed; their last statuses go to the
 	// cache if the link cannot send them.
 	ex.Close()
-	jobs.Wait()
+	w.jobs.Wait()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := up.Stop(stopCtx); err != nil {
@@ -130,43 +139,75 @@ func (w *Worker) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// ping asks the master for a job, cancels what it says, and starts the
-// job it gives, if any.
-func (w *Worker) ping(ctx context.Context, ex *laboro.Executor, up *link.Link, pinger *link.Pinger, jobs *sync.WaitGroup) (bool, error) {
-	w.mu.Lock()
-	free := w.free
-	w.mu.Unlock()
-	if free <= 0 {
-		// Every slot is busy: a job would only wait here. The next ping
-		// comes when a job ends (and brings any cancelJobs then).
+// ping asks the master for a job for each free slot, cancels what it
+// says, and starts the jobs it gives.
+func (w *Worker) ping(ctx context.Context) (bool, error) {
+	n := w.claim()
+	if n == 0 {
+		// Every slot is busy: a job would only wait here. The end of a
+		// job asks for the next (and brings any cancelJobs then).
 		return false, nil
 	}
 	var form url.Values
-	if free > 1 {
+	if n > 1 {
 		// One ping brings a job for every free slot (FieldSlots).
-		form = url.Values{FieldSlots: {strconv.Itoa(min(free, MaxSlots))}}
+		form = url.Values{FieldSlots: {strconv.Itoa(n)}}
 	}
 	var answer PingData
 	if err := w.post(ctx, w.Paths.Ping+url.PathEscape(w.ServerID), form, &answer); err != nil {
+		w.unclaim(n)
 		return false, err
 	}
+	return w.take(n, answer) > 0, nil
+}
+
+// claim takes the free slots, at most MaxSlots, for a request that asks
+// for jobs, and returns how many; none while Run stops.
+func (w *Worker) claim() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping {
+		return 0
+	}
+	n := min(w.free, MaxSlots)
+	w.free -= n
+	return n
+}
+
+// unclaim gives back n slots claimed.
+func (w *Worker) unclaim(n int) {
+	w.mu.Lock()
+	w.free += n
+	w.mu.Unlock()
+}
+
+// take follows an answer to a request that claimed n slots: it cancels
+// the jobs the answer names, starts those it brings, gives back the slots
+// left over, and returns how many jobs it started.
+func (w *Worker) take(n int, answer PingData) int {
 	for _, id := range answer.CancelJobs {
-		w.cancel(ex, id)
+		w.cancel(id)
 	}
-	if answer.Job == nil {
-		return false, nil
+	orders := answer.Jobs
+	if answer.Job != nil {
+		orders = append([]JobOrder{*answer.Job}, orders...)
 	}
-	w.start(ctx, ex, up, pinger, jobs, *answer.Job)
-	for _, order := range answer.Jobs {
-		w.start(ctx, ex, up, pinger, jobs, order)
+	started := 0
+	for _, order := range orders {
+		if w.start(order) {
+			started++
+		}
 	}
-	return true, nil
+	if left := n - started; left > 0 {
+		w.unclaim(left)
+	}
+	return started
 }
 
 // cancel kills the process of a job the master cancelled, through the
 // local Executor (its process group is killed); a job not submitted yet is
 // cancelled as soon as it is.
-func (w *Worker) cancel(ex *laboro.Executor, id string) {
+func (w *Worker) cancel(id string) {
 	w.mu.Lock()
 	var local []string
 	for _, r := range w.running[id] {
@@ -177,20 +218,29 @@ func (w *Worker) cancel(ex *laboro.Executor, id string) {
 	}
 	w.mu.Unlock()
 	for _, l := range local {
-		if err := ex.Cancel(l); err == nil {
+		if err := w.ex.Cancel(l); err == nil {
 			w.Logger.Info("job cancelled by the master", zap.String("job", id))
 		}
 	}
 }
 
-// start runs one job and sends its statuses through the link.
-func (w *Worker) start(ctx context.Context, ex *laboro.Executor, up *link.Link, pinger *link.Pinger, jobs *sync.WaitGroup, order JobOrder) {
+// start runs one job, in a slot claimed for it, and sends its statuses
+// through the link; it reports whether it did. As the job ends, its slot
+// is free before its end is sent: the end asks for the next job
+// (masterAPI.Send). A job that comes while Run stops is not run: the
+// master gives it back to the others at the worker's Stopping.
+func (w *Worker) start(order JobOrder) bool {
 	r := new(running)
 	w.mu.Lock()
+	if w.stopping {
+		w.mu.Unlock()
+		w.Logger.Info("job left to the master: stopping", zap.String("job", order.JobID))
+		return false
+	}
 	w.running[order.JobID] = append(w.running[order.JobID], r)
-	w.free--
+	w.jobs.Add(1) // under mu: Run waits for the jobs once stopping is set
 	w.mu.Unlock()
-	stream := up.Job(order.JobID)
+	stream := w.up.Job(order.JobID)
 	processing := statusBody(JobProcessing, Progress{Progress: ProgressCount{Total: 1}})
 	var first *time.Timer
 	if d := w.firstProgress(); d > 0 {
@@ -198,26 +248,25 @@ func (w *Worker) start(ctx context.Context, ex *laboro.Executor, up *link.Link, 
 	} else {
 		stream.Progress(processing)
 	}
-	jobs.Go(func() {
-		defer func() {
-			w.mu.Lock()
-			rs := slices.DeleteFunc(w.running[order.JobID], func(x *running) bool { return x == r })
-			if len(rs) == 0 {
-				delete(w.running, order.JobID)
-			} else {
-				w.running[order.JobID] = rs
-			}
-			w.free++
-			w.mu.Unlock()
-			pinger.JobDone()
-		}()
-		status, data := w.runJob(context.WithoutCancel(ctx), ex, order, r)
+	go func() {
+		defer w.jobs.Done()
+		status, data := w.runJob(context.WithoutCancel(w.ctx), order, r)
 		w.Logger.Info("job ended", zap.String("job", order.JobID), zap.String("status", status))
 		if first != nil {
 			first.Stop() // should it fire now, Complete orders the two
 		}
+		w.mu.Lock()
+		rs := slices.DeleteFunc(w.running[order.JobID], func(x *running) bool { return x == r })
+		if len(rs) == 0 {
+			delete(w.running, order.JobID)
+		} else {
+			w.running[order.JobID] = rs
+		}
+		w.free++
+		w.mu.Unlock()
 		stream.Complete(statusBody(status, data))
-	})
+	}()
+	return true
 }
 
 // NewClient returns the HTTP client of a Worker running n jobs at once:
@@ -243,7 +292,8 @@ func (w *Worker) firstProgress() time.Duration {
 }
 
 // runJob runs the job's executable and returns its final status and data.
-func (w *Worker) runJob(ctx context.Context, ex *laboro.Executor, order JobOrder, r *running) (string, any) {
+func (w *Worker) runJob(ctx context.Context, order JobOrder, r *running) (string, any) {
+	ex := w.ex
 	fail := func(name string, err error) (string, any) {
 		return JobFailed, ErrorData{Error: ErrorDetail{Name: name, Message: err.Error()}}
 	}
@@ -398,7 +448,23 @@ func (m *masterAPI) Send(ctx context.Context, msg link.Message) error {
 	if len(body.Data) > 0 && string(body.Data) != "null" {
 		form.Set(FieldData, string(body.Data))
 	}
-	err := m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), form, nil)
+	// A job's end asks for the next jobs, for the slots free then (the
+	// one it frees among them): one request instead of two, the end and
+	// a ping. A master that brings none (it has none, or does not know
+	// FieldSlots) gets a ping for them, which it may hold.
+	var n int
+	var answer PingData
+	if Final(body.Status) {
+		if n = m.w.claim(); n > 0 {
+			form.Set(FieldSlots, strconv.Itoa(n))
+			defer func() {
+				if m.w.take(n, answer) < n {
+					m.w.pinger.JobDone()
+				}
+			}()
+		}
+	}
+	err := m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), form, &answer)
 	var re *RefusedError
 	if errors.As(err, &re) && re.Code == http.StatusRequestEntityTooLarge && body.Status != JobFailed {
 		// Too large for the master (a big result): the job must not stay
@@ -409,7 +475,9 @@ func (m *masterAPI) Send(ctx context.Context, msg link.Message) error {
 		m.w.Logger.Warn("the master refused a job status as too large: the job fails", zap.String("job", msg.Key),
 			zap.String("status", body.Status), zap.Int("bytes", len(body.Data)))
 		b, _ := json.Marshal(why)
-		err = m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), url.Values{FieldStatus: {JobFailed}, FieldData: {string(b)}}, nil)
+		form.Set(FieldStatus, JobFailed)
+		form.Set(FieldData, string(b))
+		err = m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), form, &answer)
 	}
 	if errors.As(err, &re) && re.Permanent() {
 		// Sending it again would be refused again (and would hold back

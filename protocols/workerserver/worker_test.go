@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -279,4 +280,60 @@ func workerAndMaster(t *testing.T, codes string, maxBody int64, n int, opts ...f
 		ex.Close()
 	})
 	return ctx, m, ex, w
+}
+
+// A Worker asks for its next jobs with the end of each job: with jobs in
+// line, it pings only as it starts, and sends one request a job.
+func TestWorkerAsksWithJobEnds(t *testing.T) {
+	const slots, jobs = 2, 60
+	codes := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "quick"), []byte("#!/bin/sh\nread p\necho '{}'\n"), 0o755))
+	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir()}
+	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(jobs), laboro.WithConcurrency(jobs))
+	require.NoError(t, err)
+	var pings, statuses atomic.Int64
+	h := m.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, DefaultPaths.Ping):
+			pings.Add(1)
+		case strings.HasPrefix(r.URL.Path, DefaultPaths.Job):
+			statuses.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		srv.Close()
+		m.Close()
+		ex.Close()
+	}()
+	hs := make([]*laboro.Handle, jobs)
+	for i := range hs {
+		hs[i], err = ex.Submit(ctx, NewJob(fmt.Sprint(i), "quick", nil))
+		require.NoError(t, err)
+	}
+	// Every job in line before the worker comes: each end finds one.
+	require.Eventually(t, func() bool { return m.current().d.Stats().Waiting == jobs }, 10*time.Second, time.Millisecond)
+
+	// No periodic ping, no Processing within the test.
+	w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(),
+		Concurrency: slots, Ping: time.Hour, Progress: time.Hour, FirstProgress: time.Hour}
+	wg.Go(func() { assert.ErrorIs(t, w.Run(ctx), context.Canceled) })
+	for _, h := range hs {
+		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+		res, err := h.Wait(wctx)
+		wcancel()
+		require.NoError(t, err)
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		res.Output.Close()
+	}
+	assert.Equal(t, int64(jobs), statuses.Load(), "job statuses")
+	// The first ping, and at the end a ping for each slot whose job's end
+	// found the line empty.
+	assert.LessOrEqual(t, pings.Load(), int64(1+slots), "pings for %d jobs", jobs)
 }
