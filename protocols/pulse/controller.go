@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +87,12 @@ func (t Task) open() (io.ReadCloser, int64, error) {
 // 0, …) is logged once per peer process with a hint, as is a pulse from a
 // worker id the Controller never gave.
 //
+// The ids it gives start above those of the worker sockets in Dir when it
+// begins to listen: workers of a controller that was killed still listen
+// there and pulse with their ids, which this one answers UNKNOWN_ID, so
+// that they register again (offering the outcome they hold under their
+// new id); a new worker is never given the id of one of them.
+//
 // When a job ends while a worker runs its task (Executor.Cancel, the
 // job's Timeout, which the Executor applies, or Executor.Close), the
 // controller sends that worker RESTART and removes it; a result of that
@@ -117,6 +125,7 @@ type Controller struct {
 
 	mu      sync.Mutex
 	nextID  uint64
+	earlier uint64              // the highest id of a worker socket in Dir when Listen began
 	workers map[uint64]*cworker // the live workers
 	bg      sync.WaitGroup      // the workers' goroutines (drive)
 }
@@ -287,6 +296,7 @@ func (c *Controller) Listen() (net.Listener, error) {
 		conn.Close()
 		return nil, fmt.Errorf("%w: %s", ErrInUse, path)
 	}
+	c.skipEarlierIDs(dir)
 	os.Remove(tmp) // left by a controller of this pid that died
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
@@ -303,6 +313,32 @@ func (c *Controller) Listen() (net.Listener, error) {
 		return nil, fmt.Errorf("pulse: listen on %s: %w", path, err)
 	}
 	return &mainListener{UnixListener: ln, path: path}, nil
+}
+
+// skipEarlierIDs makes the ids this controller gives start above those
+// of the worker sockets in dir. A worker of an earlier controller (one
+// that was killed) still listens on <id>.sock and pulses with its id: had
+// a new worker been given the same id, the controller would take the one
+// for the other (the new worker took over the socket file, while the
+// pulses of the old one named tasks the controller never gave). Kept
+// apart, the old worker's pulses are answered UNKNOWN_ID, and it registers
+// again.
+func (c *Controller) skipEarlierIDs(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return // Listen fails on the directory anyway
+	}
+	var highest uint64
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".sock")
+		if id, err := strconv.ParseUint(name, 10, 64); ok && err == nil && e.Type() == fs.ModeSocket {
+			highest = max(highest, id)
+		}
+	}
+	c.mu.Lock()
+	c.earlier = max(c.earlier, highest)
+	c.nextID = max(c.nextID, highest)
+	c.mu.Unlock()
 }
 
 // mainListener listens on main.sock, and removes it when closed.
@@ -450,6 +486,11 @@ func (c *Controller) unknownWorker(p *pulsepb.WorkerPulse) {
 	id := p.WorkerId
 	if id == 0 || !c.logged.first("worker "+strconv.FormatUint(id, 10)) {
 		return // worker 0: foreignPulse has told
+	}
+	if id <= c.earlier {
+		c.log.Info("pulse from a worker of an earlier controller; answered UNKNOWN_ID: it should register again",
+			zap.Uint64("worker", id), zap.Stringer("type", p.Type))
+		return
 	}
 	if id <= c.nextID {
 		c.log.Info("pulse from a worker removed; answered UNKNOWN_ID: it should register again",

@@ -564,3 +564,33 @@ func TestControllerTaskInPayload(t *testing.T) {
 	assert.Equal(t, laboro.StatusFailed, res.Status)
 	assert.Equal(t, "j", res.ID)
 }
+
+// A controller started where workers of an earlier one still listen gives
+// ids above theirs, and answers their pulses UNKNOWN_ID, so that they
+// register again: had it given a new worker the id of a live one, it would
+// have taken the pulses of the one for the other's.
+func TestControllerSkipsEarlierWorkerIDs(t *testing.T) {
+	dir := shortDir(t)
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	old, err := net.Listen("unix", filepath.Join(dir, "5.sock")) // a worker of a controller that was killed
+	require.NoError(t, err)
+	defer old.Close()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "9.sock"), nil, 0o600)) // not a socket: not a worker's
+	tc := startController(t, Codec{}, func(c *Controller) { c.Dir = dir })
+
+	w := tc.worker(t)
+	require.Equal(t, uint64(6), w.id, "the first id after the earlier worker's")
+	oldWorker := &scriptedWorker{t: t, codec: tc.c.Codec, dir: dir, id: 5, next: 60}
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, oldWorker.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 3).Error)
+	tc.logged(t, "pulse from a worker of an earlier controller; answered UNKNOWN_ID: it should register again", 1)
+
+	// The task goes to the new worker; the earlier one's socket is never
+	// dialled.
+	tc.submit(t, "data")
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
+	m := w.received()
+	require.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, m.GetType())
+	require.NoError(t, old.(*net.UnixListener).SetDeadline(time.Now()))
+	_, err = old.Accept()
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the earlier worker's socket was dialled")
+}

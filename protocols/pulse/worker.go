@@ -43,6 +43,10 @@ var (
 	errForgotten = errors.New("pulse: the controller does not know this worker")
 	// errRestart: the controller sent RESTART.
 	errRestart = errors.New("pulse: the controller sent RESTART")
+	// errIDInUse: another process listens on the socket of the id the
+	// controller gave (a worker of an earlier controller, which numbered
+	// its workers the same way).
+	errIDInUse = errors.New("pulse: another worker listens on this id's socket")
 )
 
 // Worker is the worker side of the protocol. It registers with the
@@ -74,7 +78,10 @@ var (
 // A pulse answered UNKNOWN_ID means the controller forgot the worker: it
 // stops listening on its old socket (the file is removed) and registers
 // again, with the running task left running and its outcome offered
-// under the new id. A pulse answered UNKNOWN_TYPE or FAILED is logged and
+// under the new id. A worker given an id whose socket another process
+// listens on (a worker of a controller that was restarted and numbers its
+// workers from the same start) leaves that socket alone and registers
+// again; a socket file of its id that no one listens on it replaces. A pulse answered UNKNOWN_TYPE or FAILED is logged and
 // the worker goes on. An answer that makes sense only if the controller
 // speaks the other numbering (see the package documentation) is logged
 // too, once until the worker registers, with a hint. A pulse that fails (no connection, no answer) is
@@ -274,6 +281,12 @@ func (r *workerRun) serve(ctx context.Context) error {
 		case errors.Is(err, errForgotten):
 		case errors.Is(err, errRestart):
 			r.dropTask()
+		case errors.Is(err, errIDInUse):
+			// The controller gave the id of a live worker of an earlier
+			// controller: this one takes another, and leaves that
+			// socket to its owner.
+			r.log.Warn("the controller gave an id whose socket another worker listens on (a worker of a controller that was restarted?): registering again",
+				zap.Uint64("worker", id))
 		default:
 			return err
 		}
@@ -282,14 +295,18 @@ func (r *workerRun) serve(ctx context.Context) error {
 }
 
 // session listens on <dir>/<id>.sock, replacing a stale socket of that
-// name, and pulses as worker id until the registration ends; the socket
-// file is removed then.
+// name (errIDInUse if another process listens on it), and pulses as
+// worker id until the registration ends; the socket file is removed then.
 func (r *workerRun) session(ctx context.Context, id uint64) error {
 	if err := checkDir(r.dir); err != nil {
 		return err
 	}
 	path := filepath.Join(r.dir, strconv.FormatUint(id, 10)+".sock")
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSocket {
+		if conn, err := net.DialTimeout("unix", path, r.timeout); err == nil {
+			conn.Close()
+			return errIDInUse
+		}
 		if err := os.Remove(path); err != nil {
 			return fmt.Errorf("pulse: remove stale socket: %w", err)
 		}

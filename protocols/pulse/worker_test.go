@@ -623,6 +623,54 @@ func TestWorkerRetriesRegister(t *testing.T) {
 	}
 }
 
+// A worker given the id of a socket another process listens on (a worker
+// of a controller that was restarted, which numbers from the same start)
+// leaves that socket to its owner and registers again; a stale socket file
+// of its id, with no one listening, it replaces.
+func TestWorkerLeavesALiveSocket(t *testing.T) {
+	dir := sockDir(t)
+	ctl := newScriptedController(t, dir, Codec{})
+	live, err := net.Listen("unix", ctl.sock(7)) // the earlier worker 7
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: ctl.sock(8), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close() // 8.sock stays, with no one listening
+
+	w := &Worker{Dir: dir, Command: []string{"cat"}, NextPulse: 2 * time.Second}
+	runWorker(t, w)
+	ctl.expect(pulsepb.PulseType_PULSE_REGISTER, nil)
+	ctl.expect(pulsepb.PulseType_PULSE_REGISTER, nil)
+	if p := ctl.expect(pulsepb.PulseType_PULSE_OK, nil); p.GetWorkerId() != 8 {
+		t.Errorf("pulse from worker %d, want 8", p.GetWorkerId())
+	}
+	resp, extra := ctl.control(8, ctlMsg(pulsepb.ControlType_CTRL_GET_STATUS, 0), nil)
+	wantResp(t, "GET_STATUS", resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, 0, []byte{})
+
+	// 7.sock is still the earlier worker's: dialled once, to see that it
+	// was live, and not replaced.
+	live.(*net.UnixListener).SetDeadline(time.Now().Add(waitLong))
+	conn, err := live.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	c, err := net.Dial("unix", ctl.sock(7))
+	if err != nil {
+		t.Fatalf("7.sock was taken from its owner: %v", err)
+	}
+	c.Close()
+	if conn, err = live.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+}
+
 func TestWorkerPulsesAgain(t *testing.T) {
 	// The controller goes away for a while: the worker keeps its id and
 	// pulses again, sooner than a regular pulse, once it is back.
