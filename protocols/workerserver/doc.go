@@ -111,9 +111,12 @@
 //     stand. The wire is unchanged: the ping's answer only comes later
 //     (the reference's request.post sets no timeout, and its job lock
 //     keeps one ping out at a time).
-//   - A worker pings only when it has a free slot; cancelJobs thus reach a
-//     full worker when a job ends (its next ping, or the end's answer,
-//     below). A Worker cancels a job
+//   - A worker pings only when it has a free slot. So that cancelJobs
+//     reach a worker whose every slot is busy, a Worker asks for them with
+//     each Processing (the form field cancels, FieldCancels), and they come
+//     in its answer: within the progress interval (10 s), or as a job ends
+//     (below). The reference's worker asks for none, and hears of them at
+//     its next ping. A Worker cancels a job
 //     through its local Executor (Executor.Cancel: the job's process group
 //     is killed) and reports it Cancelled.
 //   - A ping may bring several jobs: a Worker with more than one free

@@ -718,6 +718,48 @@ func TestJobEndBringsJobs(t *testing.T) {
 	}
 }
 
+// A job status that asks for the cancels (FieldCancels) brings those
+// waiting for its server, once; one that does not leaves them waiting.
+func TestJobStatusBringsCancels(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "a")
+	var hs []*laboro.Handle
+	for i := range 2 {
+		h, err := ex.Submit(context.Background(), NewJob(fmt.Sprintf("j%d", i), "a", nil))
+		require.NoError(t, err)
+		f.waitInLine(h.ID())
+		hs = append(hs, h)
+	}
+	v := form("s1", "", nil)
+	v.Set(FieldSlots, "2")
+	code, a := f.post(DefaultPaths.Ping+"s1", v)
+	require.Equal(t, http.StatusOK, code, "%+v", a)
+	require.NoError(t, f.m.Cancel("j1"))
+
+	processing := func(cancels bool) PingData {
+		t.Helper()
+		v := form("s1", JobProcessing, Progress{Progress: ProgressCount{Total: 2, Done: 1}})
+		if cancels {
+			v.Set(FieldCancels, "1")
+		}
+		code, a := f.post(DefaultPaths.Job+"j0", v)
+		require.Equal(t, http.StatusOK, code, "%+v", a)
+		var pd PingData
+		require.NoError(t, json.Unmarshal(a.Data, &pd))
+		require.Nil(t, pd.Job, "a Processing brings no job")
+		return pd
+	}
+	require.Empty(t, processing(false).CancelJobs, "not asked")
+	require.Equal(t, []string{"j1"}, processing(true).CancelJobs)
+	require.Empty(t, processing(true).CancelJobs, "given once")
+
+	f.jobStatus("s1", "j1", JobCancelled, errData("cancelled"))
+	f.jobStatus("s1", "j0", JobDone, 0)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, hs[0]).Status)
+	require.Equal(t, laboro.StatusKilled, wait(t, hs[1]).Status)
+}
+
 func TestRestart(t *testing.T) {
 	f := newFixture(t)
 	f.online("s1", "sum")

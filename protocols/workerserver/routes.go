@@ -81,6 +81,7 @@ type workerRequest struct {
 	data     json.RawMessage // nil when the form had none
 	slots    int             // jobs a ping may bring: 1 unless it said more
 	asked    bool            // the form said slots: a job's end asks for jobs too
+	cancels  bool            // the form said cancels: a job status asks for the server's cancels
 }
 
 // worker reads and authenticates a worker's POST, then calls handle.
@@ -110,7 +111,8 @@ func (m *Master) worker(w http.ResponseWriter, r *http.Request, rawID string, ha
 		return
 	}
 	f := r.PostForm
-	req := &workerRequest{ctx: r.Context(), id: id, serverID: f.Get(FieldServerID), status: f.Get(FieldStatus), slots: 1}
+	req := &workerRequest{ctx: r.Context(), id: id, serverID: f.Get(FieldServerID), status: f.Get(FieldStatus), slots: 1,
+		cancels: f.Get(FieldCancels) != ""}
 	if !m.authenticate(req.serverID, f.Get(FieldPassword)) {
 		m.logger().Warn("worker refused: wrong serverId or serverPassword",
 			zap.String("serverId", req.serverID), zap.String("remote", r.RemoteAddr))
@@ -244,7 +246,8 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 
 // jobStatus records a job's status from a server, and settles the job in
 // the Dispatcher when it is the job's end. The end of a job that asks for
-// jobs (FieldSlots) brings what a ping would, in the same commit.
+// jobs (FieldSlots) brings what a ping would, in the same commit; a status
+// that asks for the cancels (FieldCancels) brings them.
 func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 	switch req.status {
 	case JobProcessing, JobDone, JobFailed, JobCancelled:
@@ -254,13 +257,16 @@ func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 	}
 	wk := s.alive(req.serverID)
 	s.confirm(req.id, req.serverID)
-	var h *handout // the jobs the end of a job asks for
-	if req.asked && Final(req.status) {
+	var h *handout // the jobs the end of a job asks for, and the cancels
+	switch {
+	case req.asked && Final(req.status):
 		var err error
 		if h, err = s.takeFor(req, wk, false); err != nil {
 			s.writeTxError(w, err)
 			return
 		}
+	case req.cancels:
+		h = &handout{server: req.serverID, wk: wk}
 	}
 	var r recorded
 	now := time.Now()
@@ -299,7 +305,8 @@ func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 }
 
 // jobStatusData is the data of a job status's answer: the job's status
-// after it, and for a job's end that asked for jobs, what a ping brings.
+// after it, and for a job's end that asked for jobs, what a ping brings
+// (for a status that asked for the cancels, those).
 type jobStatusData struct {
 	JobID  string `json:"jobId"`
 	Status string `json:"status"`

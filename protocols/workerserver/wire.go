@@ -32,6 +32,14 @@ const (
 	// end, it asks for jobs as a ping would, and the answer's data holds
 	// PingData's members beside jobId and status.
 	FieldSlots = "slots"
+
+	// FieldCancels ("1"), in any job status, asks for the ids of the jobs
+	// this server is to cancel: the answer's data holds them as cancelJobs
+	// (the end of a job that asks for jobs gets them anyway). A Worker of
+	// this package sends it with each Processing, so that a job cancelled
+	// on the master reaches a worker whose every slot is busy, and so
+	// pings no more, within its progress interval.
+	FieldCancels = "cancels"
 )
 
 // MaxSlots is the most jobs one ping's answer brings.

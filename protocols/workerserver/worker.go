@@ -174,6 +174,13 @@ func (w *Worker) claim() int {
 	return n
 }
 
+// isStopping reports whether Run stops.
+func (w *Worker) isStopping() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stopping
+}
+
 // unclaim gives back n slots claimed.
 func (w *Worker) unclaim(n int) {
 	w.mu.Lock()
@@ -193,7 +200,13 @@ func (w *Worker) take(n int, answer PingData) int {
 		orders = append([]JobOrder{*answer.Job}, orders...)
 	}
 	started := 0
-	for _, order := range orders {
+	for i, order := range orders {
+		if i == n {
+			// More than asked for: no slot for them. The master gives
+			// them to others when the lease passes.
+			w.Logger.Warn("the master gave more jobs than asked for: not run", zap.Int("asked", n), zap.Int("given", len(orders)))
+			break
+		}
 		if w.start(order) {
 			started++
 		}
@@ -452,9 +465,12 @@ func (m *masterAPI) Send(ctx context.Context, msg link.Message) error {
 	// one it frees among them): one request instead of two, the end and
 	// a ping. A master that brings none (it has none, or does not know
 	// FieldSlots) gets a ping for them, which it may hold.
+	// A Processing asks for the jobs to cancel: a worker whose every slot
+	// is busy pings no more, and hears of them so.
 	var n int
 	var answer PingData
-	if Final(body.Status) {
+	switch {
+	case Final(body.Status):
 		if n = m.w.claim(); n > 0 {
 			form.Set(FieldSlots, strconv.Itoa(n))
 			defer func() {
@@ -463,6 +479,9 @@ func (m *masterAPI) Send(ctx context.Context, msg link.Message) error {
 				}
 			}()
 		}
+	case body.Status == JobProcessing && !m.w.isStopping():
+		form.Set(FieldCancels, "1")
+		defer func() { m.w.take(0, answer) }()
 	}
 	err := m.w.post(ctx, m.w.Paths.Job+url.PathEscape(msg.Key), form, &answer)
 	var re *RefusedError

@@ -337,3 +337,23 @@ func TestWorkerAsksWithJobEnds(t *testing.T) {
 	// found the line empty.
 	assert.LessOrEqual(t, pings.Load(), int64(1+slots), "pings for %d jobs", jobs)
 }
+
+// A job cancelled on the master reaches a worker whose every slot is
+// busy, which pings no more, with the answer to a Processing of its jobs.
+func TestWorkerHearsCancelsWhenBusy(t *testing.T) {
+	codes := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "long"), []byte("#!/bin/sh\nread p\nexec sleep 600\n"), 0o755))
+	ctx, m, ex, _ := workerAndMaster(t, codes, 0, 1)
+	h, err := ex.Submit(ctx, NewJob("1", "long", nil))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { rec, ok := m.Job("1"); return ok && len(rec.History) >= 3 }, 20*time.Second, 5*time.Millisecond,
+		"the job's Processing from its worker") // Queued, Processing (handed out), Processing (the worker's)
+	require.NoError(t, m.Cancel("1"))
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	res, err := h.Wait(wctx)
+	require.NoError(t, err, "the cancel never reached the busy worker")
+	require.Equal(t, laboro.StatusKilled, res.Status)
+	rec, _ := m.Job("1")
+	require.Equal(t, JobCancelled, rec.Status)
+}
