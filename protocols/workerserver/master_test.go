@@ -162,6 +162,21 @@ func (f *fixture) waitStatus(id, status string) {
 	}, 10*time.Second, time.Millisecond, "job %q never %s", id, status)
 }
 
+// submitInLine submits the jobs j<first> … j<first+n-1> of code a, each
+// with the params {"n": <its number>}, and waits until each is in the
+// Dispatcher's line, not only in the table: their order is known.
+func (f *fixture) submitInLine(ex *laboro.Executor, first, n int) []*laboro.Handle {
+	f.t.Helper()
+	var hs []*laboro.Handle
+	for i := first; i < first+n; i++ {
+		h, err := ex.Submit(context.Background(), NewJob(fmt.Sprintf("j%d", i), "a", params("n", strconv.Itoa(i))))
+		require.NoError(f.t, err)
+		f.waitInLine(h.ID())
+		hs = append(hs, h)
+	}
+	return hs
+}
+
 func statuses(evs []StatusEvent) []string {
 	s := make([]string, len(evs))
 	for i, ev := range evs {
@@ -570,13 +585,7 @@ func TestPingSlots(t *testing.T) {
 	f := newFixture(t)
 	ex := f.executor()
 	f.online("s1", "a")
-	var hs []*laboro.Handle
-	for i := range 5 {
-		h, err := ex.Submit(context.Background(), NewJob(fmt.Sprintf("j%d", i), "a", params("n", strconv.Itoa(i))))
-		require.NoError(t, err)
-		f.waitInLine(h.ID()) // in the Dispatcher's line, not only in the table: the order is known
-		hs = append(hs, h)
-	}
+	hs := f.submitInLine(ex, 0, 5)
 	pingSlots := func(slots string) (int, Answer) {
 		v := form("s1", "", nil)
 		v.Set(FieldSlots, slots)
@@ -631,15 +640,7 @@ func TestJobEndBringsJobs(t *testing.T) {
 	ex := f.executor()
 	f.online("s1", "a")
 	var hs []*laboro.Handle
-	submit := func(n int) {
-		for range n {
-			id := fmt.Sprintf("j%d", len(hs))
-			h, err := ex.Submit(context.Background(), NewJob(id, "a", params("n", strconv.Itoa(len(hs)))))
-			require.NoError(t, err)
-			f.waitInLine(h.ID())
-			hs = append(hs, h)
-		}
-	}
+	submit := func(n int) { hs = append(hs, f.submitInLine(ex, len(hs), n)...) }
 	end := func(job, status, slots string) jobStatusData {
 		t.Helper()
 		v := form("s1", status, 1)
@@ -724,13 +725,7 @@ func TestJobStatusBringsCancels(t *testing.T) {
 	f := newFixture(t)
 	ex := f.executor()
 	f.online("s1", "a")
-	var hs []*laboro.Handle
-	for i := range 2 {
-		h, err := ex.Submit(context.Background(), NewJob(fmt.Sprintf("j%d", i), "a", nil))
-		require.NoError(t, err)
-		f.waitInLine(h.ID())
-		hs = append(hs, h)
-	}
+	hs := f.submitInLine(ex, 0, 2)
 	v := form("s1", "", nil)
 	v.Set(FieldSlots, "2")
 	code, a := f.post(DefaultPaths.Ping+"s1", v)

@@ -185,12 +185,7 @@ func TestWorkerFirstProgress(t *testing.T) {
 // client keeps two idle connections to a host, and closes the others).
 func TestWorkerKeepsItsConnections(t *testing.T) {
 	const slots, jobs = 8, 200
-	codes := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(codes, "quick"), []byte("#!/bin/sh\nread p\necho '{}'\n"), 0o755))
-	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir()}
-	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(jobs), laboro.WithConcurrency(jobs))
-	require.NoError(t, err)
+	codes, m, ex := quickMaster(t, jobs)
 	var opened atomic.Int64
 	srv := httptest.NewUnstartedServer(m.Handler())
 	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
@@ -208,23 +203,9 @@ func TestWorkerKeepsItsConnections(t *testing.T) {
 		cancel()
 		wg.Wait()
 		srv.Close()
-		m.Close()
-		ex.Close()
 	}()
 
-	hs := make([]*laboro.Handle, jobs)
-	for i := range hs {
-		hs[i], err = ex.Submit(ctx, NewJob(fmt.Sprint(i), "quick", nil))
-		require.NoError(t, err)
-	}
-	for _, h := range hs {
-		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-		res, err := h.Wait(wctx)
-		wcancel()
-		require.NoError(t, err)
-		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
-		res.Output.Close()
-	}
+	waitSucceeded(t, ctx, submitQuick(t, ctx, ex, jobs))
 	assert.LessOrEqual(t, opened.Load(), int64(2*(slots+2)), "connections opened for %d jobs", jobs)
 }
 
@@ -286,12 +267,7 @@ func workerAndMaster(t *testing.T, codes string, maxBody int64, n int, opts ...f
 // line, it pings only as it starts, and sends one request a job.
 func TestWorkerAsksWithJobEnds(t *testing.T) {
 	const slots, jobs = 2, 60
-	codes := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(codes, "quick"), []byte("#!/bin/sh\nread p\necho '{}'\n"), 0o755))
-	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir()}
-	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(jobs), laboro.WithConcurrency(jobs))
-	require.NoError(t, err)
+	codes, m, ex := quickMaster(t, jobs)
 	var pings, statuses atomic.Int64
 	h := m.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -309,14 +285,8 @@ func TestWorkerAsksWithJobEnds(t *testing.T) {
 		cancel()
 		wg.Wait()
 		srv.Close()
-		m.Close()
-		ex.Close()
 	}()
-	hs := make([]*laboro.Handle, jobs)
-	for i := range hs {
-		hs[i], err = ex.Submit(ctx, NewJob(fmt.Sprint(i), "quick", nil))
-		require.NoError(t, err)
-	}
+	hs := submitQuick(t, ctx, ex, jobs)
 	// Every job in line before the worker comes: each end finds one.
 	require.Eventually(t, func() bool { return m.current().d.Stats().Waiting == jobs }, 10*time.Second, time.Millisecond)
 
@@ -324,14 +294,7 @@ func TestWorkerAsksWithJobEnds(t *testing.T) {
 	w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(),
 		Concurrency: slots, Ping: time.Hour, Progress: time.Hour, FirstProgress: time.Hour}
 	wg.Go(func() { assert.ErrorIs(t, w.Run(ctx), context.Canceled) })
-	for _, h := range hs {
-		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-		res, err := h.Wait(wctx)
-		wcancel()
-		require.NoError(t, err)
-		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
-		res.Output.Close()
-	}
+	waitSucceeded(t, ctx, hs)
 	assert.Equal(t, int64(jobs), statuses.Load(), "job statuses")
 	// The first ping, and at the end a ping for each slot whose job's end
 	// found the line empty.
@@ -356,4 +319,43 @@ func TestWorkerHearsCancelsWhenBusy(t *testing.T) {
 	require.Equal(t, laboro.StatusKilled, res.Status)
 	rec, _ := m.Job("1")
 	require.Equal(t, JobCancelled, rec.Status)
+}
+
+// quickMaster returns a directory of one worker code, quick (it echoes
+// {}), and a Master with an Executor of its jobs running up to n at once,
+// both closed at the end of the test.
+func quickMaster(t *testing.T, n int) (codes string, m *Master, ex *laboro.Executor) {
+	codes = t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "quick"), []byte("#!/bin/sh\nread p\necho '{}'\n"), 0o755))
+	m = &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir()}
+	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(n), laboro.WithConcurrency(n))
+	require.NoError(t, err)
+	t.Cleanup(func() { ex.Close() })
+	t.Cleanup(func() { m.Close() })
+	return codes, m, ex
+}
+
+// submitQuick submits n quick jobs to ex.
+func submitQuick(t *testing.T, ctx context.Context, ex *laboro.Executor, n int) []*laboro.Handle {
+	hs := make([]*laboro.Handle, n)
+	for i := range hs {
+		var err error
+		hs[i], err = ex.Submit(ctx, NewJob(fmt.Sprint(i), "quick", nil))
+		require.NoError(t, err)
+	}
+	return hs
+}
+
+// waitSucceeded waits, a minute at most each, for the jobs of hs to
+// succeed.
+func waitSucceeded(t *testing.T, ctx context.Context, hs []*laboro.Handle) {
+	for _, h := range hs {
+		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+		res, err := h.Wait(wctx)
+		wcancel()
+		require.NoError(t, err)
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		res.Output.Close()
+	}
 }
