@@ -322,6 +322,34 @@ func TestUnofferedCode(t *testing.T) {
 	assert.Contains(t, stderr.String(), `warning: job id "job-a" is not a decimal number`)
 }
 
+// A job cancelled with `cancel` while its worker runs a job in each of
+// its slots (so it pings no more) reaches the worker with the answer to a
+// progress report: the job is killed and ends Cancelled, the other runs
+// on to Done.
+func TestCancelReachesBusyWorker(t *testing.T) {
+	s := newSystem(t)
+	s.startMaster()
+	gate := filepath.Join(s.dir, "gate")
+	s.startWorker("w1", "GATE="+gate, "GATE_FROM=0") // two slots
+	s.submit("1", 1)
+	s.submit("2", 2)
+	require.Eventually(t, func() bool { p, all := s.gated(0); return p == 2 && all }, 20*time.Second, 20*time.Millisecond,
+		"both jobs running at the worker")
+	masterBin, _ := build(t)
+	url := "http://" + s.addr
+	require.NoError(t, exec.Command(masterBin, "cancel", "-url", url, "1").Run())
+	require.Eventually(t, func() bool {
+		for _, j := range s.jobs() {
+			if j.ID == "1" {
+				return j.Status == workerserver.JobCancelled
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "job 1 never Cancelled: the cancel did not reach the busy worker")
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	require.Eventually(t, func() bool { return s.done() == 1 }, 20*time.Second, 20*time.Millisecond, "job 2 Done")
+}
+
 func TestUsage(t *testing.T) {
 	master, worker := build(t)
 	for _, args := range [][]string{{"frobnicate"}, {"submit"}, {"-bogus"}, {"status", "a", "b"}} {
