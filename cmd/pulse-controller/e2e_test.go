@@ -255,5 +255,7 @@ func TestControllerKilledResumes(t *testing.T) {
 	require.Equal(t, 0, again.Wait(t, 60*time.Second), again.Log())
 	checkResults(t, out, sums)
 	assert.Contains(t, again.Log(), `"tasks": 4`, "the four done before are skipped")
+	// The first worker, alive on 1.sock, is never taken for a new one.
+	assert.NotContains(t, again.Log(), "worker registered\t{\"worker\": 1,", "id 1 given again while its worker lives")
 	assert.Contains(t, again.Stdout.String(), "4 jobs: 4 succeeded, 0 failed", "the batch is the four left: %s", again.Log())
 }
