@@ -116,9 +116,9 @@
 //     each Processing (the form field cancels, FieldCancels), and they come
 //     in its answer: within the progress interval (10 s), or as a job ends
 //     (below). The reference's worker asks for none, and hears of them at
-//     its next ping. A Worker cancels a job
-//     through its local Executor (Executor.Cancel: the job's process group
-//     is killed) and reports it Cancelled.
+//     its next ping. A Worker cancels a job through its local Executor
+//     (Executor.Cancel: the job's process group is killed) and reports it
+//     Cancelled.
 //   - A ping may bring several jobs: a Worker with more than one free
 //     slot says how many in the form field slots (FieldSlots), and the
 //     master answers with up to that many, at most MaxSlots, all handed
