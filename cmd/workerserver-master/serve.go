@@ -91,22 +91,19 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 		return h, nil
 	}
 	m.Submit = func(job laboro.Job) error {
+		queued, stop := m.Queued(job.ID)
+		defer stop()
 		h, err := submit(job)
 		if err != nil {
 			return err
 		}
 		// Answer once the job is in the table, so that an accepted job
 		// survives a crash of the master.
-		for {
-			if _, ok := m.Job(job.ID); ok {
-				return nil
-			}
-			select {
-			case <-h.Done():
-				return nil
-			case <-time.After(time.Millisecond):
-			}
+		select {
+		case <-queued:
+		case <-h.Done():
 		}
+		return nil
 	}
 	for _, rec := range m.Unfinished() {
 		if _, err := submit(workerserver.NewJob(rec.ID, rec.Worker, rec.Params)); err != nil {

@@ -410,6 +410,65 @@ func (m *Master) Job(id string) (JobRecord, bool) {
 	return rec, ok
 }
 
+// Queued returns a channel that is closed once job id is in the table
+// (at once if it is), and a func that stops waiting for it, to be called
+// when done. A program that submits a job through the Executor (as the
+// user API's Submit does) waits on it, beside the job's Handle.Done, to
+// know that the job survives a crash of the master; the channel is never
+// closed for a job that ends before its Run queues it.
+func (m *Master) Queued(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	s := m.current()
+	if s == nil {
+		return ch, func() {}
+	}
+	s.queuedMu.Lock()
+	s.queued[id] = append(s.queued[id], ch)
+	s.queuedMu.Unlock()
+	stop := func() { s.unwait(id, ch, false) }
+	// A commit before the channel was registered is in the table.
+	var in bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		in = tx.Bucket(bucketJobs).Get([]byte(id)) != nil
+		return nil
+	})
+	if err == nil && in {
+		s.unwait(id, ch, true)
+	}
+	return ch, stop
+}
+
+// inTable closes the channels that wait for job id to be in the table.
+func (s *session) inTable(id string) {
+	s.queuedMu.Lock()
+	chs := s.queued[id]
+	delete(s.queued, id)
+	s.queuedMu.Unlock()
+	for _, ch := range chs {
+		close(ch)
+	}
+}
+
+// unwait takes ch out of those waiting for job id, closing it if closeIt
+// is set; a channel taken out already (closed) is left alone.
+func (s *session) unwait(id string, ch chan struct{}, closeIt bool) {
+	s.queuedMu.Lock()
+	defer s.queuedMu.Unlock()
+	chs := s.queued[id]
+	i := slices.Index(chs, ch)
+	if i < 0 {
+		return
+	}
+	if chs = slices.Delete(chs, i, i+1); len(chs) == 0 {
+		delete(s.queued, id)
+	} else {
+		s.queued[id] = chs
+	}
+	if closeIt {
+		close(ch)
+	}
+}
+
 // Jobs returns every job in the table, with its history, in order of
 // submission.
 func (m *Master) Jobs() []JobRecord { return m.jobs(nil) }

@@ -755,6 +755,41 @@ func TestJobStatusBringsCancels(t *testing.T) {
 	require.Equal(t, laboro.StatusKilled, wait(t, hs[1]).Status)
 }
 
+// Queued tells when a job is in the table: at its Run's commit, or at once
+// for a job there already; a wait stopped before is forgotten.
+func TestQueued(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	queued, stop := f.m.Queued("j0")
+	defer stop()
+	forgotten, stopForgotten := f.m.Queued("j1")
+	stopForgotten()
+	require.False(t, closed(queued))
+	f.submitInLine(ex, 0, 2)
+	select {
+	case <-queued:
+	case <-time.After(10 * time.Second):
+		t.Fatal("j0 never said queued")
+	}
+	require.Equal(t, JobQueued, f.record("j0").Status)
+	again, stopAgain := f.m.Queued("j0")
+	require.True(t, closed(again), "a job in the table already")
+	stopAgain()
+	require.False(t, closed(forgotten), "a wait stopped before")
+	s := f.m.current()
+	s.queuedMu.Lock()
+	defer s.queuedMu.Unlock()
+	require.Empty(t, s.queued, "waits left behind")
+}
+
 func TestRestart(t *testing.T) {
 	f := newFixture(t)
 	f.online("s1", "sum")

@@ -224,6 +224,7 @@ func (s *session) enqueue(id string, spec JobSpec) (*jobRow, error) {
 		if err := putJob(tx, row); err != nil {
 			return err
 		}
+		tx.OnCommit(func() { s.inTable(id) })
 		return appendEvent(tx, bucketJobHistory, id, StatusEvent{Status: JobQueued, At: now})
 	})
 	switch {

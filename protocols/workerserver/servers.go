@@ -41,6 +41,9 @@ type session struct {
 	nudges    map[string]chan struct{} // by serverId, under nudgeMu: ends its held ping
 	expecting map[string]expectation   // by job id; nil once closed
 	expected  uint64                   // expectations so far
+
+	queuedMu sync.Mutex
+	queued   map[string][]chan struct{} // by job id, under queuedMu: closed once its row is committed (Master.Queued)
 }
 
 // expectation is a job handed to a server (or held for it after a
@@ -65,6 +68,7 @@ func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir str
 		nudges:    make(map[string]chan struct{}),
 		done:      make(chan struct{}),
 		expecting: make(map[string]expectation),
+		queued:    make(map[string][]chan struct{}),
 	}
 	s.d.OnRequeue(s.requeued)
 	return s
