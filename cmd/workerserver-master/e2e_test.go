@@ -53,7 +53,7 @@ func build(t testing.TB) (master, worker string) {
 // system is a master and its workers, on a port that stays the same
 // across the master's restarts.
 type system struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	addr     string
 	master   *e2e.Process
@@ -71,7 +71,7 @@ fi
 echo "{\"got\": $p}"
 `
 
-func newSystem(t *testing.T) *system {
+func newSystem(t testing.TB) *system {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
