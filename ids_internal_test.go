@@ -1,0 +1,17 @@
+package laboro
+
+import (
+	"strconv"
+	"testing"
+)
+
+// TestIDSource checks the assigned ids through several batches and every
+// carry into a new digit up to 100,000.
+func TestIDSource(t *testing.T) {
+	var s idSource
+	for n := 1; n <= 100_000; n++ {
+		if got, want := s.next(), "job_"+strconv.Itoa(n); got != want {
+			t.Fatalf("id %d: got %q, want %q", n, got, want)
+		}
+	}
+}
