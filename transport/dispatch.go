@@ -151,6 +151,7 @@ type Ticket[K comparable, V any] struct {
 	attempts int
 	sent     time.Time      // when it was last handed out
 	res      *laboro.Result // set once settled: most tickets wait, unsettled, in line
+	lost     error          // why a worker last lost it; see Lost
 }
 
 type ticketState uint8
@@ -195,6 +196,17 @@ func (t *Ticket[K, V]) Attempts() int {
 	t.d.mu.Lock()
 	defer t.d.mu.Unlock()
 	return t.attempts
+}
+
+// Lost returns why the job last went back in line from a worker that lost
+// it: the worker left, its lease expired (ErrLeaseExpired), Retry's error,
+// Return's reason; nil if that never happened. A Release leaves it as it
+// was. A protocol whose durable record still names the worker that lost
+// the job, when another takes it before OnRequeue's call, records this.
+func (t *Ticket[K, V]) Lost() error {
+	t.d.mu.Lock()
+	defer t.d.mu.Unlock()
+	return t.lost
 }
 
 // Holder returns the name of the worker that holds the job; "" while it
@@ -498,6 +510,9 @@ func (d *Dispatcher[K, V]) settle(t *Ticket[K, V], res laboro.Result) {
 func (d *Dispatcher[K, V]) requeue(ts []*Ticket[K, V], why error) {
 	for i := len(ts) - 1; i >= 0; i-- {
 		t := ts[i]
+		if why != nil {
+			t.lost = why
+		}
 		if t.holder != nil {
 			delete(t.holder.held, t)
 			t.holder = nil
@@ -684,7 +699,13 @@ func handedTo[K comparable, V any](t *Ticket[K, V], w *Worker[K, V]) bool {
 // Release gives back a job this worker took but did not start (it had no
 // room after all): it goes to the front of the line, and the hand-out does
 // not count as an attempt. It returns false if the worker does not hold it.
-func (w *Worker[K, V]) Release(t *Ticket[K, V]) bool {
+func (w *Worker[K, V]) Release(t *Ticket[K, V]) bool { return w.Return(t, nil) }
+
+// Return gives back, as Release does, a job handed to this worker that
+// the worker never received as far as the protocol can tell (the answer
+// that carried it was lost), and records why for Lost. It returns false if
+// the worker does not hold it.
+func (w *Worker[K, V]) Return(t *Ticket[K, V], why error) bool {
 	d := w.d
 	d.mu.Lock()
 	if t.holder != w || t.state != held {
@@ -693,7 +714,7 @@ func (w *Worker[K, V]) Release(t *Ticket[K, V]) bool {
 	}
 	t.attempts--
 	t.handed = t.handed[:len(t.handed)-1]
-	d.requeue([]*Ticket[K, V]{t}, nil)
+	d.requeue([]*Ticket[K, V]{t}, why)
 	d.unlock()
 	return true
 }

@@ -343,6 +343,62 @@ func TestLeaseExpires(t *testing.T) {
 	assert.ErrorIs(t, w2.Complete("a", laboro.Result{}), transport.ErrLate)
 }
 
+// Lost tells why a job last went back in line from a worker that lost it,
+// so that a protocol whose record still names that worker when another
+// takes the job can say why: a worker that left, one whose lease expired,
+// Retry's error and Return's reason; a Release keeps what was there.
+func TestTicketLost(t *testing.T) {
+	d := transport.NewDispatcher[string, int](transport.Config{Lease: 100 * time.Millisecond})
+	ctx := testCtx(t)
+	r := run(ctx, d, "a", 0)
+
+	w1 := d.Join("w1", nil)
+	tk := next(t, w1)
+	assert.NoError(t, tk.Lost(), "never lost yet")
+	bye := errors.New("connection reset")
+	w1.Leave(bye)
+
+	stalled := d.Join("stalled", nil)
+	tk = next(t, stalled)
+	assert.ErrorIs(t, tk.Lost(), bye)
+	// The stalled worker's lease expires while w2, which shows life, asks.
+	w2 := d.Join("w2", nil)
+	stop := make(chan struct{})
+	var renewing sync.WaitGroup
+	renewing.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				w2.Renew()
+			}
+		}
+	})
+	defer func() { close(stop); renewing.Wait() }()
+	tk = next(t, w2)
+	assert.ErrorIs(t, tk.Lost(), transport.ErrLeaseExpired)
+
+	require.True(t, w2.Release(tk))
+	tk = next(t, w2)
+	assert.ErrorIs(t, tk.Lost(), transport.ErrLeaseExpired, "a Release keeps the last loss")
+
+	failing := errors.New("disk full")
+	require.True(t, w2.Retry(tk, failing))
+	tk = next(t, w2)
+	assert.ErrorIs(t, tk.Lost(), failing)
+
+	unheard := errors.New("the answer was lost")
+	require.True(t, w2.Return(tk, unheard))
+	assert.False(t, w2.Return(tk, unheard), "no longer held")
+	tk = next(t, w2)
+	assert.ErrorIs(t, tk.Lost(), unheard)
+	assert.Equal(t, 4, tk.Attempts(), "w1, stalled, w2 and w2 after Retry: a Release or a Return takes its hand-out back")
+
+	require.NoError(t, w2.Complete("a", laboro.Result{}))
+	assert.Equal(t, laboro.StatusSucceeded, result(t, r).Status)
+}
+
 // OnRequeue hears of the jobs a lost worker gave back, in their order:
 // when it leaves, and when its lease expires; not of a job that ran out of
 // attempts, and not with the Dispatcher's lock held.

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/transport"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
@@ -1210,6 +1212,54 @@ func TestLease(t *testing.T) {
 	require.Equal(t, "s1", rec.Server)
 	require.JSONEq(t, `{"by":1}`, string(rec.Data), "the first result wins")
 	require.Equal(t, JobDone, rec.History[len(rec.History)-1].Status, "the second is history")
+}
+
+// The Dispatcher records a lost server's jobs in the table after its lock
+// is released: another server may take a job first. The job's history
+// then still says why the first lost it (it once said only "the server
+// lost it"; TestLease met that order now and then beside busy CPUs).
+func TestLeaseReasonWhenTakenFirst(t *testing.T) {
+	const lease = time.Second // s2 must speak of its job within it
+	f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
+	recorded, gate := make(chan struct{}, 1), make(chan struct{})
+	s := f.m.s
+	s.d.OnRequeue(func(w *transport.Worker[string, JobOrder], keys []string, why error) {
+		<-gate // until s2 has the job
+		s.requeued(w, keys, why)
+		select {
+		case recorded <- struct{}{}:
+		default:
+		}
+	})
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	})
+	ex := f.executor()
+	f.online("s1", "w")
+	f.online("s2", "w")
+	h, err := ex.Submit(context.Background(), NewJob("j", "w", nil))
+	require.NoError(t, err)
+	order, _ := f.pingForJob("s1")
+	require.Equal(t, "j", order.JobID)
+
+	order, _ = f.pingForJob("s2") // once s1's lease has passed
+	require.Equal(t, "j", order.JobID)
+	f.jobStatus("s2", "j", JobProcessing, Progress{Progress: ProgressCount{Total: 2}})
+	close(gate)
+	<-recorded
+	rec := f.record("j")
+	require.Equal(t, "s2", rec.Server)
+	i := slices.IndexFunc(rec.History, func(e StatusEvent) bool { return e.Status == JobQueued && e.Server == "s1" })
+	require.GreaterOrEqual(t, i, 0, "the master's Queued of s1's loss: %+v", rec.History)
+	require.JSONEq(t, `{"reason":"the server showed no life for a lease"}`, string(rec.History[i].Data))
+	require.Equal(t, []string{JobProcessing}, statuses(rec.History[i+1:i+2]), "then handed to s2")
+
+	f.jobStatus("s2", "j", JobDone, nil)
+	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
 }
 
 // Stopping and Offline give a server's jobs back at once.

@@ -520,8 +520,12 @@ func handOut(tx *bolt.Tx, t *dispatchTicket, server string, now time.Time) (hand
 	}
 	if row.Status == JobProcessing && row.Server != server {
 		// Another server lost it; the Dispatcher's word of it has not
-		// reached the table yet.
-		ended, err := loseRow(tx, row, "the server lost it", now)
+		// reached the table yet, but the ticket says why.
+		why := "the server lost it"
+		if lost := t.Lost(); lost != nil {
+			why = reason(lost)
+		}
+		ended, err := loseRow(tx, row, why, now)
 		if err != nil || ended {
 			return false, ended, err
 		}

@@ -228,7 +228,7 @@ func (s *session) unconfirmed(id, server string, n uint64) {
 	w := s.peers[server]
 	s.mu.Unlock()
 	t, ok := s.d.Lookup(id)
-	if w == nil || !ok || !w.Release(t) {
+	if w == nil || !ok || !w.Return(t, errUnconfirmed) {
 		return // ended, or no longer held there
 	}
 	s.requeued(w, []string{id}, errUnconfirmed)
