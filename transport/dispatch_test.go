@@ -51,6 +51,24 @@ func next(t *testing.T, w *transport.Worker[string, int]) *transport.Ticket[stri
 	return tk
 }
 
+// keepAlive renews w's lease every 10 ms until the test ends: a worker
+// that shows life.
+func keepAlive(t *testing.T, w *transport.Worker[string, int]) {
+	stop := make(chan struct{})
+	var renewing sync.WaitGroup
+	renewing.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				w.Renew()
+			}
+		}
+	})
+	t.Cleanup(func() { close(stop); renewing.Wait() })
+}
+
 // waitAdded waits until n jobs wait in line or are held.
 func waitAdded(t *testing.T, d *dispatcher, n int) {
 	t.Helper()
@@ -319,19 +337,7 @@ func TestLeaseExpires(t *testing.T) {
 	c2 := newCancels()
 	w1, w2 := d.Join("stalled", nil), d.Join("alive", c2.fn)
 	next(t, w1)
-	stop := make(chan struct{})
-	var renewing sync.WaitGroup
-	renewing.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-				w2.Renew()
-			}
-		}
-	})
-	defer func() { close(stop); renewing.Wait() }()
+	keepAlive(t, w2)
 	tk := next(t, w2)
 	assert.Equal(t, 2, tk.Attempts())
 	assert.Empty(t, w1.Held())
@@ -363,19 +369,7 @@ func TestTicketLost(t *testing.T) {
 	assert.ErrorIs(t, tk.Lost(), bye)
 	// The stalled worker's lease expires while w2, which shows life, asks.
 	w2 := d.Join("w2", nil)
-	stop := make(chan struct{})
-	var renewing sync.WaitGroup
-	renewing.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-				w2.Renew()
-			}
-		}
-	})
-	defer func() { close(stop); renewing.Wait() }()
+	keepAlive(t, w2)
 	tk = next(t, w2)
 	assert.ErrorIs(t, tk.Lost(), transport.ErrLeaseExpired)
 

@@ -1164,19 +1164,27 @@ func TestRestartedWorkerLosesItsJobs(t *testing.T) {
 	require.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
 }
 
+// handToS1 brings servers s1 and s2 online, submits job "j" of code "w"
+// through an Executor, and hands it to s1.
+func (f *fixture) handToS1() *laboro.Handle {
+	f.t.Helper()
+	ex := f.executor()
+	f.online("s1", "w")
+	f.online("s2", "w")
+	h, err := ex.Submit(context.Background(), NewJob("j", "w", nil))
+	require.NoError(f.t, err)
+	order, _ := f.pingForJob("s1")
+	require.Equal(f.t, "j", order.JobID)
+	return h
+}
+
 // A server that shows life keeps its job; one that shows none for a lease
 // loses it to another. Its late Done, coming first, still wins, and the
 // server that has the job now is told to cancel it.
 func TestLease(t *testing.T) {
 	const lease = 600 * time.Millisecond
 	f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
-	ex := f.executor()
-	f.online("s1", "w")
-	f.online("s2", "w")
-	h, err := ex.Submit(context.Background(), NewJob("j", "w", nil))
-	require.NoError(t, err)
-	order, _ := f.pingForJob("s1")
-	require.Equal(t, "j", order.JobID)
+	h := f.handToS1()
 
 	// Progress is a sign of life: over several leases, s2 gets nothing.
 	// (Paced, not waited on: what is checked is that nothing happens.)
@@ -1187,7 +1195,7 @@ func TestLease(t *testing.T) {
 	}
 
 	// s1 falls silent: once its lease has passed, s2 gets the job.
-	order, _ = f.pingForJob("s2")
+	order, _ := f.pingForJob("s2")
 	require.Equal(t, "j", order.JobID)
 	rec := f.record("j")
 	require.Equal(t, JobProcessing, rec.Status)
@@ -1238,15 +1246,9 @@ func TestLeaseReasonWhenTakenFirst(t *testing.T) {
 			close(gate)
 		}
 	})
-	ex := f.executor()
-	f.online("s1", "w")
-	f.online("s2", "w")
-	h, err := ex.Submit(context.Background(), NewJob("j", "w", nil))
-	require.NoError(t, err)
-	order, _ := f.pingForJob("s1")
-	require.Equal(t, "j", order.JobID)
+	h := f.handToS1()
 
-	order, _ = f.pingForJob("s2") // once s1's lease has passed
+	order, _ := f.pingForJob("s2") // once s1's lease has passed
 	require.Equal(t, "j", order.JobID)
 	f.jobStatus("s2", "j", JobProcessing, Progress{Progress: ProgressCount{Total: 2}})
 	close(gate)
