@@ -1247,6 +1247,9 @@ func TestLeaseReasonWhenTakenFirst(t *testing.T) {
 		}
 	})
 	h := f.handToS1()
+	// s1 says it has the job (else the master would take it back as never
+	// received, not for the lease), then falls silent.
+	f.jobStatus("s1", "j", JobProcessing, Progress{Progress: ProgressCount{Total: 2}})
 
 	order, _ := f.pingForJob("s2") // once s1's lease has passed
 	require.Equal(t, "j", order.JobID)
