@@ -1230,6 +1230,8 @@ func TestLeaseReasonWhenTakenFirst(t *testing.T) {
 	const lease = time.Second // s2 must speak of its job within it
 	f := openFixture(t, filepath.Join(t.TempDir(), "master.db"), func(m *Master) { m.Lease = lease })
 	recorded, gate := make(chan struct{}, 1), make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open)
 	s := f.m.s
 	s.d.OnRequeue(func(w *transport.Worker[string, JobOrder], keys []string, why error) {
 		<-gate // until s2 has the job
@@ -1237,13 +1239,6 @@ func TestLeaseReasonWhenTakenFirst(t *testing.T) {
 		select {
 		case recorded <- struct{}{}:
 		default:
-		}
-	})
-	t.Cleanup(func() {
-		select {
-		case <-gate:
-		default:
-			close(gate)
 		}
 	})
 	h := f.handToS1()
@@ -1254,7 +1249,7 @@ func TestLeaseReasonWhenTakenFirst(t *testing.T) {
 	order, _ := f.pingForJob("s2") // once s1's lease has passed
 	require.Equal(t, "j", order.JobID)
 	f.jobStatus("s2", "j", JobProcessing, Progress{Progress: ProgressCount{Total: 2}})
-	close(gate)
+	open()
 	<-recorded
 	rec := f.record("j")
 	require.Equal(t, "s2", rec.Server)
