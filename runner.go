@@ -55,13 +55,15 @@ func (FuncRunner) Validate(job Job) error {
 
 // Run calls job.Func with ctx.
 func (r FuncRunner) Run(ctx context.Context, job Job) Result {
-	return r.run(ctx, job, time.Time{})
+	return r.run(ctx, job.Func, job.ID, time.Time{})
 }
 
-// run is Run, with the job's start given when the caller knows it.
-func (r FuncRunner) run(ctx context.Context, job Job, started time.Time) (res Result) {
+// run is Run of the job id whose Func is fn, with the job's start given
+// when the caller knows it: the Executor's function jobs take this way
+// without a copy of their Job.
+func (r FuncRunner) run(ctx context.Context, fn func(context.Context) error, id string, started time.Time) (res Result) {
 	res.ExitCode = -1
-	if job.Func == nil {
+	if fn == nil {
 		res.Status, res.Err = StatusFailed, fmt.Errorf("%w: FuncRunner needs Job.Func", ErrInvalidJob)
 		return res
 	}
@@ -69,7 +71,7 @@ func (r FuncRunner) run(ctx context.Context, job Job, started time.Time) (res Re
 	if started.IsZero() {
 		res.Started = time.Now()
 	}
-	err := r.call(ctx, job.Func, job.ID)
+	err := r.call(ctx, fn, id)
 	res.Ended = time.Now()
 	res.Status, res.Err = StatusSucceeded, err
 	if err != nil {

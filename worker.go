@@ -200,11 +200,10 @@ func (e *Executor) run(jc *jobContext, h *Handle, started time.Time) (res Result
 				zap.ByteString("stderr", stderrEnd(res.Stderr)))
 		}
 	}()
-	job := h.j.job()
-	if e.ownRunner && job.Func != nil {
-		return e.fn.run(ctx, job, started)
+	if e.ownRunner && h.j.Func != nil {
+		return e.fn.run(ctx, h.j.Func, h.j.ID, started)
 	}
-	return e.runner.Run(ctx, job)
+	return e.runner.Run(ctx, h.j.job())
 }
 
 // logLine is a job as a log line shows it: its String, or a script's
