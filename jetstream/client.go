@@ -14,6 +14,7 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 )
 
 // ErrNoService is returned by Client.Status when no Service serves the
@@ -228,7 +229,9 @@ func (c *Client) Wait(ctx context.Context, batch string, n int, interval time.Du
 }
 
 // Result reads job id's result from the RESULTS stream, waiting until
-// there is one. Its Output (in Config.Dir) is the caller's to Close.
+// there is one: until a Service runs the job, and, should no Service have
+// run yet on these streams, until one makes the stream. Its Output (in
+// Config.Dir) is the caller's to Close.
 func (c *Client) Result(ctx context.Context, id string) (laboro.Result, error) {
 	if err := validID(id); err != nil {
 		return laboro.Result{}, err
@@ -241,13 +244,38 @@ func (c *Client) Result(ctx context.Context, id string) (laboro.Result, error) {
 	if cfg.Dir, err = outputsIn(cfg.Dir); err != nil {
 		return laboro.Result{}, err
 	}
-	var results natsjs.Stream
-	err = retry(ctx, c.Conn, func(ctx context.Context) (err error) {
-		results, err = js.Stream(ctx, cfg.resultsStream())
-		return err
-	})
+	results, err := waitStream(ctx, js, cfg.resultsStream(), cfg.Logger)
 	if err != nil {
-		return laboro.Result{}, fmt.Errorf("jetstream: stream %s: %w", cfg.resultsStream(), err)
+		return laboro.Result{}, err
 	}
 	return readResult(ctx, js, results, cfg, id)
+}
+
+// waitStream returns the stream name, waiting while it does not exist:
+// Services make the JOBS and RESULTS streams as they start, and a job
+// submitted before (which waits in the SUBMIT stream) has its result once
+// one has. It says once, through log, that it waits.
+func waitStream(ctx context.Context, js natsjs.JetStream, name string, log *zap.Logger) (natsjs.Stream, error) {
+	pause := pauses()
+	said := false
+	for {
+		var s natsjs.Stream
+		err := retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
+			s, err = js.Stream(ctx, name)
+			return err
+		})
+		if !errors.Is(err, natsjs.ErrStreamNotFound) {
+			if err != nil {
+				return nil, fmt.Errorf("jetstream: stream %s: %w", name, err)
+			}
+			return s, nil
+		}
+		if !said {
+			log.Info("no service has made the stream yet: waiting for one", zap.String("stream", name))
+			said = true
+		}
+		if pause.Wait(ctx) != nil {
+			return nil, fmt.Errorf("jetstream: stream %s (no service has made it): %w", name, ctx.Err())
+		}
+	}
 }

@@ -490,3 +490,48 @@ func TestTrackerForgetsEndedBatches(t *testing.T) {
 	assert.Equal(t, []string{"last", "big", "again", "running"}, names())
 	assert.Len(t, tr.jobs, 14)
 }
+
+// A job submitted, and its result asked for, before any Service has run on
+// the streams (`laboro serve &` and at once `laboro submit -wait`): the
+// job waits in the SUBMIT stream, Result waits for the RESULTS stream, and
+// both go on once a Service starts.
+func TestResultBeforeAnyService(t *testing.T) {
+	nc := setup(t)
+	mon, err := nats.Connect(nc.ConnectedUrl())
+	require.NoError(t, err)
+	defer mon.Close()
+	asks, err := mon.SubscribeSync("$JS.API.STREAM.INFO.LABORO_RESULTS")
+	require.NoError(t, err)
+	require.NoError(t, mon.Flush())
+
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir(), Logger: zaptest.NewLogger(t)}}
+	ctx := testCtx(t, time.Minute)
+	ids, err := cl.Submit(ctx, "early", []laboro.Job{{Script: "echo early"}})
+	require.NoError(t, err)
+	type answer struct {
+		res laboro.Result
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := cl.Result(ctx, ids[0])
+		answered <- answer{res, err}
+	}()
+	// Asked for the stream, found none, and asked again: it waits.
+	for range 2 {
+		_, err := asks.NextMsg(30 * time.Second)
+		select {
+		case a := <-answered:
+			t.Fatalf("Result returned before any Service ran: %v", a.err)
+		default:
+		}
+		require.NoError(t, err, "Result did not ask for the RESULTS stream")
+	}
+
+	startService(t, nc, Config{}, 2)
+	startWorker(t, nc, Config{}, 1)
+	a := <-answered
+	require.NoError(t, a.err)
+	assert.Equal(t, laboro.StatusSucceeded, a.res.Status, "%v", a.res.Err)
+	assert.Equal(t, "early\n", string(output(t, a.res)))
+}
