@@ -251,10 +251,10 @@ func (c *Client) Result(ctx context.Context, id string) (laboro.Result, error) {
 	return readResult(ctx, js, results, cfg, id)
 }
 
-// waitStream returns the stream name, waiting while it does not exist:
-// Services make the JOBS and RESULTS streams as they start, and a job
-// submitted before (which waits in the SUBMIT stream) has its result once
-// one has. It says once, through log, that it waits.
+// waitStream returns the stream called name, waiting while there is none:
+// a Service makes the JOBS and RESULTS streams as it starts, and a job
+// submitted before any did (it waits in the SUBMIT stream) has its result
+// once one has run it. It says once, through log, that it waits.
 func waitStream(ctx context.Context, js natsjs.JetStream, name string, log *zap.Logger) (natsjs.Stream, error) {
 	pause := pauses()
 	said := false
