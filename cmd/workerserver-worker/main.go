@@ -1,12 +1,12 @@
 // Command workerserver-worker runs the jobs of a workerserver master.
 //
-//	workerserver-worker -url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-first-progress D] [-reconnect D]
+//	workerserver-worker -url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-first-progress D] [-reconnect D] [-max-result BYTES]
 //
 // The password is read from -password-file, else from
 // WORKERSERVER_PASSWORD, which is then removed from the environment so
 // that no job sees it. A job for worker code
 // CODE runs the executable DIR/CODE with the job's params as JSON on its
-// standard input; its standard output (JSON) is the job's result. Statuses
+// standard input; its standard output (JSON, at most -max-result bytes) is the job's result. Statuses
 // that cannot reach the master wait in the cache directory, and are sent,
 // in order, once it is back. Exit status: 0 after an interrupt, 1 on an
 // error, 2 for a usage error.
@@ -28,11 +28,11 @@ import (
 )
 
 func main() {
-	c := cli.New("workerserver-worker", "-url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-first-progress D] [-reconnect D]",
+	c := cli.New("workerserver-worker", "-url URL -id ID -codes DIR -cache DIR [-password-file FILE] [-c N] [-ping D] [-progress D] [-first-progress D] [-reconnect D] [-max-result BYTES]",
 		"Runs the jobs of a workerserver master, N at a time. The password is read from -password-file, else "+
 			"$WORKERSERVER_PASSWORD (which no job sees). A job "+
 			"for worker code CODE runs the executable DIR/CODE with the job's params as JSON on its standard input; its "+
-			"standard output (JSON) is the job's result. Statuses that cannot reach the master wait in the cache "+
+			"standard output (JSON, at most -max-result bytes) is the job's result. Statuses that cannot reach the master wait in the cache "+
 			"directory, and are sent, in order, once it is back. Exit status: 0 after an interrupt, 1 on an error, 2 "+
 			"for a usage error.")
 	// Read at once and removed from the environment, so that no job sees it.
@@ -50,6 +50,8 @@ func main() {
 	c.Flags.DurationVar(&w.FirstProgress, "first-progress", 0,
 		"a job's first progress sent once it has run for (default 1s, at most -progress; negative: as it starts)")
 	c.Flags.DurationVar(&w.Reconnect, "reconnect", 0, "wait before connecting again (default 10s)")
+	c.Flags.Int64Var(&w.MaxResult, "max-result", workerserver.DefaultMaxResult,
+		"the largest output of a job sent as its result, in bytes; a job that prints more fails")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
 		if *caFile != "" {
@@ -74,6 +76,9 @@ func main() {
 			if req.value == "" {
 				return cli.Usagef("%s is required", req.flag)
 			}
+		}
+		if w.MaxResult <= 0 {
+			return cli.Usagef("-max-result must be positive, not %d", w.MaxResult)
 		}
 		switch {
 		case len(args) > 0:

@@ -36,7 +36,9 @@
 // {"progress":{total,done,percent}}, then Done with the result, or Failed
 // or Cancelled with {"error":{message,name,stack}} (a Worker here sends
 // the first Processing once the job has run Worker.FirstProgress, so a
-// short job sends its end alone). A ping's answer is
+// short job sends its end alone; a job whose output is over
+// Worker.MaxResult, 1 MiB by default, is Failed with the limit named). A
+// ping's answer is
 // {data:{job:{jobId, worker, …params}, cancelJobs:[ids]}}. A version in
 // Online may be any JSON value (the reference sends a module's `version`
 // as it is, often a number): it is kept as text (Version).

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -63,6 +64,11 @@ type Worker struct {
 	// DefaultFirstProgress; it is never more than Progress; a negative
 	// value sends it as the job starts, as the reference's worker does.
 	FirstProgress time.Duration
+	// MaxResult is the largest output of a job the worker sends as the
+	// job's result (the data of its Done); 0 means DefaultMaxResult. A job
+	// that prints more fails, saying so: its output is neither read into
+	// memory nor cached.
+	MaxResult int64
 	// Client makes the requests; nil means one with a 30 s timeout that
 	// keeps a connection open for each slot and the pings (NewClient).
 	Client *http.Client
@@ -95,6 +101,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.URL == "" || w.ServerID == "" || w.CodeDir == "" || w.CacheDir == "" {
 		return errors.New("workerserver: Worker needs URL, ServerID, CodeDir and CacheDir")
 	}
+	if w.MaxResult < 0 {
+		return errors.New("workerserver: negative Worker.MaxResult")
+	}
 	if w.Logger == nil {
 		w.Logger = zap.NewNop()
 	}
@@ -115,6 +124,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	up, err := link.New(&masterAPI{w: w}, link.Config{
 		CacheDir: w.CacheDir, Reconnect: w.Reconnect, Progress: w.Progress, Ping: w.Ping, Logger: w.Logger,
+		MaxMessage: w.maxMessage(),
 	})
 	if err != nil {
 		ex.Close()
@@ -294,6 +304,17 @@ func NewClient(n int, tlsConfig *tls.Config) *http.Client {
 	return &http.Client{Timeout: 30 * time.Second, Transport: t}
 }
 
+// DefaultMaxResult is Worker.MaxResult's default: the master's default
+// limit on a request (DefaultMaxBody).
+const DefaultMaxResult = DefaultMaxBody
+
+// maxMessage is the link's limit on a status: a result of MaxResult bytes
+// that is not JSON, sent as a JSON string, each byte escaped (\u0000) at
+// worst, and the status around it.
+func (w *Worker) maxMessage() int {
+	return int(min(6*cmp.Or(w.MaxResult, DefaultMaxResult)+64<<10, math.MaxInt32))
+}
+
 // DefaultFirstProgress is Worker.FirstProgress's default.
 const DefaultFirstProgress = time.Second
 
@@ -349,6 +370,10 @@ func (w *Worker) runJob(ctx context.Context, order JobOrder, r *running) (string
 			msg += ": " + strings.TrimSpace(string(res.Stderr))
 		}
 		return JobFailed, ErrorData{Error: ErrorDetail{Name: res.Status.String(), Message: msg}}
+	}
+	if max := cmp.Or(w.MaxResult, DefaultMaxResult); res.Output.Size() > max {
+		return fail("ResultTooLarge", fmt.Errorf("the job printed %d bytes, over the worker's limit of %d on a result (MaxResult, -max-result)",
+			res.Output.Size(), max))
 	}
 	out, err := res.Output.ReadAll()
 	if err != nil {

@@ -236,6 +236,39 @@ func TestWorkerResultTooLarge(t *testing.T) {
 	}
 }
 
+// A job that prints more than the worker's MaxResult fails, saying so,
+// and its output is never read into the worker's memory or cache: the
+// master hears of a Failed job with the limit named, and the worker goes
+// on with the next job.
+func TestWorkerMaxResult(t *testing.T) {
+	codes := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "big"),
+		[]byte("#!/bin/sh\nread p\nprintf '\"%s\"' \"$(head -c 5000 /dev/zero | tr '\\0' a)\"\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "small"),
+		[]byte("#!/bin/sh\nread p\nprintf '\"%s\"' \"$(head -c 4000 /dev/zero | tr '\\0' a)\"\n"), 0o755))
+	ctx, _, ex, _ := workerAndMaster(t, codes, 0, 1, func(w *Worker) { w.MaxResult = 4096 })
+	for _, tc := range []struct {
+		code string
+		want laboro.Status
+	}{{"big", laboro.StatusFailed}, {"small", laboro.StatusSucceeded}} {
+		h, err := ex.Submit(ctx, NewJob(tc.code, tc.code, nil))
+		require.NoError(t, err)
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		res, err := h.Wait(wctx)
+		wcancel()
+		require.NoError(t, err, tc.code)
+		assert.Equal(t, tc.want, res.Status, "%s: %v", tc.code, res.Err)
+		if tc.want == laboro.StatusFailed {
+			assert.ErrorContains(t, res.Err, "the job printed 5002 bytes, over the worker's limit of 4096 on a result")
+		} else {
+			out, err := res.Output.ReadAll()
+			require.NoError(t, err)
+			assert.Len(t, out, 4002, "the result of the job under the limit")
+		}
+		res.Output.Close()
+	}
+}
+
 // workerAndMaster runs a Master (with maxBody, 0 for the default) over
 // loopback HTTP, an Executor of its jobs, and a Worker of the executables
 // in codes running n jobs at once, until the test ends; ctx ends then.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -118,6 +119,7 @@ func decodeRecord(data []byte) (record, []byte, error) {
 // on disk too.
 type cache struct {
 	dir string
+	max int64 // the largest file it reads
 	now func() time.Time
 	log *zap.Logger
 
@@ -135,7 +137,7 @@ type cacheEntry struct {
 // files of an earlier run, which may have crashed. Files it cannot read
 // are logged and left alone; half-written temporary files of a crash are
 // removed.
-func openCache(dir string, now func() time.Time, log *zap.Logger) (*cache, error) {
+func openCache(dir string, maxFile int64, now func() time.Time, log *zap.Logger) (*cache, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("transport: cache: %w", err)
 	}
@@ -143,7 +145,7 @@ func openCache(dir string, now func() time.Time, log *zap.Logger) (*cache, error
 	if err != nil {
 		return nil, fmt.Errorf("transport: cache: %w", err)
 	}
-	c := &cache{dir: dir, now: now, log: log, entries: make(map[string]cacheEntry)}
+	c := &cache{dir: dir, max: maxFile, now: now, log: log, entries: make(map[string]cacheEntry)}
 	for _, de := range des {
 		name := de.Name()
 		switch {
@@ -154,7 +156,7 @@ func openCache(dir string, now func() time.Time, log *zap.Logger) (*cache, error
 				log.Warn("transport: cache: removing a temporary file", zap.String("file", name), zap.Error(err))
 			}
 		case strings.HasSuffix(name, cacheExt) && de.Type().IsRegular():
-			data, err := os.ReadFile(filepath.Join(dir, name))
+			data, err := c.read(name)
 			if err != nil {
 				log.Warn("transport: cache: unreadable file skipped", zap.String("file", name), zap.Error(err))
 				continue
@@ -172,6 +174,25 @@ func openCache(dir string, now func() time.Time, log *zap.Logger) (*cache, error
 		}
 	}
 	return c, nil
+}
+
+// maxRecord is the size of the largest file a message of at most
+// maxMessage bytes makes: its body in base64, and room for the rest of the
+// record, its key escaped in JSON among it.
+func maxRecord(maxMessage int) int64 { return int64(maxMessage)/3*4 + 4 + 1<<20 }
+
+// read reads the cache file name, refusing one over c.max bytes.
+func (c *cache) read(name string) ([]byte, error) {
+	f, err := os.Open(filepath.Join(c.dir, name))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, c.max+1))
+	if err == nil && int64(len(data)) > c.max {
+		err = fmt.Errorf("over %d bytes, more than a message within the link's limit makes", c.max)
+	}
+	return data, err
 }
 
 // put writes m as its key's file, replacing an earlier one, unless that
@@ -228,7 +249,7 @@ func (c *cache) load(key string) (m Message, seq uint64, ok bool, err error) {
 	if !ok {
 		return Message{}, 0, false, nil
 	}
-	data, err := os.ReadFile(filepath.Join(c.dir, fileName(key)))
+	data, err := c.read(fileName(key))
 	var r record
 	var body []byte
 	if err == nil {

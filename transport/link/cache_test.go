@@ -162,6 +162,31 @@ func TestCache_ReplaySkipsUnreadable(t *testing.T) {
 	assert.Empty(t, s.l.Cached())
 }
 
+// Config.MaxMessage bounds both ends: Send refuses a larger body (neither
+// sent nor cached), and a cache file larger than a message within the
+// limit makes is skipped when the cache is read, not read into memory;
+// the others are replayed.
+func TestCache_MaxMessage(t *testing.T) {
+	const limit = 1000
+	s := newSetup(t, Config{MaxMessage: limit})
+	require.NoError(t, s.l.Send(ctx(t), Message{Key: "fits", Final: true, Body: bytes.Repeat([]byte{0}, limit)}))
+	err := s.l.Send(ctx(t), Message{Key: "big", Final: true, Body: bytes.Repeat([]byte{0}, limit+1)})
+	require.ErrorIs(t, err, ErrMessageTooLarge)
+	assert.ErrorContains(t, err, "big: 1001 bytes, limit 1000")
+	assert.Equal(t, []string{"fits"}, s.l.Cached(), "the message over the limit is not cached")
+
+	dir := t.TempDir()
+	huge := append([]byte(`{"key":"huge","final":true,"seq":1,"bytes":"`), bytes.Repeat([]byte("A"), 2<<20)...)
+	huge = append(huge, `"}`...)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "huge.json"), huge, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ok.json"), []byte(`{"key":"ok","final":true,"seq":2,"body":{"x":1}}`), 0o600))
+	r := newSetup(t, Config{CacheDir: dir, MaxMessage: limit})
+	assert.Equal(t, []string{"ok"}, r.l.Cached(), "the file over the limit is skipped")
+	r.connected(t)
+	assert.Equal(t, []string{"hello false", `send ok final {"x":1}`, "online"}, r.m.Events())
+	assert.ElementsMatch(t, []string{"huge.json"}, r.files(t), "left on disk for a person to look at")
+}
+
 // FuzzDecodeRecord: a cache file, whatever it holds (a crash or a person
 // may have cut or edited it), is refused, or read as a message that is
 // written and read back the same. Seeds: testdata/fuzz/FuzzDecodeRecord.

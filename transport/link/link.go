@@ -44,7 +44,19 @@ type Config struct {
 	Ping      time.Duration // ping interval when no job came; 0 = 30 s
 	Clock     Clock         // nil = SystemClock()
 	Logger    *zap.Logger   // nil = none
+	// MaxMessage is the largest Body Send takes (0 = DefaultMaxMessage):
+	// a larger one is neither sent nor cached (ErrMessageTooLarge), and a
+	// cache file larger than such a message makes is skipped when the
+	// cache is read, so that reading it is bounded too.
+	MaxMessage int
 }
+
+// DefaultMaxMessage is Config.MaxMessage's default.
+const DefaultMaxMessage = 16 << 20
+
+// ErrMessageTooLarge is the error of a Send whose Body is over
+// Config.MaxMessage.
+var ErrMessageTooLarge = errors.New("transport: message over the link's limit")
 
 // The defaults of Config's intervals: the reference's.
 const (
@@ -108,6 +120,10 @@ func New(m Master, cfg Config) (*Link, error) {
 	if cfg.Reconnect < 0 || cfg.Progress < 0 || cfg.Ping < 0 {
 		return nil, errors.New("transport: negative interval")
 	}
+	if cfg.MaxMessage < 0 {
+		return nil, errors.New("transport: negative Config.MaxMessage")
+	}
+	cfg.MaxMessage = cmp.Or(cfg.MaxMessage, DefaultMaxMessage)
 	cfg.Reconnect = cmp.Or(cfg.Reconnect, DefaultReconnect)
 	cfg.Progress = cmp.Or(cfg.Progress, DefaultProgress)
 	cfg.Ping = cmp.Or(cfg.Ping, DefaultPing)
@@ -117,7 +133,7 @@ func New(m Master, cfg Config) (*Link, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	c, err := openCache(cfg.CacheDir, cfg.Clock.Now, cfg.Logger)
+	c, err := openCache(cfg.CacheDir, maxRecord(cfg.MaxMessage), cfg.Clock.Now, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -171,10 +187,14 @@ func (l *Link) Done() <-chan struct{} { return l.done }
 // reconnects.
 //
 // Send returns nil when m was sent or cached, and an error only when it
-// could be neither. It sends in the order of its calls only for calls
+// could be neither (ErrMessageTooLarge for a Body over
+// Config.MaxMessage). It sends in the order of its calls only for calls
 // that do not overlap: the messages of one job should go through a
 // JobStream, or one at a time.
 func (l *Link) Send(ctx context.Context, m Message) error {
+	if len(m.Body) > l.cfg.MaxMessage {
+		return fmt.Errorf("%w: %s: %d bytes, limit %d", ErrMessageTooLarge, m.Key, len(m.Body), l.cfg.MaxMessage)
+	}
 	l.mu.Lock()
 	for l.connecting && !l.stopping {
 		if l.waitLocked(ctx, func() bool { return !l.connecting || l.stopping }) != nil {
