@@ -397,7 +397,7 @@ func (m *Master) Job(id string) (JobRecord, bool) {
 			return err
 		}
 		if rec.Status == JobQueued {
-			codes, err := s.offers.get(tx)
+			codes, err := s.servers.offered(tx)
 			rec.Unoffered = err == nil && !codes.offer(rec.Worker)
 			return err
 		}

@@ -216,7 +216,7 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 		if startup != nil && (startup.Workers != nil || rec.Startup == nil) {
 			rec.Startup = startup
 		}
-		s.offers.changed(tx)
+		s.servers.changed(tx)
 		if err := putServer(tx, rec); err != nil {
 			return err
 		}
@@ -416,11 +416,7 @@ type handout struct {
 // its cache between its Connecting and its Online, which gives back the
 // jobs the server had.
 func (s *session) takeFor(req *workerRequest, wk *transport.Worker[string, JobOrder], ping bool) (*handout, error) {
-	var srv *ServerRecord
-	err := s.db.View(func(tx *bolt.Tx) (err error) {
-		srv, err = getServer(tx, req.serverID)
-		return err
-	})
+	srv, err := s.servers.record(s.db, req.serverID)
 	if err != nil {
 		return nil, err
 	}

@@ -207,7 +207,7 @@ func (s *session) enqueue(id string, spec JobSpec) (*jobRow, error) {
 		if row != nil {
 			return errNoChange
 		}
-		codes, err := s.offers.get(tx)
+		codes, err := s.servers.offered(tx)
 		if err != nil {
 			return err
 		}

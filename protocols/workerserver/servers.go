@@ -29,7 +29,7 @@ type session struct {
 	holding   atomic.Int32  // pings held now
 	idWarning sync.Once     // of a job id that is not numeric (see NumericID)
 	unoffered sync.Map      // worker codes warned of as offered by no server
-	offers    offerCache    // the codes the servers offer
+	servers   serverCache   // what the servers' records say
 
 	// mu guards peers and expecting. It also makes one step, for the
 	// pings that take jobs, of holding a job for its server (Add, then

@@ -163,22 +163,26 @@ type offered struct {
 
 func (o offered) offer(code string) bool { return o.all || o.codes[code] }
 
-// offerCache keeps what offeredCodes found, so that queueing a job does not
-// read the record of every server the table has known. It is filled only
-// once a write transaction that read it commits, and emptied by every
-// transaction that writes a server's record (changed), at once and again
-// once it commits: a value found before a change can never be stored after
-// it, and a read-only transaction, whose view may be older than the last
-// commit, reads it only when it is there and never fills it.
-type offerCache struct {
-	mu    sync.Mutex
-	gen   uint64 // changes so far
-	valid bool
-	o     offered
+// serverCache keeps what the servers' records say, so that queueing a job
+// does not read the record of every server the table has known (offered),
+// nor the end of a job the record of its server (record). It is emptied
+// by every transaction that writes a server's record (changed), at once
+// and again once it commits; a value read is stored only if no such
+// transaction began since before the transaction that read it, so a value
+// found before a change can never be stored after it. (A read-only
+// transaction that began before a commit sees the table as it was: what it
+// stores before that commit's handler runs, the handler empties.)
+type serverCache struct {
+	mu      sync.Mutex
+	gen     uint64 // changes so far
+	valid   bool   // o is current
+	o       offered
+	servers map[string]*ServerRecord // by id; nil for one the table lacks
 }
 
-// get returns the codes offered as tx sees them.
-func (c *offerCache) get(tx *bolt.Tx) (offered, error) {
+// offered returns the codes offered as tx sees them. It stores what it
+// reads only for a write transaction, whose view is the latest.
+func (c *serverCache) offered(tx *bolt.Tx) (offered, error) {
 	c.mu.Lock()
 	o, valid, gen := c.o, c.valid, c.gen
 	c.mu.Unlock()
@@ -198,16 +202,45 @@ func (c *offerCache) get(tx *bolt.Tx) (offered, error) {
 	return o, err
 }
 
+// record returns the record of server id as the table has it (nil if it
+// has none), without its history. Callers must not change it.
+func (c *serverCache) record(db *bolt.DB, id string) (*ServerRecord, error) {
+	c.mu.Lock()
+	rec, ok := c.servers[id]
+	gen := c.gen // before the read's transaction begins
+	c.mu.Unlock()
+	if ok {
+		return rec, nil
+	}
+	err := db.View(func(tx *bolt.Tx) (err error) {
+		rec, err = getServer(tx, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.gen == gen {
+		if c.servers == nil {
+			c.servers = map[string]*ServerRecord{}
+		}
+		c.servers[id] = rec
+	}
+	c.mu.Unlock()
+	return rec, nil
+}
+
 // changed is called in a transaction that writes a server's record.
-func (c *offerCache) changed(tx *bolt.Tx) {
+func (c *serverCache) changed(tx *bolt.Tx) {
 	c.drop()
 	tx.OnCommit(c.drop)
 }
 
-func (c *offerCache) drop() {
+func (c *serverCache) drop() {
 	c.mu.Lock()
 	c.gen++
 	c.valid = false
+	clear(c.servers)
 	c.mu.Unlock()
 }
 
