@@ -159,7 +159,7 @@ scp() {
 }
 status() { echo "$1 $2" >> "$STATUS"; }
 ready() { # the log of background line $1 says it serves, or it ended
-	until grep -qE 'serving|listening|embedded NATS server' "bg$1.log" 2>/dev/null || [ -e "bg$1.exit" ]; do
+	until grep -qE 'serving|listening' "bg$1.log" 2>/dev/null || [ -e "bg$1.exit" ]; do
 		sleep 0.05
 	done
 }
