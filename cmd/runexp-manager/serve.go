@@ -35,13 +35,13 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 	if !sorted { // as the reference manager does
 		rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
 	}
+	// Each job file is read as its job is submitted (Batch.Prepare): a
+	// batch's scripts are in memory only while their jobs are.
 	jobs := make([]laboro.Job, len(todo))
-	files := make(map[string]string, len(todo)) // job name → job file
+	files := make(map[string]runexp.FolderJob, len(todo)) // by job name
 	for i, j := range todo {
-		if jobs[i], err = folder.Load(j); err != nil {
-			return err
-		}
-		files[j.Name] = j.Path
+		jobs[i] = laboro.Job{ID: j.Name}
+		files[j.Name] = j
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -71,8 +71,9 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 		Submitted: func() { m.Finish(ex) },
 		Workers:   func() int { return m.Stats().Runners },
 		Command: func(job laboro.Job) string {
-			return files[job.ID] + " (report in " + folder.ResultPath(job.ID) + ")"
+			return files[job.ID].Path + " (report in " + folder.ResultPath(job.ID) + ")"
 		},
+		Prepare: func(job laboro.Job) (laboro.Job, error) { return folder.Load(files[job.ID]) },
 	}
 	sum, err := batch.Run(ctx, ex, jobs)
 	if err != nil {

@@ -231,6 +231,12 @@ type Batch struct {
 	// Command, if not nil, says what a failed job ran, for the summary;
 	// by default Job.String.
 	Command func(job laboro.Job) string
+	// Prepare, if not nil, is called with each job just before it is
+	// submitted and returns the job to submit: a batch whose jobs are
+	// files reads each one then, so that only the jobs in the Executor
+	// are in memory, not the whole batch. A job it returns an error for
+	// is not run, and fails in the summary ("not loaded").
+	Prepare func(job laboro.Job) (laboro.Job, error)
 }
 
 // Run submits jobs to ex and waits for them all. It returns early with
@@ -286,6 +292,22 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 		b.Progress.Update(c)
 	}
 	for _, job := range jobs {
+		if b.Prepare != nil {
+			prepared, err := b.Prepare(job)
+			if err != nil {
+				f := Failure{ID: job.ID, Command: job.String(), Status: "not loaded", ExitCode: -1, Err: err.Error()}
+				if b.Command != nil {
+					f.Command = b.Command(job)
+				}
+				mu.Lock()
+				sum.Failed++
+				sum.Failures = append(sum.Failures, f)
+				mu.Unlock()
+				results <- struct{}{}
+				continue
+			}
+			job = prepared
+		}
 		h, err := ex.Submit(ctx, job)
 		if err != nil {
 			return end(fmt.Errorf("submit %s: %w", job.String(), err))

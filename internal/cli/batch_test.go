@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,4 +69,49 @@ func TestWriteFailuresKeepsTheLastLines(t *testing.T) {
 	WriteFailures(&out, []Failure{{ID: "j1", Command: "make\nall", Status: "timed out", ExitCode: -1, Err: "laboro: job timed out",
 		Stderr: []byte("1\n2\n3\n4\n5\n6\n7\n")}})
 	assert.Equal(t, "j1 timed out: make all\n    laboro: job timed out\n    | 3\n    | 4\n    | 5\n    | 6\n    | 7\n", out.String())
+}
+
+// Prepare makes each job as it is submitted, not before: with room for one
+// job running and one waiting, at most those and the one being submitted
+// have been made and not yet ended. A job it cannot make fails in the
+// summary, saying why, and the others run.
+func TestBatchPreparesEachJobWhenSubmitted(t *testing.T) {
+	ex, err := laboro.New(laboro.WithConcurrency(1), laboro.WithPoolSize(1), laboro.WithBufferSize(1))
+	require.NoError(t, err)
+	defer ex.Close()
+	var mu sync.Mutex
+	var made, ended, most int
+	b := Batch{
+		Prepare: func(job laboro.Job) (laboro.Job, error) {
+			if job.ID == "j7" {
+				return job, errors.New("open j7.sh: no such file or directory")
+			}
+			mu.Lock()
+			made++
+			most = max(most, made-ended)
+			mu.Unlock()
+			job.Func = func(context.Context) error {
+				mu.Lock()
+				ended++
+				mu.Unlock()
+				return nil
+			}
+			return job, nil
+		},
+		Command: func(job laboro.Job) string { return job.ID + ".sh" },
+	}
+	jobs := make([]laboro.Job, 20)
+	for i := range jobs {
+		jobs[i].ID = fmt.Sprintf("j%d", i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum, err := b.Run(ctx, ex, jobs)
+	require.NoError(t, err)
+	assert.Equal(t, Counts{Total: 20, Succeeded: 19, Failed: 1}, sum.Counts)
+	assert.Equal(t, 19, made)
+	assert.LessOrEqual(t, most, 3, "jobs made and not yet ended")
+	var out bytes.Buffer
+	sum.Write(&out)
+	assert.Contains(t, out.String(), "j7 not loaded: j7.sh\n    open j7.sh: no such file or directory\n")
 }
