@@ -1,7 +1,7 @@
 package fuq
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -589,11 +589,13 @@ func (s *workerState) loadSpool() error {
 			continue
 		}
 		path := filepath.Join(s.w.SpoolDir, e.Name())
-		b, err := os.ReadFile(path)
+		f, err := os.Open(path)
 		if err != nil {
 			return err
 		}
-		m, err := ReadMessage(bytes.NewReader(b), s.w.MaxBody)
+		// Its length is checked against MaxBody before its body is read.
+		m, err := ReadMessage(bufio.NewReader(f), s.w.MaxBody)
+		f.Close()
 		if err != nil || m.Type != TypeUpdate || m.Update == nil {
 			s.log.Warn("unreadable spooled UPDATE set aside", zap.String("file", path), zap.Error(err))
 			os.Rename(path, path+".bad")

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 )
 
 // scripted is a foreman played by the test, over TCP, for one Worker.
@@ -227,4 +230,37 @@ func TestWorkerCancel(t *testing.T) {
 	for _, e := range entries {
 		assert.False(t, strings.HasSuffix(e.Name(), ".log"), "a cancelled task leaves no log: %s", e.Name())
 	}
+}
+
+// A worker that starts reads the UPDATEs an earlier run spooled, each no
+// further than its header allows: a file whose header announces a body
+// over MaxBody (here 256 MiB long, most of it a hole) is set aside as .bad
+// without its body being read, and the good ones are kept in order.
+func TestWorkerSpoolReadBounded(t *testing.T) {
+	dir := t.TempDir()
+	s := &workerState{w: &Worker{SpoolDir: dir, MaxBody: 1 << 20}, log: zap.NewNop()}
+	first, err := s.spool(StatusUpdate{JobId: 7, Task: 1, Success: true})
+	require.NoError(t, err)
+	huge, err := Message{Header: Header{Type: TypeUpdate}, Update: &StatusUpdate{JobId: 7, Task: 2}}.AppendBinary(nil)
+	require.NoError(t, err)
+	binary.LittleEndian.PutUint32(huge[12:], 200<<20) // the body's length in the header
+	bad := filepath.Join(dir, "00000000000000000002-7-2.update")
+	require.NoError(t, os.WriteFile(bad, huge, 0o600))
+	require.NoError(t, os.Truncate(bad, 256<<20))
+	last, err := s.spool(StatusUpdate{JobId: 7, Task: 3, Success: false, Status: "exit status 1"})
+	require.NoError(t, err)
+	require.NoError(t, os.Rename(first, filepath.Join(dir, "00000000000000000001-7-1.update")))
+	require.NoError(t, os.Rename(last, filepath.Join(dir, "00000000000000000003-7-3.update")))
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	require.NoError(t, s.loadSpool())
+	runtime.ReadMemStats(&after)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated to read the spool")
+	require.Len(t, s.spooled, 2)
+	assert.Equal(t, 1, s.spooled[0].update.Task)
+	assert.Equal(t, 3, s.spooled[1].update.Task)
+	assert.Equal(t, "exit status 1", s.spooled[1].update.Status)
+	_, err = os.Stat(bad + ".bad")
+	assert.NoError(t, err, "the file over the limit is set aside")
 }
