@@ -91,11 +91,26 @@ func (f Folder) Done(name string) (bool, error) {
 	return strings.TrimRight(line, "\r\n") == summarySuccess, nil
 }
 
-// Load reads a job file into a job for the Manager.
+// Load reads a job file into a job for the Manager. A file over
+// DefaultMaxSize, more than a runner takes, is refused unread.
 func (f Folder) Load(j FolderJob) (laboro.Job, error) {
-	b, err := os.ReadFile(j.Path)
+	file, err := os.Open(j.Path)
 	if err != nil {
 		return laboro.Job{}, err
+	}
+	defer file.Close()
+	tooLarge := fmt.Errorf("runexp: %s: a job file over %d bytes, more than a runner takes", j.Path, DefaultMaxSize)
+	if fi, err := file.Stat(); err != nil {
+		return laboro.Job{}, err
+	} else if fi.Size() > DefaultMaxSize {
+		return laboro.Job{}, tooLarge
+	}
+	b, err := io.ReadAll(io.LimitReader(file, DefaultMaxSize+1)) // it may have grown
+	if err != nil {
+		return laboro.Job{}, err
+	}
+	if len(b) > DefaultMaxSize {
+		return laboro.Job{}, tooLarge
 	}
 	return NewJob(j.Name, j.Type, string(b)), nil
 }

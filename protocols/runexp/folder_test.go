@@ -1,0 +1,45 @@
+package runexp
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Load reads a job file into the job sent to runners; a file larger than a
+// runner takes (DefaultMaxSize) is refused without being read.
+func TestFolderLoad(t *testing.T) {
+	base := t.TempDir()
+	f := Folder{Runs: filepath.Join(base, "runs"), Outputs: filepath.Join(base, "outputs")}
+	require.NoError(t, os.MkdirAll(filepath.Join(f.Runs, "sweep"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(f.Runs, "sweep", "a.sh"), []byte("echo a\n"), 0o644))
+	huge := filepath.Join(f.Runs, "huge.sh")
+	require.NoError(t, os.WriteFile(huge, []byte("echo huge\n"), 0o644))
+	require.NoError(t, os.Truncate(huge, DefaultMaxSize+1)) // a hole: no disk used
+
+	todo, done, skipped, err := f.Jobs()
+	require.NoError(t, err)
+	assert.Zero(t, done)
+	assert.Empty(t, skipped)
+	require.Len(t, todo, 2)
+	byName := map[string]FolderJob{}
+	for _, j := range todo {
+		byName[j.Name] = j
+	}
+
+	job, err := f.Load(byName["sweep/a"])
+	require.NoError(t, err)
+	assert.Equal(t, "sweep/a", job.ID)
+	assert.Equal(t, NewJob("sweep/a", ".sh", "echo a\n"), job)
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = f.Load(byName["huge"])
+	runtime.ReadMemStats(&after)
+	assert.ErrorContains(t, err, "huge.sh: a job file over 1073741824 bytes, more than a runner takes")
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated to refuse it")
+}
