@@ -218,22 +218,11 @@ func TestWorkerResultTooLarge(t *testing.T) {
 		[]byte("#!/bin/sh\nread p\nprintf '{\"x\": \"%s\"}' \"$(head -c 20000 /dev/zero | tr '\\0' a)\"\n"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(codes, "small"), []byte("#!/bin/sh\nread p\necho '{\"ok\": 1}'\n"), 0o755))
 	ctx, _, ex, _ := workerAndMaster(t, codes, 4096, 1)
-	for _, tc := range []struct {
-		code string
-		want laboro.Status
-	}{{"big", laboro.StatusFailed}, {"small", laboro.StatusSucceeded}} {
-		h, err := ex.Submit(ctx, NewJob(tc.code, tc.code, nil))
-		require.NoError(t, err)
-		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
-		res, err := h.Wait(wctx)
-		wcancel()
-		require.NoError(t, err, tc.code)
-		assert.Equal(t, tc.want, res.Status, "%s: %v", tc.code, res.Err)
-		if tc.want == laboro.StatusFailed {
-			assert.ErrorContains(t, res.Err, "over the master's limit")
-		}
-		res.Output.Close()
-	}
+	res := resultOf(t, ctx, ex, "big")
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorContains(t, res.Err, "over the master's limit")
+	res = resultOf(t, ctx, ex, "small")
+	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 }
 
 // A job that prints more than the worker's MaxResult fails, saying so,
@@ -242,31 +231,33 @@ func TestWorkerResultTooLarge(t *testing.T) {
 // on with the next job.
 func TestWorkerMaxResult(t *testing.T) {
 	codes := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(codes, "big"),
-		[]byte("#!/bin/sh\nread p\nprintf '\"%s\"' \"$(head -c 5000 /dev/zero | tr '\\0' a)\"\n"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(codes, "small"),
-		[]byte("#!/bin/sh\nread p\nprintf '\"%s\"' \"$(head -c 4000 /dev/zero | tr '\\0' a)\"\n"), 0o755))
-	ctx, _, ex, _ := workerAndMaster(t, codes, 0, 1, func(w *Worker) { w.MaxResult = 4096 })
-	for _, tc := range []struct {
-		code string
-		want laboro.Status
-	}{{"big", laboro.StatusFailed}, {"small", laboro.StatusSucceeded}} {
-		h, err := ex.Submit(ctx, NewJob(tc.code, tc.code, nil))
-		require.NoError(t, err)
-		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
-		res, err := h.Wait(wctx)
-		wcancel()
-		require.NoError(t, err, tc.code)
-		assert.Equal(t, tc.want, res.Status, "%s: %v", tc.code, res.Err)
-		if tc.want == laboro.StatusFailed {
-			assert.ErrorContains(t, res.Err, "the job printed 5002 bytes, over the worker's limit of 4096 on a result")
-		} else {
-			out, err := res.Output.ReadAll()
-			require.NoError(t, err)
-			assert.Len(t, out, 4002, "the result of the job under the limit")
-		}
-		res.Output.Close()
+	for code, n := range map[string]int{"big": 5000, "small": 4000} {
+		require.NoError(t, os.WriteFile(filepath.Join(codes, code),
+			fmt.Appendf(nil, "#!/bin/sh\nread p\nprintf '\"%%s\"' \"$(head -c %d /dev/zero | tr '\\0' a)\"\n", n), 0o755))
 	}
+	ctx, _, ex, _ := workerAndMaster(t, codes, 0, 1, func(w *Worker) { w.MaxResult = 4096 })
+	res := resultOf(t, ctx, ex, "big")
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorContains(t, res.Err, "the job printed 5002 bytes, over the worker's limit of 4096 on a result")
+	res = resultOf(t, ctx, ex, "small")
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	out, err := res.Output.ReadAll()
+	require.NoError(t, err)
+	assert.Len(t, out, 4002, "the result of the job under the limit")
+}
+
+// resultOf submits a job of code to ex and returns its result, its output
+// closed when the test ends.
+func resultOf(t *testing.T, ctx context.Context, ex *laboro.Executor, code string) laboro.Result {
+	t.Helper()
+	h, err := ex.Submit(ctx, NewJob(code, code, nil))
+	require.NoError(t, err)
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	res, err := h.Wait(wctx)
+	require.NoError(t, err, code)
+	t.Cleanup(func() { res.Output.Close() })
+	return res
 }
 
 // workerAndMaster runs a Master (with maxBody, 0 for the default) over
