@@ -57,25 +57,29 @@ func spooled(t *testing.T, dir string) []string {
 // with SIGKILL halfway, and another's connection is cut and restored.
 // Every task ends with exactly one recorded outcome and one log file. (An
 // UPDATE whose OK was lost in the cut is sent again; the foreman records
-// only the first.)
+// only the first.) The tasks of the worker whose connection is cut wait
+// (for the file $HOLD) until the cut is made, so that two of them end
+// while it lasts, however busy the machine.
 func TestFiveHundredTasks(t *testing.T) {
 	foremanBin, workerBin := build(t)
 	dir := t.TempDir()
 	logDir := filepath.Join(dir, "logs")
 	require.NoError(t, os.Mkdir(logDir, 0o755))
 	task := filepath.Join(dir, "task.sh")
-	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\necho task $1 in $(pwd)\nsleep 0.05\n"), 0o755))
+	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\necho task $1 in $(pwd)\n"+
+		"if [ -n \"$HOLD\" ]; then touch \"$HOLD.$1\"; while [ ! -e \"$HOLD\" ]; do sleep 0.01; done; fi\nsleep 0.05\n"), 0o755))
+	hold := filepath.Join(dir, "hold")
 	control := filepath.Join(dir, "control.sock")
 
 	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-grace", "5s",
 		"-journal", filepath.Join(dir, "journal"))
 	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
 	flaky := e2e.NewRelay(t, addr)
-	worker := func(name, via string) *e2e.Process {
-		return e2e.Start(t, nil, workerBin, "-connect", via, "-np", "2", "-spool", filepath.Join(dir, "spool-"+name), "-reconnect", "200ms")
+	worker := func(name, via string, env ...string) *e2e.Process {
+		return e2e.Start(t, env, workerBin, "-connect", via, "-np", "2", "-spool", filepath.Join(dir, "spool-"+name), "-reconnect", "200ms")
 	}
 	steady := worker("steady", addr)
-	cut := worker("cut", flaky.Addr())
+	cut := worker("cut", flaky.Addr(), "HOLD="+hold)
 	killed := worker("killed", addr)
 
 	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "j", "-command", task,
@@ -84,8 +88,13 @@ func TestFiveHundredTasks(t *testing.T) {
 	require.Eventually(t, func() bool { return len(logs(t, logDir)) >= 150 }, 60*time.Second, 10*time.Millisecond)
 	require.NoError(t, killed.Cmd.Process.Signal(syscall.SIGKILL))
 	require.Eventually(t, func() bool { return len(logs(t, logDir)) >= 250 }, 60*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		held, err := filepath.Glob(hold + ".*")
+		return err == nil && len(held) == 2
+	}, 60*time.Second, 10*time.Millisecond, "the worker to be cut runs two tasks, held")
 	flaky.Down.Store(true)
 	flaky.Cut()
+	require.NoError(t, os.WriteFile(hold, nil, 0o600))
 	require.Eventually(t, func() bool { return len(spooled(t, filepath.Join(dir, "spool-cut"))) >= 2 }, 30*time.Second, 10*time.Millisecond,
 		"tasks end while the connection is down, their outcomes kept on disk")
 	flaky.Down.Store(false)
