@@ -1083,12 +1083,15 @@ func TestUserAPI(t *testing.T) {
 	code, a = post("/api/jobs", `{"id":"u1","worker":"w","params":{"x":[1,2]}}`)
 	require.Equal(t, http.StatusOK, code, "%+v", a)
 	require.JSONEq(t, `{"id":"u1"}`, string(a.Data))
+	// Submit hands the job to an Executor, whose workers put jobs in the
+	// table concurrently: u1 is in it before the next one is submitted,
+	// so that the list's order is known.
+	f.waitStatus("u1", JobQueued)
 	code, a = post("/api/jobs", `{"worker":"w"}`)
 	require.Equal(t, http.StatusOK, code, "%+v", a)
 	var sub struct{ ID string }
 	require.NoError(t, json.Unmarshal(a.Data, &sub))
 	require.NotEmpty(t, sub.ID)
-	f.waitStatus("u1", JobQueued)
 	f.waitStatus(sub.ID, JobQueued)
 	code, _ = post("/api/jobs", `{"id":"u1","worker":"w"}`)
 	require.Equal(t, http.StatusConflict, code)
