@@ -239,6 +239,14 @@ type Batch struct {
 	Prepare func(job laboro.Job) (laboro.Job, error)
 }
 
+// command is what job ran, for the summary (see Batch.Command).
+func (b *Batch) command(job laboro.Job) string {
+	if b.Command != nil {
+		return b.Command(job)
+	}
+	return job.String()
+}
+
 // Run submits jobs to ex and waits for them all. It returns early with
 // ctx's error if ctx ends (the jobs already submitted go on, in ex).
 func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job) (Summary, error) {
@@ -268,9 +276,7 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 		} else {
 			sum.Failed++
 			f := FailureOf(job, res)
-			if b.Command != nil {
-				f.Command = b.Command(job)
-			}
+			f.Command = b.command(job)
 			if err != nil && res.Status == laboro.StatusSucceeded {
 				f.Status, f.Err = "not saved", err.Error()
 			}
@@ -295,10 +301,7 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 		if b.Prepare != nil {
 			prepared, err := b.Prepare(job)
 			if err != nil {
-				f := Failure{ID: job.ID, Command: job.String(), Status: "not loaded", ExitCode: -1, Err: err.Error()}
-				if b.Command != nil {
-					f.Command = b.Command(job)
-				}
+				f := Failure{ID: job.ID, Command: b.command(job), Status: "not loaded", ExitCode: -1, Err: err.Error()}
 				mu.Lock()
 				sum.Failed++
 				sum.Failures = append(sum.Failures, f)

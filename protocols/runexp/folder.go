@@ -99,18 +99,20 @@ func (f Folder) Load(j FolderJob) (laboro.Job, error) {
 		return laboro.Job{}, err
 	}
 	defer file.Close()
-	tooLarge := fmt.Errorf("runexp: %s: a job file over %d bytes, more than a runner takes", j.Path, DefaultMaxSize)
-	if fi, err := file.Stat(); err != nil {
-		return laboro.Job{}, err
-	} else if fi.Size() > DefaultMaxSize {
-		return laboro.Job{}, tooLarge
-	}
-	b, err := io.ReadAll(io.LimitReader(file, DefaultMaxSize+1)) // it may have grown
+	fi, err := file.Stat()
 	if err != nil {
 		return laboro.Job{}, err
 	}
-	if len(b) > DefaultMaxSize {
-		return laboro.Job{}, tooLarge
+	var b []byte
+	if fi.Size() <= DefaultMaxSize {
+		// Bounded again: the file may have grown since.
+		b, err = io.ReadAll(io.LimitReader(file, DefaultMaxSize+1))
+	}
+	switch {
+	case err != nil:
+		return laboro.Job{}, err
+	case fi.Size() > DefaultMaxSize || len(b) > DefaultMaxSize:
+		return laboro.Job{}, fmt.Errorf("runexp: %s: a job file over %d bytes, more than a runner takes", j.Path, DefaultMaxSize)
 	}
 	return NewJob(j.Name, j.Type, string(b)), nil
 }
