@@ -69,6 +69,18 @@ func (tm *testManager) submit(t *testing.T, name, contents string) *laboro.Handl
 	return h
 }
 
+// submitInLine submits a job and waits until it is in the manager's line:
+// the Executor's workers hand jobs to the manager concurrently, so a test
+// that gives a runner several jobs in order submits each this way.
+func (tm *testManager) submitInLine(t *testing.T, name, contents string) *laboro.Handle {
+	t.Helper()
+	before := tm.m.Stats().Pending
+	h := tm.submit(t, name, contents)
+	require.Eventually(t, func() bool { return tm.m.Stats().Pending == before+1 }, 10*time.Second, time.Millisecond,
+		"job %s in the manager's line", name)
+	return h
+}
+
 func (tm *testManager) logged(text string) int {
 	return tm.logs.FilterMessageSnippet(text).Len()
 }
@@ -391,8 +403,8 @@ func TestManagerUnknownResult(t *testing.T) {
 // goes to another runner, and its result is recorded once.
 func TestManagerRunnerVanishes(t *testing.T) {
 	tm := startManager(t, &Manager{})
-	h1 := tm.submit(t, "one", "echo one\n")
-	h2 := tm.submit(t, "two", "echo two\n")
+	h1 := tm.submitInLine(t, "one", "echo one\n")
+	h2 := tm.submitInLine(t, "two", "echo two\n")
 
 	r := join(t, tm.addr, "flaky")
 	r.say("PETO")
@@ -428,8 +440,8 @@ func TestManagerRunnerVanishes(t *testing.T) {
 // with ATENDI, since a job may yet come back.
 func TestManagerFinoWhileJobsOut(t *testing.T) {
 	tm := startManager(t, &Manager{})
-	h1 := tm.submit(t, "a", "echo a\n")
-	h2 := tm.submit(t, "b", "echo b\n")
+	h1 := tm.submitInLine(t, "a", "echo a\n")
+	h2 := tm.submitInLine(t, "b", "echo b\n")
 	r := join(t, tm.addr, "busy")
 	r.take()
 	r.take()
