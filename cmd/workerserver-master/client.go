@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,12 +72,16 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 func statusCommand(c *cli.Command) func(context.Context, []string) error {
 	master := urlFlag(c)
 	asJSON := c.Flags.Bool("json", false, "print the jobs' records as JSON, for programs")
+	last := c.Flags.Int("n", workerserver.DefaultListLimit, fmt.Sprintf("list the last `N` jobs submitted (at most %d)", workerserver.MaxListLimit))
 	return func(ctx context.Context, args []string) error {
 		api := master()
 		var recs []workerserver.JobRecord
 		switch len(args) {
 		case 0:
-			if err := api.do(ctx, "GET", "/api/jobs", nil, &recs); err != nil {
+			if *last < 1 || *last > workerserver.MaxListLimit {
+				return cli.Usagef("-n %d: the master lists from 1 to %d jobs", *last, workerserver.MaxListLimit)
+			}
+			if err := api.do(ctx, "GET", "/api/jobs?limit="+strconv.Itoa(*last), nil, &recs); err != nil {
 				return err
 			}
 		case 1:

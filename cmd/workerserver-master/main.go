@@ -54,7 +54,7 @@ func main() {
 			{Name: "submit", Synopsis: "[-url URL] -worker CODE [-params JSON] [-id ID] [-wait]",
 				Doc: "Submits a job and prints its id (a number the master picks, unless -id); with -wait, follows it, warns " +
 					"if no worker offers its code, and exits 0 only if it ends Done.", Setup: submitCommand},
-			{Name: "status", Synopsis: "[-url URL] [JOB]", Doc: "Prints every job, or JOB: id, worker, status, server, then " +
+			{Name: "status", Synopsis: "[-url URL] [-n N] [JOB]", Doc: "Prints the last N jobs submitted (1000), or JOB: id, worker, status, server, then " +
 				"its progress or why it waits (\"no worker offers CODE\").", Setup: statusCommand},
 			{Name: "cancel", Synopsis: "[-url URL] JOB", Doc: "Cancels a job.", Setup: cancelCommand},
 		},

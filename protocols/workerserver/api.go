@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/laboro-go/laboro"
@@ -68,11 +69,27 @@ func (m *Master) knownHost(host string) bool {
 	return false
 }
 
+// DefaultListLimit is how many jobs GET /api/jobs lists when its request
+// names no limit: the last ones submitted. MaxListLimit is the most it
+// lists (?limit=).
+const (
+	DefaultListLimit = 1000
+	MaxListLimit     = 100_000
+)
+
 func (m *Master) apiJobs(w http.ResponseWriter, r *http.Request) {
+	n := DefaultListLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > MaxListLimit {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q is not a whole number from 1 to %d", v, MaxListLimit))
+			return
+		}
+	}
 	if !m.open(w) {
 		return
 	}
-	recs := m.Jobs()
+	recs := m.LastJobs(n)
 	if recs == nil {
 		recs = []JobRecord{}
 	}

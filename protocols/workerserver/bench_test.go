@@ -18,6 +18,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/transport/link"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 )
 
@@ -297,3 +298,135 @@ func (unreachable) Hello(context.Context, bool) error        { return errDown }
 func (unreachable) Online(context.Context) error             { return errDown }
 func (unreachable) Send(context.Context, link.Message) error { return errDown }
 func (unreachable) Goodbye(context.Context) error            { return errDown }
+
+// fillTable writes to a new table at path ended jobs that ended (Done,
+// with their history) and one job Processing at server w1, as a master
+// that has run them leaves it.
+func fillTable(b *testing.B, path string, ended int) {
+	db, err := openDB(path, time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now()
+	const perTx = 10000
+	for start := 0; start <= ended; start += perTx {
+		err := db.Update(func(tx *bolt.Tx) error {
+			for i := start; i < min(start+perTx, ended+1); i++ {
+				id := strconv.Itoa(i + 1)
+				seq, err := newJobSeq(tx, id)
+				if err != nil {
+					return err
+				}
+				row := &jobRow{JobRecord: JobRecord{ID: id, Worker: "echo", Status: JobDone,
+					Server: "w1", Data: json.RawMessage(`{"n":1}`), Created: now, Updated: now}, Seq: seq}
+				if i == ended {
+					row.Status, row.Data = JobProcessing, nil
+				}
+				if err := putJob(tx, row); err != nil {
+					return err
+				}
+				for _, st := range []string{JobQueued, JobProcessing, row.Status} {
+					if err := appendEvent(tx, bucketJobHistory, row.ID, StatusEvent{Status: st, At: now, Server: "w1"}); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLargeTable measures, on a table of a master that has run many
+// jobs, what is not about those ended jobs: a server's restart (its
+// Connecting and Online, which put back in line the job it held), and a
+// restarted master finding the jobs to submit again (Open, Unfinished).
+func BenchmarkLargeTable(b *testing.B) {
+	for _, ended := range []int{1000, 100000} {
+		path := filepath.Join(b.TempDir(), "table.db")
+		fillTable(b, path, ended)
+		b.Run(fmt.Sprintf("server-restart/ended=%d", ended), func(b *testing.B) {
+			m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: b.TempDir()}
+			if err := m.Open(path); err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			srv := httptest.NewServer(m.Handler())
+			defer srv.Close()
+			w := &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", Paths: DefaultPaths, Client: srv.Client()}
+			for b.Loop() {
+				for _, st := range []string{ServerConnecting, ServerOnline} {
+					form := url.Values{FieldStatus: {st}, FieldData: {"{}"}}
+					if err := w.post(context.Background(), DefaultPaths.Status+"w1", form, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("list/ended=%d", ended), func(b *testing.B) {
+			m := &Master{OutputDir: b.TempDir()}
+			if err := m.Open(path); err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			for b.Loop() {
+				if got := m.LastJobs(DefaultListLimit); len(got) != min(DefaultListLimit, ended+1) {
+					b.Fatalf("listed %d jobs", len(got))
+				}
+			}
+		})
+		// The first Open of a table written before its indexes were kept
+		// makes them: once, reading every job.
+		b.Run(fmt.Sprintf("index/ended=%d", ended), func(b *testing.B) {
+			old := filepath.Join(b.TempDir(), "old.db")
+			for b.Loop() {
+				b.StopTimer()
+				copyTableWithoutIndexes(b, path, old)
+				b.StartTimer()
+				db, err := openDB(old, time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				db.Close()
+			}
+		})
+		b.Run(fmt.Sprintf("unfinished/ended=%d", ended), func(b *testing.B) {
+			for b.Loop() {
+				m := &Master{OutputDir: b.TempDir()}
+				if err := m.Open(path); err != nil {
+					b.Fatal(err)
+				}
+				if got := m.Unfinished(); len(got) != 1 || got[0].ID != strconv.Itoa(ended+1) {
+					b.Fatalf("unfinished: %d jobs", len(got))
+				}
+				m.Close()
+			}
+		})
+	}
+}
+
+// copyTableWithoutIndexes copies the table at from to to, without the
+// buckets that index it, as the master wrote it before it kept them.
+func copyTableWithoutIndexes(b *testing.B, from, to string) {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	db, err := bolt.Open(to, 0o600, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		return errors.Join(tx.DeleteBucket(bucketOpen), tx.DeleteBucket(bucketOrder))
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}

@@ -159,8 +159,10 @@ func (e *JobError) Error() string {
 //
 // Workers authenticate every request with their serverId and
 // serverPassword (Servers). The user API on the same Handler (GET
-// /api/jobs, GET /api/jobs/{id}, POST /api/jobs/{id}/cancel, POST /api/jobs
-// with Submit, GET /api/servers, GET /api/servers/{id}) takes the bearer
+// /api/jobs, which lists the last DefaultListLimit jobs submitted or
+// ?limit= of them, up to MaxListLimit; GET /api/jobs/{id}, POST
+// /api/jobs/{id}/cancel, POST /api/jobs with Submit, GET /api/servers, GET
+// /api/servers/{id}) takes the bearer
 // token APIToken, and refuses what a web page could make a browser send:
 // a request with an Origin or a Sec-Fetch-Site other than none or
 // same-origin, a POST whose Content-Type is not application/json, and a
@@ -470,31 +472,35 @@ func (s *session) unwait(id string, ch chan struct{}, closeIt bool) {
 }
 
 // Jobs returns every job in the table, with its history, in order of
-// submission.
-func (m *Master) Jobs() []JobRecord { return m.jobs(nil) }
-
-// Unfinished returns the jobs that have not ended (Queued or Processing),
-// in order of submission: what a restarted master submits again.
-func (m *Master) Unfinished() []JobRecord {
-	return m.jobs(func(r *JobRecord) bool { return !Final(r.Status) })
+// submission: as many as the table has ever run (LastJobs bounds them).
+func (m *Master) Jobs() []JobRecord {
+	return m.jobs(func(tx *bolt.Tx) ([]JobRecord, error) { return allJobs(tx, true) })
 }
 
-func (m *Master) jobs(keep func(*JobRecord) bool) []JobRecord {
+// LastJobs returns the last n jobs submitted, with their history, in order
+// of submission; it reads those jobs alone.
+func (m *Master) LastJobs(n int) []JobRecord {
+	return m.jobs(func(tx *bolt.Tx) ([]JobRecord, error) { return lastJobs(tx, n) })
+}
+
+// Unfinished returns the jobs that have not ended (Queued or Processing),
+// in order of submission: what a restarted master submits again. It reads
+// those jobs alone, however many the table holds that ended.
+func (m *Master) Unfinished() []JobRecord { return m.jobs(openJobs) }
+
+func (m *Master) jobs(read func(*bolt.Tx) ([]JobRecord, error)) []JobRecord {
 	s := m.current()
 	if s == nil {
 		return nil
 	}
 	var recs []JobRecord
 	err := s.db.View(func(tx *bolt.Tx) (err error) {
-		recs, err = allJobs(tx, true)
+		recs, err = read(tx)
 		return err
 	})
 	if err != nil {
 		s.logRead(err)
 		return nil
-	}
-	if keep != nil {
-		recs = slices.DeleteFunc(recs, func(r JobRecord) bool { return !keep(&r) })
 	}
 	return recs
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -1108,6 +1109,17 @@ func TestUserAPI(t *testing.T) {
 	require.Len(t, list, 2)
 	require.Equal(t, "u1", list[0].ID)
 	require.JSONEq(t, `[1,2]`, string(list[0].Params["x"]))
+	// ?limit= lists the last jobs submitted, in order of submission.
+	code, a = get("/api/jobs?limit=1")
+	require.Equal(t, http.StatusOK, code)
+	require.NoError(t, json.Unmarshal(a.Data, &list))
+	require.Equal(t, []string{sub.ID}, recordIDs(list))
+	require.Equal(t, []string{JobQueued}, statuses(list[0].History))
+	for _, bad := range []string{"0", "-1", "x", "100001"} {
+		code, a = get("/api/jobs?limit=" + bad)
+		require.Equal(t, http.StatusBadRequest, code, bad)
+		require.Contains(t, a.Error, fmt.Sprintf("limit %q", bad))
+	}
 
 	code, a = post("/api/jobs/u1/cancel", "")
 	require.Equal(t, http.StatusOK, code)
@@ -1142,6 +1154,60 @@ func TestValidate(t *testing.T) {
 
 // A worker that reconnects keeps its jobs; one whose process started again
 // (Connecting, then Online) lost them: they go back in line.
+// A table written before the master kept its indexes of the jobs not ended
+// and of the order of submission gets them when it is opened: a restarted
+// master still finds its unfinished jobs, a server's restart still gives
+// back the job it held, and the last jobs are listed in order.
+func TestTableWithoutOpenIndex(t *testing.T) {
+	f := newFixture(t)
+	f.online("s1", "w")
+	runs := make(chan laboro.Result, 3)
+	for _, id := range []string{"done", "held", "queued"} {
+		go func() { runs <- f.m.Run(context.Background(), NewJob(id, "w", nil)) }()
+		f.waitStatus(id, JobQueued)
+		if id == "queued" {
+			break
+		}
+		order, _ := f.pingForJob("s1")
+		require.Equal(t, id, order.JobID)
+	}
+	f.jobStatus("s1", "done", JobDone, 1)
+	require.Equal(t, laboro.StatusSucceeded, (<-runs).Status)
+	f.close()
+	for range 2 {
+		require.ErrorIs(t, (<-runs).Err, ErrMasterClosed)
+	}
+
+	db, err := bolt.Open(f.file, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		return errors.Join(tx.DeleteBucket(bucketOpen), tx.DeleteBucket(bucketOrder))
+	}))
+	require.NoError(t, db.Close())
+
+	g := openFixture(t, f.file)
+	var ids []string
+	for _, rec := range g.m.Unfinished() {
+		ids = append(ids, rec.ID+" "+rec.Status)
+	}
+	require.Equal(t, []string{"held " + JobProcessing, "queued " + JobQueued}, ids)
+	require.Equal(t, []string{"held", "queued"}, recordIDs(g.m.LastJobs(2)))
+	require.Equal(t, []string{"done", "held", "queued"}, recordIDs(g.m.LastJobs(10)))
+	g.online("s1", "w")
+	require.Equal(t, JobQueued, g.record("held").Status, "the new process of s1 lost it")
+	require.Equal(t, []string{"held", "queued"}, recordIDs(g.m.Unfinished()))
+	require.Equal(t, JobDone, g.record("done").Status)
+}
+
+// recordIDs returns the ids of recs.
+func recordIDs(recs []JobRecord) []string {
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
 func TestRestartedWorkerLosesItsJobs(t *testing.T) {
 	f := newFixture(t)
 	ex := f.executor()

@@ -212,7 +212,7 @@ func (s *session) enqueue(id string, spec JobSpec) (*jobRow, error) {
 			return err
 		}
 		unoffered = !codes.offer(spec.Worker)
-		seq, err := newJobSeq(tx)
+		seq, err := newJobSeq(tx, id)
 		if err != nil {
 			return err
 		}

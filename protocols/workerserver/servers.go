@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -470,18 +469,14 @@ func loseRow(tx *bolt.Tx, row *jobRow, reason string, now time.Time) (ended bool
 // for them or not, and ends those being cancelled, whose ids it returns.
 func requeueServerJobs(tx *bolt.Tx, server string, why error, now time.Time) (cancelled []string, err error) {
 	var lost []*jobRow
-	err = tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
-		row := new(jobRow)
-		if err := json.Unmarshal(v, row); err != nil {
-			return fmt.Errorf("workerserver: stored job %q: %w", k, err)
+	for _, id := range openJobIDs(tx, server, true) {
+		row, err := getJob(tx, string(id))
+		if err != nil {
+			return nil, err
 		}
-		if row.Status == JobProcessing && row.Server == server {
+		if row != nil && row.Status == JobProcessing && row.Server == server {
 			lost = append(lost, row)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	for _, row := range lost {
 		ended, err := loseRow(tx, row, reason(why), now)

@@ -23,9 +23,15 @@ import (
 //	serverHistory  server id → a bucket: sequence → StatusEvent
 //	cancels        server id, 0, job id → nothing: cancellations for that server's next ping
 //	ids            nothing; its sequence numbers the ids the master picks (NewID)
+//	open           job id → the server it was handed to ("" while Queued), for every job not ended
+//	order          sequence (8 bytes, big-endian) → job id: the jobs in order of submission
 //
 // A history is a bucket of its own so that recording a status appends one
-// key instead of rewriting every status before it.
+// key instead of rewriting every status before it. The open and order
+// buckets let what concerns some jobs read those jobs alone, not every job
+// the table has ever run: a server's restart gives back the jobs it held,
+// a reopened master submits again the jobs not ended, the user API lists
+// the last jobs submitted.
 var (
 	bucketJobs          = []byte("jobs")
 	bucketJobHistory    = []byte("jobHistory")
@@ -33,6 +39,8 @@ var (
 	bucketServerHistory = []byte("serverHistory")
 	bucketCancels       = []byte("cancels")
 	bucketIDs           = []byte("ids")
+	bucketOpen          = []byte("open")
+	bucketOrder         = []byte("order")
 )
 
 // jobRow is a job as stored: its record without History, its place in
@@ -57,10 +65,16 @@ func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
 		return nil, fmt.Errorf("workerserver: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketJobs, bucketJobHistory, bucketServers, bucketServerHistory, bucketCancels, bucketIDs} {
+		// A table written before the open and order buckets were kept
+		// gets them once.
+		index := tx.Bucket(bucketOpen) == nil || tx.Bucket(bucketOrder) == nil
+		for _, name := range [][]byte{bucketJobs, bucketJobHistory, bucketServers, bucketServerHistory, bucketCancels, bucketIDs, bucketOpen, bucketOrder} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
+		}
+		if index {
+			return indexJobs(tx)
 		}
 		return nil
 	})
@@ -95,11 +109,59 @@ func putJob(tx *bolt.Tx, row *jobRow) error {
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bucketJobs).Put([]byte(row.ID), b)
+	if err := tx.Bucket(bucketJobs).Put([]byte(row.ID), b); err != nil {
+		return err
+	}
+	open := tx.Bucket(bucketOpen)
+	if Final(row.Status) {
+		return open.Delete([]byte(row.ID))
+	}
+	if v := open.Get([]byte(row.ID)); v != nil && string(v) == row.Server {
+		return nil // unchanged: its page is not rewritten
+	}
+	return open.Put([]byte(row.ID), []byte(row.Server))
 }
 
-// newJobSeq returns the next number in the order of submission.
-func newJobSeq(tx *bolt.Tx) (uint64, error) { return tx.Bucket(bucketJobs).NextSequence() }
+// indexJobs fills the open and order buckets from the jobs bucket.
+func indexJobs(tx *bolt.Tx) error {
+	open, order := tx.Bucket(bucketOpen), tx.Bucket(bucketOrder)
+	return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+		var row jobRow
+		if err := json.Unmarshal(v, &row); err != nil {
+			return fmt.Errorf("workerserver: stored job %q: %w", k, err)
+		}
+		if err := order.Put(binary.BigEndian.AppendUint64(nil, row.Seq), slices.Clone(k)); err != nil {
+			return err
+		}
+		if Final(row.Status) {
+			return nil
+		}
+		return open.Put(slices.Clone(k), []byte(row.Server))
+	})
+}
+
+// openJobIDs returns the ids of the jobs not ended, or, with a server, of
+// those handed to it.
+func openJobIDs(tx *bolt.Tx, server string, atServer bool) [][]byte {
+	var ids [][]byte
+	tx.Bucket(bucketOpen).ForEach(func(k, v []byte) error {
+		if !atServer || string(v) == server {
+			ids = append(ids, slices.Clone(k))
+		}
+		return nil
+	})
+	return ids
+}
+
+// newJobSeq returns the next number in the order of submission, and
+// gives it to job id.
+func newJobSeq(tx *bolt.Tx, id string) (uint64, error) {
+	seq, err := tx.Bucket(bucketJobs).NextSequence()
+	if err != nil {
+		return 0, err
+	}
+	return seq, tx.Bucket(bucketOrder).Put(binary.BigEndian.AppendUint64(nil, seq), []byte(id))
+}
 
 // newJobID returns the next number of the ids bucket's sequence that no
 // job has as its id, in decimal.
@@ -116,6 +178,7 @@ func newJobID(tx *bolt.Tx) (string, error) {
 	}
 }
 
+// allJobs returns every job of the table, in order of submission.
 func allJobs(tx *bolt.Tx, withHistory bool) ([]JobRecord, error) {
 	var rows []jobRow
 	err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
@@ -129,6 +192,47 @@ func allJobs(tx *bolt.Tx, withHistory bool) ([]JobRecord, error) {
 	if err != nil {
 		return nil, err
 	}
+	return records(tx, rows, withHistory)
+}
+
+// openJobs returns the jobs not ended (Queued or Processing), in order of
+// submission, with their history.
+func openJobs(tx *bolt.Tx) ([]JobRecord, error) {
+	ids := openJobIDs(tx, "", false)
+	rows := make([]jobRow, 0, len(ids))
+	for _, id := range ids {
+		row, err := getJob(tx, string(id))
+		if err != nil {
+			return nil, err
+		}
+		if row == nil {
+			return nil, fmt.Errorf("workerserver: job %q is open but not in the table", id)
+		}
+		rows = append(rows, *row)
+	}
+	return records(tx, rows, true)
+}
+
+// lastJobs returns the last n jobs submitted, in order of submission,
+// with their history.
+func lastJobs(tx *bolt.Tx, n int) ([]JobRecord, error) {
+	var rows []jobRow
+	c := tx.Bucket(bucketOrder).Cursor()
+	for k, id := c.Last(); k != nil && len(rows) < n; k, id = c.Prev() {
+		row, err := getJob(tx, string(id))
+		if err != nil {
+			return nil, err
+		}
+		if row == nil {
+			return nil, fmt.Errorf("workerserver: job %q is in the order of submission but not in the table", id)
+		}
+		rows = append(rows, *row)
+	}
+	return records(tx, rows, true)
+}
+
+// records sorts rows in order of submission and returns their records.
+func records(tx *bolt.Tx, rows []jobRow, withHistory bool) ([]JobRecord, error) {
 	slices.SortFunc(rows, func(a, b jobRow) int {
 		switch {
 		case a.Seq < b.Seq:
