@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"strings"
 	"sync"
@@ -182,17 +183,42 @@ func tailLines(b []byte, n int) []string {
 	return lines[max(0, len(lines)-n):]
 }
 
+// MaxFailures bounds the failures a Summary lists: a batch of a million
+// jobs that all fail keeps the first MaxFailures in memory, and counts the
+// others.
+const MaxFailures = 1000
+
 // Summary is how a batch ended.
 type Summary struct {
 	Counts
-	Failures []Failure
+	Failures []Failure // the first MaxFailures
+	Unlisted int       // the failures beyond them
 }
 
 // Write writes the summary line ("12 jobs: 11 succeeded, 1 failed") and
 // the failures, as WriteFailures does.
 func (s Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "%d jobs: %d succeeded, %d failed\n", s.Total, s.Succeeded, s.Failed)
+	s.WriteFailures(w)
+}
+
+// WriteFailures writes the failures, as WriteFailures does, and how many
+// more there were.
+func (s Summary) WriteFailures(w io.Writer) {
 	WriteFailures(w, s.Failures)
+	if s.Unlisted > 0 {
+		fmt.Fprintf(w, "... and %d more jobs that did not succeed, not listed (the first %d are)\n", s.Unlisted, MaxFailures)
+	}
+}
+
+// fail counts f, listing it if there is room.
+func (s *Summary) fail(f Failure) {
+	s.Failed++
+	if len(s.Failures) < MaxFailures {
+		s.Failures = append(s.Failures, f)
+	} else {
+		s.Unlisted++
+	}
 }
 
 // Code is the batch's exit status: ExitOK when every job succeeded, else
@@ -250,10 +276,31 @@ func (b *Batch) command(job laboro.Job) string {
 // Run submits jobs to ex and waits for them all. It returns early with
 // ctx's error if ctx ends (the jobs already submitted go on, in ex).
 func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job) (Summary, error) {
-	sum := Summary{Counts: Counts{Total: len(jobs)}}
-	var mu sync.Mutex
-	results := make(chan struct{}, len(jobs))
-	var waits sync.WaitGroup
+	return b.Stream(ctx, ex, func(yield func(laboro.Job, error) bool) {
+		for _, job := range jobs {
+			if !yield(job, nil) {
+				return
+			}
+		}
+	}, len(jobs))
+}
+
+// Stream is Run for jobs that come one at a time, read as they are
+// submitted (a file of command lines, a pipe): the batch holds in memory
+// only the jobs in ex and those it waits for, however many come. total is
+// how many will come, for the progress; negative if not known, and then
+// the progress counts those read so far. An error from jobs stops the
+// batch: no more is read, the jobs submitted end, and Stream returns the
+// summary with that error.
+func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[laboro.Job, error], total int) (Summary, error) {
+	var (
+		mu       sync.Mutex
+		sum      = Summary{Counts: Counts{Total: max(total, 0)}}
+		read     int // jobs that came
+		ended    int // of those, the ones reported
+		progress = make(chan struct{}, 1)
+		waits    sync.WaitGroup
+	)
 	// end waits for the goroutines (which return once ctx ends) before the
 	// summary is read.
 	end := func(err error) (Summary, error) {
@@ -262,6 +309,16 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 			b.Progress.Close()
 		}
 		return sum, err
+	}
+	// settled counts a job as ended, and wakes the loop below.
+	settled := func() {
+		mu.Lock()
+		ended++
+		mu.Unlock()
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
 	}
 	report := func(job laboro.Job, res laboro.Result) {
 		defer res.Output.Close()
@@ -273,15 +330,14 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 		}
 		if res.Status == laboro.StatusSucceeded && err == nil {
 			sum.Succeeded++
-		} else {
-			sum.Failed++
-			f := FailureOf(job, res)
-			f.Command = b.command(job)
-			if err != nil && res.Status == laboro.StatusSucceeded {
-				f.Status, f.Err = "not saved", err.Error()
-			}
-			sum.Failures = append(sum.Failures, f)
+			return
 		}
+		f := FailureOf(job, res)
+		f.Command = b.command(job)
+		if err != nil && res.Status == laboro.StatusSucceeded {
+			f.Status, f.Err = "not saved", err.Error()
+		}
+		sum.fail(f)
 	}
 	update := func() {
 		if b.Progress == nil {
@@ -297,16 +353,25 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 		}
 		b.Progress.Update(c)
 	}
-	for _, job := range jobs {
+	var srcErr error
+	for job, err := range jobs {
+		if err != nil {
+			srcErr = err
+			break
+		}
+		mu.Lock()
+		read++
+		if total < 0 {
+			sum.Total = read
+		}
+		mu.Unlock()
 		if b.Prepare != nil {
 			prepared, err := b.Prepare(job)
 			if err != nil {
-				f := Failure{ID: job.ID, Command: b.command(job), Status: "not loaded", ExitCode: -1, Err: err.Error()}
 				mu.Lock()
-				sum.Failed++
-				sum.Failures = append(sum.Failures, f)
+				sum.fail(Failure{ID: job.ID, Command: b.command(job), Status: "not loaded", ExitCode: -1, Err: err.Error()})
 				mu.Unlock()
-				results <- struct{}{}
+				settled()
 				continue
 			}
 			job = prepared
@@ -320,19 +385,29 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 			if err == nil {
 				report(h.Job(), res)
 			}
-			results <- struct{}{}
+			settled()
 		})
 		update()
 	}
-	if b.Submitted != nil {
-		b.Submitted()
+	if srcErr == nil {
+		mu.Lock()
+		sum.Total = read // every job came: however many total said
+		mu.Unlock()
+		if b.Submitted != nil {
+			b.Submitted()
+		}
 	}
 	tick := time.NewTicker(200 * time.Millisecond) // progress moves with no result too
 	defer tick.Stop()
-	for left := len(jobs); left > 0; {
+	for {
+		mu.Lock()
+		left := read - ended
+		mu.Unlock()
+		if left == 0 {
+			break
+		}
 		select {
-		case <-results:
-			left--
+		case <-progress:
 			update()
 		case <-tick.C:
 			update()
@@ -340,7 +415,7 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 			return end(ctx.Err())
 		}
 	}
-	return end(nil)
+	return end(srcErr)
 }
 
 // WriteTable writes rows as aligned columns, the first row being the

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,4 +116,87 @@ func TestBatchPreparesEachJobWhenSubmitted(t *testing.T) {
 	var out bytes.Buffer
 	sum.Write(&out)
 	assert.Contains(t, out.String(), "j7 not loaded: j7.sh\n    open j7.sh: no such file or directory\n")
+}
+
+// Stream reads each job as it submits it: with room for one job running
+// and one waiting, at most those and the one being submitted have been
+// read and not yet ended, however many come. Without a total, the
+// summary counts the jobs that came.
+func TestBatchStreamsJobs(t *testing.T) {
+	ex, err := laboro.New(laboro.WithConcurrency(1), laboro.WithPoolSize(1), laboro.WithBufferSize(1))
+	require.NoError(t, err)
+	defer ex.Close()
+	var mu sync.Mutex
+	var read, ended, most int
+	const n = 2000
+	jobs := func(yield func(laboro.Job, error) bool) {
+		for i := range n {
+			mu.Lock()
+			read++
+			most = max(most, read-ended)
+			mu.Unlock()
+			job := laboro.Job{ID: strconv.Itoa(i + 1), Func: func(context.Context) error {
+				mu.Lock()
+				ended++
+				mu.Unlock()
+				return nil
+			}}
+			if !yield(job, nil) {
+				return
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum, err := (&Batch{}).Stream(ctx, ex, jobs, -1)
+	require.NoError(t, err)
+	assert.Equal(t, Counts{Total: n, Succeeded: n}, sum.Counts)
+	assert.LessOrEqual(t, most, 3, "jobs read and not yet ended")
+}
+
+// An error from the jobs' source stops the batch: nothing more is read,
+// the jobs submitted end and count, and Stream returns the error.
+func TestBatchStreamStopsOnSourceError(t *testing.T) {
+	ex, err := laboro.New(laboro.WithConcurrency(2), laboro.WithPoolSize(2))
+	require.NoError(t, err)
+	defer ex.Close()
+	bad := errors.New("line 4: token too long")
+	jobs := func(yield func(laboro.Job, error) bool) {
+		for i := range 3 {
+			if !yield(laboro.Job{ID: strconv.Itoa(i + 1), Func: func(context.Context) error { return nil }}, nil) {
+				return
+			}
+		}
+		if yield(laboro.Job{}, bad) {
+			t.Error("the batch read on after an error")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum, err := (&Batch{}).Stream(ctx, ex, jobs, 10)
+	require.ErrorIs(t, err, bad)
+	assert.Equal(t, Counts{Total: 10, Succeeded: 3}, sum.Counts)
+	assert.Equal(t, ExitFailed, sum.Code(), "seven jobs never ran")
+}
+
+// A batch lists its first MaxFailures failures and counts the others.
+func TestBatchBoundsFailures(t *testing.T) {
+	ex, err := laboro.New(laboro.WithConcurrency(2), laboro.WithPoolSize(2))
+	require.NoError(t, err)
+	defer ex.Close()
+	jobs := make([]laboro.Job, MaxFailures+5)
+	for i := range jobs {
+		jobs[i] = laboro.Job{ID: strconv.Itoa(i + 1), Func: func(context.Context) error { return errors.New("no") }}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum, err := (&Batch{}).Run(ctx, ex, jobs)
+	require.NoError(t, err)
+	assert.Equal(t, MaxFailures+5, sum.Failed)
+	assert.Len(t, sum.Failures, MaxFailures)
+	assert.Equal(t, 5, sum.Unlisted)
+	var out bytes.Buffer
+	sum.Write(&out)
+	assert.Contains(t, out.String(), fmt.Sprintf("%d jobs: 0 succeeded, %d failed\n", MaxFailures+5, MaxFailures+5))
+	assert.True(t, strings.HasSuffix(out.String(), "... and 5 more jobs that did not succeed, not listed (the first 1000 are)\n"), out.String()[max(0, out.Len()-300):])
 }

@@ -336,6 +336,53 @@ func TestRun(t *testing.T) {
 	assert.Empty(t, p.Log(), "nothing logged below warnings")
 }
 
+// laboro run -f - runs each job as it reads it: the first job of a pipe
+// runs before the next line is written, as with xargs, and a million lines
+// are never held at once. A line too long stops the reading, says which,
+// after the jobs before it have run; in a file, before any runs.
+func TestRunStreamsItsInput(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	cmd := exec.Command(bin, "run", "-workers", "1", "-f", "-")
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill() })
+	_, err = fmt.Fprintf(in, "echo one > %s\n", fifo)
+	require.NoError(t, err)
+	ran := make(chan string, 1)
+	go func() {
+		b, _ := os.ReadFile(fifo) // until the job has written and closed it
+		ran <- string(b)
+	}()
+	select {
+	case got := <-ran:
+		assert.Equal(t, "one\n", got)
+	case <-time.After(time.Minute):
+		t.Fatal("the first job did not run while its input was still open")
+	}
+	// laboro stops reading at the long line: the rest may find the pipe
+	// closed.
+	fmt.Fprintf(in, "echo two\n%s\necho never\n", strings.Repeat("x", 2<<20))
+	in.Close()
+	var ee *exec.ExitError
+	require.ErrorAs(t, cmd.Wait(), &ee)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", stdout.String())
+	assert.Contains(t, stderr.String(), "laboro run: -: line 3 is longer than 1048576 bytes")
+
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte("touch "+filepath.Join(dir, "ran")+"\n"+strings.Repeat("x", 2<<20)+"\n"), 0o600))
+	p := e2e.Start(t, nil, bin, "run", "-f", jobs)
+	assert.Equal(t, 1, p.Wait(t, time.Minute))
+	assert.Contains(t, p.Log(), "line 2 is longer than 1048576 bytes")
+	assert.NoFileExists(t, filepath.Join(dir, "ran"), "no job of a file that cannot be read whole runs")
+}
+
 func TestUsage(t *testing.T) {
 	bin := build(t)
 	for args, says := range map[string]string{

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"strings"
 	"time"
@@ -115,16 +116,30 @@ func (c *common) jobFlags() jobFlags {
 	}
 }
 
+// checkJobs checks the flags that say which jobs to run; false and the
+// exit status on a usage error.
+func (c *common) checkJobs(f jobFlags) (int, bool) {
+	switch {
+	case *f.file == "" && c.fs.NArg() == 0:
+		return c.usageError("give a COMMAND, or -f FILE of commands"), false
+	case *f.file != "" && c.fs.NArg() > 0:
+		return c.usageError("give -f FILE or a COMMAND, not both (%q)", c.fs.Arg(0)), false
+	case *f.timeout < 0:
+		return c.usageError("-timeout %v: must not be negative", *f.timeout), false
+	}
+	return 0, true
+}
+
+// job returns the job of a command line, as the flags say.
+func (f jobFlags) job(line string) laboro.Job {
+	return laboro.Job{Script: line, Dir: *f.workDir, Timeout: *f.timeout}
+}
+
 // jobs returns the jobs that -f or the COMMAND words give, or false and
 // the exit status.
 func (c *common) jobs(f jobFlags) ([]laboro.Job, int, bool) {
-	switch {
-	case *f.file == "" && c.fs.NArg() == 0:
-		return nil, c.usageError("give a COMMAND, or -f FILE of commands"), false
-	case *f.file != "" && c.fs.NArg() > 0:
-		return nil, c.usageError("give -f FILE or a COMMAND, not both (%q)", c.fs.Arg(0)), false
-	case *f.timeout < 0:
-		return nil, c.usageError("-timeout %v: must not be negative", *f.timeout), false
+	if code, ok := c.checkJobs(f); !ok {
+		return nil, code, false
 	}
 	lines := []string{strings.Join(c.fs.Args(), " ")}
 	if *f.file != "" {
@@ -140,30 +155,92 @@ func (c *common) jobs(f jobFlags) ([]laboro.Job, int, bool) {
 	}
 	jobs := make([]laboro.Job, len(lines))
 	for i, l := range lines {
-		jobs[i] = laboro.Job{Script: l, Dir: *f.workDir, Timeout: *f.timeout}
+		jobs[i] = f.job(l)
 	}
 	return jobs, 0, true
 }
 
-// readJobs reads job lines from name ("-": standard input): every line
-// that is not blank or a comment (#), trimmed.
+// readJobs reads every job line of name (see openJobFile).
 func readJobs(name string) ([]string, error) {
-	var r io.Reader = os.Stdin
-	if name != "-" {
-		f, err := os.Open(name)
+	jf, err := openJobFile(name)
+	if err != nil {
+		return nil, err
+	}
+	defer jf.Close()
+	var lines []string
+	for l, err := range jf.lines() {
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
-		r = f
+		lines = append(lines, l)
 	}
-	var lines []string
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
-			lines = append(lines, l)
+	return lines, nil
+}
+
+// maxJobLine is the longest line of a file of jobs.
+const maxJobLine = 1 << 20
+
+// jobFile is a file of jobs (-f), one command line per line, read as its
+// jobs are submitted.
+type jobFile struct {
+	name  string
+	r     io.ReadCloser
+	total int // its jobs, if it is a regular file (counted at open); else -1
+}
+
+// openJobFile opens the file of jobs name ("-": standard input).
+func openJobFile(name string) (*jobFile, error) {
+	if name == "-" {
+		return &jobFile{name: name, r: io.NopCloser(os.Stdin), total: -1}, nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	jf := &jobFile{name: name, r: f, total: -1}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return jf, nil // a pipe: its jobs are counted as they come
+	}
+	n := 0
+	for _, err := range jf.lines() {
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		n++
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	jf.total = n
+	return jf, nil
+}
+
+// lines yields the job lines that follow: every line that is not blank or
+// a comment (#), trimmed; then the read's error, if any, which names the
+// line.
+func (jf *jobFile) lines() iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		sc := bufio.NewScanner(jf.r)
+		sc.Buffer(make([]byte, 64<<10), maxJobLine)
+		n := 0
+		for sc.Scan() {
+			n++
+			if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
+				if !yield(l, nil) {
+					return
+				}
+			}
+		}
+		if err := sc.Err(); err != nil {
+			if errors.Is(err, bufio.ErrTooLong) {
+				err = fmt.Errorf("line %d is longer than %d bytes", n+1, maxJobLine)
+			}
+			yield("", fmt.Errorf("%s: %w", jf.name, err))
 		}
 	}
-	return lines, sc.Err()
 }
+
+// Close closes the file.
+func (jf *jobFile) Close() error { return jf.r.Close() }

@@ -154,13 +154,13 @@ func readJobLog(path string, succeededOnly bool) (map[string]bool, error) {
 	return done, sc.Err()
 }
 
-// skipDone returns the jobs whose sequence number done does not hold.
-func skipDone(jobs []laboro.Job, done map[string]bool) []laboro.Job {
-	left := jobs[:0]
-	for _, j := range jobs {
-		if !done[j.ID] {
-			left = append(left, j)
+// countDone counts the sequence numbers from 1 to n that done holds.
+func countDone(done map[string]bool, n int) int {
+	count := 0
+	for seq := range done {
+		if i, err := strconv.Atoi(seq); err == nil && i >= 1 && i <= n {
+			count++
 		}
 	}
-	return left
+	return count
 }

@@ -63,9 +63,38 @@ func runJobs(args []string) int {
 	case o.resume && o.resumeFailed:
 		return c.usageError("-resume and -resume-failed do not go together")
 	}
-	jobs, code, ok := c.jobs(jf)
-	if !ok {
+	if code, ok := c.checkJobs(jf); !ok {
 		return code
+	}
+	// A batch's jobs are read as they are submitted: however many lines
+	// come (a generator piped in), only those in the Executor are in
+	// memory.
+	var file *jobFile
+	if *jf.file != "" {
+		var err error
+		if file, err = openJobFile(*jf.file); err != nil {
+			fmt.Fprintln(os.Stderr, "laboro run:", err)
+			return exitFailed
+		}
+		defer file.Close()
+		if file.total == 0 {
+			return nothingToRun(*jf.file, false)
+		}
+	}
+	var done map[string]bool // the jobs the job log lists, by sequence number
+	if o.resume || o.resumeFailed {
+		var err error
+		if done, err = readJobLog(o.joblog, o.resumeFailed); err != nil {
+			fmt.Fprintln(os.Stderr, "laboro run:", err)
+			return exitFailed
+		}
+	}
+	total := -1
+	if file != nil && file.total >= 0 {
+		total = file.total - countDone(done, file.total)
+		if total == 0 {
+			return nothingToRun(*jf.file, true)
+		}
 	}
 	// The user's token leaves the environment: no job sees it. The console
 	// needs it (made at the first start if need be, as serve does).
@@ -93,21 +122,9 @@ func runJobs(args []string) int {
 	defer c.log.Sync()
 	ctx, stop := interruptible()
 	defer stop()
-	for i := range jobs {
-		jobs[i].ID = strconv.Itoa(i + 1) // its sequence number, as in the job log
-	}
-	single := len(jobs) == 1 && *jf.file == ""
-	if o.resume || o.resumeFailed {
-		done, err := readJobLog(o.joblog, o.resumeFailed)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "laboro run:", err)
-			return exitFailed
-		}
-		jobs = skipDone(jobs, done)
-		if len(jobs) == 0 {
-			fmt.Println("laboro run: every job is in the job log already")
-			return 0
-		}
+	single := file == nil
+	if single && done["1"] {
+		return nothingToRun("", true)
 	}
 	outDir, err := os.MkdirTemp("", "laboro-run-")
 	if err != nil {
@@ -154,7 +171,9 @@ func runJobs(args []string) int {
 	defer rec.close()
 
 	if single {
-		h, err := ex.Submit(ctx, jobs[0])
+		job := jf.job(strings.Join(c.fs.Args(), " "))
+		job.ID = "1" // its sequence number, as in the job log
+		h, err := ex.Submit(ctx, job)
 		if err != nil {
 			return failed(ctx, "run", err)
 		}
@@ -162,10 +181,29 @@ func runJobs(args []string) int {
 		if err != nil {
 			return failed(ctx, "run", err)
 		}
-		if err := rec.record(jobs[0], res); err != nil {
+		if err := rec.record(job, res); err != nil {
 			fmt.Fprintln(os.Stderr, "laboro run:", err)
 		}
-		return printResult(res, true, jobs[0].Script)
+		return printResult(res, true, job.Script)
+	}
+	seq, skipped := 0, 0
+	jobs := func(yield func(laboro.Job, error) bool) {
+		for line, err := range file.lines() {
+			if err != nil {
+				yield(laboro.Job{}, err)
+				return
+			}
+			seq++
+			job := jf.job(line)
+			job.ID = strconv.Itoa(seq) // its sequence number, as in the job log
+			if done[job.ID] {
+				skipped++
+				continue
+			}
+			if !yield(job, nil) {
+				return
+			}
+		}
 	}
 
 	var halted haltState
@@ -180,9 +218,15 @@ func runJobs(args []string) int {
 		},
 		Command: func(job laboro.Job) string { return job.Script },
 	}
-	sum, err := batch.Run(ctx, ex, jobs)
+	sum, err := batch.Stream(ctx, ex, jobs, total)
 	if err != nil && !(halted.done() && errors.Is(err, laboro.ErrClosed)) {
+		if sum.Done() > 0 {
+			sum.Write(os.Stdout) // what ran before the error
+		}
 		return failed(ctx, "run", err)
+	}
+	if sum.Total == 0 { // a pipe that brought no job to run
+		return nothingToRun(*jf.file, skipped > 0)
 	}
 	if err := rec.close(); err != nil {
 		fmt.Fprintln(os.Stderr, "laboro run:", err)
@@ -192,8 +236,19 @@ func runJobs(args []string) int {
 		fmt.Printf(", %d not run (halted after %d failures)", n, o.halt.fails)
 	}
 	fmt.Println()
-	cli.WriteFailures(os.Stdout, sum.Failures)
+	sum.WriteFailures(os.Stdout)
 	return sum.Code()
+}
+
+// nothingToRun says why a run has no job to run, and returns its exit
+// status: every job is in the job log (logged), or file holds none.
+func nothingToRun(file string, logged bool) int {
+	if logged {
+		fmt.Println("laboro run: every job is in the job log already")
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "laboro run: no jobs in %s\n", file)
+	return exitFailed
 }
 
 // runOptions are run's flags about keeping results and about failures.
