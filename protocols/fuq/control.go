@@ -331,7 +331,13 @@ func Unreachable(err error) bool {
 // ControlClient talks to a foreman's control API over its Unix socket.
 type ControlClient struct {
 	Socket string
+	// MaxAnswer bounds the answer Do decodes (DefaultMaxAnswer if 0).
+	MaxAnswer int64
 }
+
+// DefaultMaxAnswer is ControlClient.MaxAnswer's default: room for the
+// tasks of a job of a million tasks (tasks=all).
+const DefaultMaxAnswer = 256 << 20
 
 func (c ControlClient) http() *http.Client {
 	return &http.Client{Transport: &http.Transport{
@@ -370,7 +376,15 @@ func (c ControlClient) Do(ctx context.Context, method, path string, body, out an
 	if out == nil {
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	limit := c.MaxAnswer
+	if limit <= 0 {
+		limit = DefaultMaxAnswer
+	}
+	answer := &io.LimitedReader{R: resp.Body, N: limit + 1}
+	if err := json.NewDecoder(answer).Decode(out); err != nil {
+		if answer.N <= 0 {
+			return fmt.Errorf("fuq: %s %s: the foreman's answer is over %d bytes (ControlClient.MaxAnswer)", method, path, limit)
+		}
 		return errors.Join(errors.New("fuq: bad answer from the foreman"), err)
 	}
 	return nil
