@@ -415,6 +415,7 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 			return end(ctx.Err())
 		}
 	}
+	update() // the counts as they end
 	return end(srcErr)
 }
 
