@@ -469,7 +469,8 @@ func loseRow(tx *bolt.Tx, row *jobRow, reason string, now time.Time) (ended bool
 // for them or not, and ends those being cancelled, whose ids it returns.
 func requeueServerJobs(tx *bolt.Tx, server string, why error, now time.Time) (cancelled []string, err error) {
 	var lost []*jobRow
-	for _, id := range openJobIDs(tx, server, true) {
+	held := func(at []byte) bool { return string(at) == server }
+	for _, id := range openJobIDs(tx, held) {
 		row, err := getJob(tx, string(id))
 		if err != nil {
 			return nil, err

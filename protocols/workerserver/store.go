@@ -140,12 +140,12 @@ func indexJobs(tx *bolt.Tx) error {
 	})
 }
 
-// openJobIDs returns the ids of the jobs not ended, or, with a server, of
-// those handed to it.
-func openJobIDs(tx *bolt.Tx, server string, atServer bool) [][]byte {
+// openJobIDs returns the ids of the jobs not ended whose server (""
+// while Queued) keep accepts; every one if keep is nil.
+func openJobIDs(tx *bolt.Tx, keep func(server []byte) bool) [][]byte {
 	var ids [][]byte
 	tx.Bucket(bucketOpen).ForEach(func(k, v []byte) error {
-		if !atServer || string(v) == server {
+		if keep == nil || keep(v) {
 			ids = append(ids, slices.Clone(k))
 		}
 		return nil
@@ -198,7 +198,7 @@ func allJobs(tx *bolt.Tx, withHistory bool) ([]JobRecord, error) {
 // openJobs returns the jobs not ended (Queued or Processing), in order of
 // submission, with their history.
 func openJobs(tx *bolt.Tx) ([]JobRecord, error) {
-	ids := openJobIDs(tx, "", false)
+	ids := openJobIDs(tx, nil)
 	rows := make([]jobRow, 0, len(ids))
 	for _, id := range ids {
 		row, err := getJob(tx, string(id))
