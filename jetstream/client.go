@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"iter"
 	"strconv"
 	"time"
 
@@ -54,53 +54,83 @@ func NewBatch() string {
 // before); a job whose ID was submitted before is
 // not run again (the first submission stands). Jobs need a Command, Args or
 // Script. A job's Timeout bounds its run on a worker, from its start there
-// (see JobOptions.RunTimeout).
+// (see JobOptions.RunTimeout). Every job is checked before any is stored.
 func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([]string, error) {
+	ids := make([]string, 0, len(jobs))
+	_, err := c.submit(ctx, batch, func(yield func(laboro.Job, error) bool) {
+		for _, job := range jobs {
+			if !yield(job, nil) {
+				return
+			}
+		}
+	}, func(id string) { ids = append(ids, id) })
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// SubmitAll is Submit for jobs that come one at a time (the lines of a
+// file or a pipe), however many: it holds none of them in memory, but
+// keeps each, checked and encoded, in a temporary file (once they pass
+// spoolInMemory bytes), and stores them once the last has come and every
+// one is good. It returns how many it stored. An error from jobs stores
+// none.
+func (c *Client) SubmitAll(ctx context.Context, batch string, jobs iter.Seq2[laboro.Job, error]) (int, error) {
+	return c.submit(ctx, batch, jobs, nil)
+}
+
+// submit is Submit and SubmitAll: it calls stored, if not nil, with the
+// id of each job, in order, before it stores them.
+func (c *Client) submit(ctx context.Context, batch string, jobs iter.Seq2[laboro.Job, error], stored func(id string)) (int, error) {
 	cfg := c.Config.withDefaults()
 	if err := validID(batch); err != nil {
-		return nil, fmt.Errorf("jetstream: batch name: %w", err)
+		return 0, fmt.Errorf("jetstream: batch name: %w", err)
 	}
 	if err := ensureSubmitted(ctx, c.Conn, cfg, false); err != nil {
-		return nil, err
+		return 0, err
 	}
 	js, err := natsjs.New(c.Conn)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+		return 0, fmt.Errorf("jetstream: %w", err)
 	}
 	subject := cfg.submitSubject(batch)
-	offset := 0
-	if slices.ContainsFunc(jobs, func(j laboro.Job) bool { return j.ID == "" }) {
-		// Number after the jobs the batch has.
-		s, err := js.Stream(ctx, cfg.submitStream())
-		if err != nil {
-			return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
-		}
-		info, err := s.Info(ctx, natsjs.WithSubjectFilter(subject))
-		if err != nil {
-			return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
-		}
-		offset = int(info.State.Subjects[subject])
-	}
+	offset := -1 // the jobs the batch has, asked of the server for the first job without an id
 	// Every job is checked before any is stored; its message is made as it
 	// is sent (a message with its header is a kilobyte: a million jobs
 	// would hold a gigabyte).
-	ids := make([]string, len(jobs))
-	datas := make([][]byte, len(jobs))
-	for i, job := range jobs {
+	var sp spool
+	defer sp.Close()
+	n := 0
+	for job, err := range jobs {
+		if err != nil {
+			return 0, err
+		}
+		n++
 		if job.ID == "" {
-			job.ID = batch + "-" + strconv.Itoa(offset+i+1)
+			if offset < 0 {
+				if offset, err = batchSize(ctx, js, cfg, subject); err != nil {
+					return 0, err
+				}
+			}
+			job.ID = batch + "-" + strconv.Itoa(offset+n)
 		}
 		if err := checkJob(job); err != nil {
-			return nil, fmt.Errorf("%w (job %d of %d)", err, i+1, len(jobs))
+			return 0, fmt.Errorf("%w (job %d of the batch)", err, n)
 		}
 		data, err := json.Marshal(toWire(job))
 		if err != nil {
-			return nil, fmt.Errorf("jetstream: encode job %s: %w", job.ID, err)
+			return 0, fmt.Errorf("jetstream: encode job %s: %w", job.ID, err)
 		}
 		if max := c.Conn.MaxPayload() - 1024; int64(len(data)) > max {
-			return nil, fmt.Errorf("jetstream: job %s takes %d bytes, more than the server's limit of %d", job.ID, len(data), max)
+			return 0, fmt.Errorf("jetstream: job %s takes %d bytes, more than the server's limit of %d", job.ID, len(data), max)
 		}
-		datas[i], ids[i] = data, job.ID
+		if err := sp.add(job.ID, data); err != nil {
+			return 0, fmt.Errorf("jetstream: keep job %s until the batch is checked: %w", job.ID, err)
+		}
+		if stored != nil {
+			stored(job.ID)
+		}
 	}
 	pending := make([]natsjs.PubAckFuture, 0, publishWindow)
 	flush := func() error {
@@ -116,25 +146,40 @@ func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([
 		pending = pending[:0]
 		return nil
 	}
-	for i, data := range datas {
+	for id, data := range sp.records() {
 		msg := nats.NewMsg(subject)
-		msg.Header.Set(hdrJob, ids[i])
-		msg.Data = data
-		datas[i] = nil // the message holds it until its acknowledgement
-		f, err := js.PublishMsgAsync(msg, natsjs.WithMsgID(ids[i]))
+		msg.Header.Set(hdrJob, id)
+		msg.Data = data // the message holds it until its acknowledgement
+		f, err := js.PublishMsgAsync(msg, natsjs.WithMsgID(id))
 		if err != nil {
-			return nil, fmt.Errorf("jetstream: submit %s: %w", ids[i], err)
+			return 0, fmt.Errorf("jetstream: submit %s: %w", id, err)
 		}
 		if pending = append(pending, f); len(pending) == publishWindow {
 			if err := flush(); err != nil {
-				return nil, err
+				return 0, err
 			}
 		}
 	}
-	if err := flush(); err != nil {
-		return nil, err
+	if err := sp.err(); err != nil {
+		return 0, fmt.Errorf("jetstream: read back the batch's jobs: %w", err)
 	}
-	return ids, nil
+	if err := flush(); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// batchSize returns how many jobs the SUBMITTED stream holds on subject.
+func batchSize(ctx context.Context, js natsjs.JetStream, cfg Config, subject string) (int, error) {
+	s, err := js.Stream(ctx, cfg.submitStream())
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
+	}
+	info, err := s.Info(ctx, natsjs.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
+	}
+	return int(info.State.Subjects[subject]), nil
 }
 
 // Status asks the Service about batches and jobs. It returns ErrNoService

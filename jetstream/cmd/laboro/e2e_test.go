@@ -105,6 +105,14 @@ func TestOneMachine(t *testing.T) {
 	assert.Regexp(t, `^nightly-50\s+failed\s+4\s+echo broken >&2; exit 4\s+.*exit status 4$`, lines[2])
 	assert.Equal(t, []string{"standard error of nightly-50 (its end):", "  broken"}, lines[4:])
 
+	// A batch from a pipe, read as it is submitted.
+	piped := exec.Command(s.bin, "submit", "-batch", "piped", "-wait", "-f", "-")
+	piped.Env = append(os.Environ(), "LABORO_NATS="+s.url)
+	piped.Stdin = strings.NewReader("echo p1\n# not a job\necho p2\n")
+	b, err := piped.Output()
+	require.NoError(t, err, "%s", b)
+	assert.Contains(t, string(b), "batch piped: 2 jobs, 2 succeeded, 0 failed")
+
 	out, errText, code := s.run("output", "nightly-7", "nosuch")
 	assert.Equal(t, 1, code)
 	assert.Empty(t, out)

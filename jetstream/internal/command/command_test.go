@@ -46,10 +46,17 @@ func TestSplitHostPort(t *testing.T) {
 func TestReadJobs(t *testing.T) {
 	name := filepath.Join(t.TempDir(), "jobs.txt")
 	require.NoError(t, os.WriteFile(name, []byte("# comment\n\n  echo a  \n\t\necho 'b c'\n  # indented comment\n"), 0o600))
-	lines, err := readJobs(name)
+	jf, err := openJobFile(name)
 	require.NoError(t, err)
+	defer jf.Close()
+	assert.Equal(t, 2, jf.total, "counted at open")
+	var lines []string
+	for l, err := range jf.lines() {
+		require.NoError(t, err)
+		lines = append(lines, l)
+	}
 	assert.Equal(t, []string{"echo a", "echo 'b c'"}, lines)
-	_, err = readJobs(filepath.Join(t.TempDir(), "nosuch"))
+	_, err = openJobFile(filepath.Join(t.TempDir(), "nosuch"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
 

@@ -135,48 +135,6 @@ func (f jobFlags) job(line string) laboro.Job {
 	return laboro.Job{Script: line, Dir: *f.workDir, Timeout: *f.timeout}
 }
 
-// jobs returns the jobs that -f or the COMMAND words give, or false and
-// the exit status.
-func (c *common) jobs(f jobFlags) ([]laboro.Job, int, bool) {
-	if code, ok := c.checkJobs(f); !ok {
-		return nil, code, false
-	}
-	lines := []string{strings.Join(c.fs.Args(), " ")}
-	if *f.file != "" {
-		var err error
-		if lines, err = readJobs(*f.file); err != nil {
-			fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
-			return nil, exitFailed, false
-		}
-		if len(lines) == 0 {
-			fmt.Fprintf(os.Stderr, "laboro %s: no jobs in %s\n", c.fs.Name(), *f.file)
-			return nil, exitFailed, false
-		}
-	}
-	jobs := make([]laboro.Job, len(lines))
-	for i, l := range lines {
-		jobs[i] = f.job(l)
-	}
-	return jobs, 0, true
-}
-
-// readJobs reads every job line of name (see openJobFile).
-func readJobs(name string) ([]string, error) {
-	jf, err := openJobFile(name)
-	if err != nil {
-		return nil, err
-	}
-	defer jf.Close()
-	var lines []string
-	for l, err := range jf.lines() {
-		if err != nil {
-			return nil, err
-		}
-		lines = append(lines, l)
-	}
-	return lines, nil
-}
-
 // maxJobLine is the longest line of a file of jobs.
 const maxJobLine = 1 << 20
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/jetstream"
 	"go.uber.org/zap"
 )
@@ -23,14 +25,17 @@ func submit(args []string) int {
 	if *id != "" && *jf.file != "" {
 		return c.usageError("-id names one job: it cannot go with -f")
 	}
-	jobs, code, ok := c.jobs(jf)
-	if !ok {
+	if code, ok := c.checkJobs(jf); !ok {
 		return code
 	}
-	jobs[0].ID = *id
 	if *batch == "" {
 		*batch = jetstream.NewBatch()
 	}
+	if *jf.file != "" {
+		return c.submitFile(jf, *batch, *wait)
+	}
+	job := jf.job(strings.Join(c.fs.Args(), " "))
+	job.ID = *id
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
 		if *id != "" {
 			// An id submitted before keeps its first submission: say so,
@@ -42,30 +47,59 @@ func submit(args []string) int {
 					j.ID, oneLine(j.Command, 60), j.State)
 			}
 		}
-		ids, err := cl.Submit(ctx, *batch, jobs)
+		ids, err := cl.Submit(ctx, *batch, []laboro.Job{job})
 		if err != nil {
 			return failed(ctx, "submit", err)
 		}
-		single := *jf.file == ""
-		c.log.Debug("submitted", zap.String("batch", *batch), zap.Int("jobs", len(ids)))
+		c.log.Debug("submitted", zap.String("batch", *batch), zap.String("job", ids[0]))
 		if !*wait {
-			if single {
-				fmt.Println(ids[0])
-			} else {
-				fmt.Println(*batch)
-			}
+			fmt.Println(ids[0])
 			return 0
 		}
-		if single {
-			res, err := cl.Result(ctx, ids[0])
-			if err != nil {
-				return failed(ctx, "submit", err)
-			}
-			return printResult(res, true, jobs[0].Script)
+		res, err := cl.Result(ctx, ids[0])
+		if err != nil {
+			return failed(ctx, "submit", err)
 		}
-		// A batch is followed by its counts: its jobs may go.
-		n := len(ids)
-		jobs, ids = nil, nil
-		return watch(ctx, cl, *batch, n)
+		return printResult(res, true, job.Script)
+	})
+}
+
+// submitFile submits the jobs of a file (-f) as batch, reading them as it
+// goes: however many, they are not held in memory (see
+// jetstream.Client.SubmitAll). It prints the batch's name, or, with wait,
+// follows it as run does.
+func (c *common) submitFile(jf jobFlags, batch string, wait bool) int {
+	file, err := openJobFile(*jf.file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "laboro submit:", err)
+		return exitFailed
+	}
+	defer file.Close()
+	if file.total == 0 {
+		fmt.Fprintf(os.Stderr, "laboro submit: no jobs in %s\n", *jf.file)
+		return exitFailed
+	}
+	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
+		jobs := func(yield func(laboro.Job, error) bool) {
+			for line, err := range file.lines() {
+				if !yield(jf.job(line), err) || err != nil {
+					return
+				}
+			}
+		}
+		n, err := cl.SubmitAll(ctx, batch, jobs)
+		switch {
+		case err != nil:
+			return failed(ctx, "submit", err)
+		case n == 0: // a pipe that brought none
+			fmt.Fprintf(os.Stderr, "laboro submit: no jobs in %s\n", *jf.file)
+			return exitFailed
+		}
+		c.log.Debug("submitted", zap.String("batch", batch), zap.Int("jobs", n))
+		if !wait {
+			fmt.Println(batch)
+			return 0
+		}
+		return watch(ctx, cl, batch, n)
 	})
 }
