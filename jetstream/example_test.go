@@ -140,6 +140,49 @@ func ExampleClient() {
 	// two
 }
 
+// SubmitAll submits the lines of a file (or a pipe) as a batch, without
+// holding them in memory: here, a generator of a thousand commands. No
+// Service needs to run for the jobs to be stored; they wait in the stream.
+func ExampleClient_SubmitAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "laboro-nats-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	srv, err := jetstream.StartEmbedded(dir, "127.0.0.1", -1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+
+	cl := &jetstream.Client{Conn: nc}
+	jobs := func(yield func(laboro.Job, error) bool) {
+		for i := range 1000 {
+			if !yield(laboro.Job{Script: fmt.Sprintf("echo %d", i)}, nil) {
+				return
+			}
+		}
+	}
+	n, err := cl.SubmitAll(ctx, "generated", jobs)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(n, "jobs submitted")
+	// Output:
+	// 1000 jobs submitted
+}
+
 // A machine that only runs workers gets a worker's token, derived from the
 // server's: with it, a connection may take jobs and store results, and
 // nothing else.
