@@ -198,7 +198,23 @@ func allJobs(tx *bolt.Tx, withHistory bool) ([]JobRecord, error) {
 // openJobs returns the jobs not ended (Queued or Processing), in order of
 // submission, with their history.
 func openJobs(tx *bolt.Tx) ([]JobRecord, error) {
-	ids := openJobIDs(tx, nil)
+	return indexedJobs(tx, openJobIDs(tx, nil), bucketOpen)
+}
+
+// lastJobs returns the last n jobs submitted, in order of submission,
+// with their history.
+func lastJobs(tx *bolt.Tx, n int) ([]JobRecord, error) {
+	var ids [][]byte
+	c := tx.Bucket(bucketOrder).Cursor()
+	for k, id := c.Last(); k != nil && len(ids) < n; k, id = c.Prev() {
+		ids = append(ids, id)
+	}
+	return indexedJobs(tx, ids, bucketOrder)
+}
+
+// indexedJobs returns the jobs of ids, which the index bucket gave, in
+// order of submission, with their history.
+func indexedJobs(tx *bolt.Tx, ids [][]byte, index []byte) ([]JobRecord, error) {
 	rows := make([]jobRow, 0, len(ids))
 	for _, id := range ids {
 		row, err := getJob(tx, string(id))
@@ -206,25 +222,7 @@ func openJobs(tx *bolt.Tx) ([]JobRecord, error) {
 			return nil, err
 		}
 		if row == nil {
-			return nil, fmt.Errorf("workerserver: job %q is open but not in the table", id)
-		}
-		rows = append(rows, *row)
-	}
-	return records(tx, rows, true)
-}
-
-// lastJobs returns the last n jobs submitted, in order of submission,
-// with their history.
-func lastJobs(tx *bolt.Tx, n int) ([]JobRecord, error) {
-	var rows []jobRow
-	c := tx.Bucket(bucketOrder).Cursor()
-	for k, id := c.Last(); k != nil && len(rows) < n; k, id = c.Prev() {
-		row, err := getJob(tx, string(id))
-		if err != nil {
-			return nil, err
-		}
-		if row == nil {
-			return nil, fmt.Errorf("workerserver: job %q is in the order of submission but not in the table", id)
+			return nil, fmt.Errorf("workerserver: job %q is in the %s index but not in the table", id, index)
 		}
 		rows = append(rows, *row)
 	}
