@@ -30,7 +30,9 @@ type Job struct {
 
 	// Script is a script body. It is written to a file and run with
 	// Interpreter, or executed directly when Interpreter is empty and the
-	// body starts with "#!", or else run with /bin/sh.
+	// body starts with "#!", or else run with /bin/sh. A script for
+	// /bin/sh is kept, on Linux, in memory instead (a memfd the shell
+	// reads through /proc, its $0): no file is made for it.
 	Script string
 
 	// Interpreter is the program (and its leading arguments) that runs

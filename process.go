@@ -323,8 +323,14 @@ func renameNew(tmp, path string) error {
 }
 
 // writeScript writes job.Script to a file in dir and returns the argv that
-// runs it, and a function that removes the file.
+// runs it, and a function that removes the file. A script for /bin/sh is
+// kept in memory where the system allows it (scriptInMemory).
 func writeScript(dir string, job Job) ([]string, func(), error) {
+	if len(job.Interpreter) == 0 && !strings.HasPrefix(job.Script, "#!") {
+		if path, close, ok := scriptInMemory(job.Script); ok {
+			return append([]string{"/bin/sh", path}, job.Args...), close, nil
+		}
+	}
 	f, err := os.CreateTemp(dir, ".laboro-*.script")
 	if err != nil {
 		return nil, nil, fmt.Errorf("laboro: create script file: %w", err)

@@ -1,0 +1,25 @@
+package laboro_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/laboro-go/laboro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// On Linux a script for /bin/sh leaves no file in the output directory: it
+// is kept in memory, and the shell reads it as $0 like a file. The
+// descriptor that holds it is not the job's.
+func TestShellScriptInMemory(t *testing.T) {
+	dir := t.TempDir()
+	ex, err := laboro.New(laboro.WithRunner(&laboro.ProcessRunner{Dir: dir}))
+	require.NoError(t, err)
+	t.Cleanup(func() { ex.Close() })
+	script := "ls -A \"$DIR\" | grep -c 'script$'\ncase $0 in /proc/*) echo in memory;; esac\n" +
+		"grep -c '^case' \"$0\"\nls -l /proc/self/fd | grep -c memfd\ntrue\n"
+	res := wait(t, submit(t, ex, laboro.Job{Script: script, Env: append(os.Environ(), "DIR="+dir)}))
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v %s", res.Err, res.Stderr)
+	assert.Equal(t, "0\nin memory\n1\n0\n", output(t, res), "no script file; $0 reads as the script; no memfd open in the job")
+}
