@@ -113,11 +113,6 @@ func BenchmarkOutputPlacement(b *testing.B) {
 	}
 }
 
-// viaProc has output files linked through /proc/self/fd until tb ends.
-func viaProc(tb testing.TB) {
-	was := noEmptyPath.Swap(true)
-	tb.Cleanup(func() { noEmptyPath.Store(was) })
-}
 
 // A Handle gives back the job as submitted, every field of it, each set
 // alone or all together (a field added to Job that storedJob forgets fails
