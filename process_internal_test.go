@@ -113,7 +113,6 @@ func BenchmarkOutputPlacement(b *testing.B) {
 	}
 }
 
-
 // A Handle gives back the job as submitted, every field of it, each set
 // alone or all together (a field added to Job that storedJob forgets fails
 // here); an empty Env (an empty environment) stays apart from a nil one
