@@ -200,5 +200,21 @@ func (jf *jobFile) lines() iter.Seq2[string, error] {
 	}
 }
 
+// jobs yields the jobs of the lines that follow, as flags make them,
+// then the read's error, if any.
+func (jf *jobFile) jobs(flags jobFlags) iter.Seq2[laboro.Job, error] {
+	return func(yield func(laboro.Job, error) bool) {
+		for line, err := range jf.lines() {
+			if err != nil {
+				yield(laboro.Job{}, err)
+				return
+			}
+			if !yield(flags.job(line), nil) {
+				return
+			}
+		}
+	}
+}
+
 // Close closes the file.
 func (jf *jobFile) Close() error { return jf.r.Close() }

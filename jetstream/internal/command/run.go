@@ -188,13 +188,12 @@ func runJobs(args []string) int {
 	}
 	seq, skipped := 0, 0
 	jobs := func(yield func(laboro.Job, error) bool) {
-		for line, err := range file.lines() {
+		for job, err := range file.jobs(jf) {
 			if err != nil {
-				yield(laboro.Job{}, err)
+				yield(job, err)
 				return
 			}
 			seq++
-			job := jf.job(line)
 			job.ID = strconv.Itoa(seq) // its sequence number, as in the job log
 			if done[job.ID] {
 				skipped++

@@ -80,14 +80,7 @@ func (c *common) submitFile(jf jobFlags, batch string, wait bool) int {
 		return exitFailed
 	}
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
-		jobs := func(yield func(laboro.Job, error) bool) {
-			for line, err := range file.lines() {
-				if !yield(jf.job(line), err) || err != nil {
-					return
-				}
-			}
-		}
-		n, err := cl.SubmitAll(ctx, batch, jobs)
+		n, err := cl.SubmitAll(ctx, batch, file.jobs(jf))
 		switch {
 		case err != nil:
 			return failed(ctx, "submit", err)
