@@ -352,7 +352,7 @@ func TestCancelReachesBusyWorker(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	master, worker := build(t)
-	for _, args := range [][]string{{"frobnicate"}, {"submit"}, {"-bogus"}, {"status", "a", "b"}, {"status", "-n", "0"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"submit"}, {"-bogus"}, {"status", "a", "b"}, {"status", "-n", "0"}, {"-keep-ended", "0"}} {
 		err := exec.Command(master, args...).Run()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)

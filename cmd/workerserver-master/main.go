@@ -2,14 +2,16 @@
 // keeps its job table in a bbolt file, so that a restarted master loses
 // nothing; it is also how a user submits jobs and follows them.
 //
-//	workerserver-master [-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-tls-cert FILE -tls-key FILE] [-max-conns N] [-log LEVEL]   serve
+//	workerserver-master [-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-keep-ended N] [-tls-cert FILE -tls-key FILE] [-max-conns N] [-log LEVEL]   serve
 //	workerserver-master submit [-url URL] -worker CODE [-params JSON] [-id ID] [-wait]
 //	workerserver-master status [-url URL] [JOB]
 //	workerserver-master cancel [-url URL] JOB
 //
 // The servers file has one "id password" per line: the workers allowed
 // in. A worker that shows no life for -lease (90s by default) loses its
-// jobs to the others. The user commands use the master's /api routes,
+// jobs to the others. The table keeps the last -keep-ended jobs to end
+// (100,000 by default; -1 keeps every one), forgetting those that ended
+// first, so that its file stops growing. The user commands use the master's /api routes,
 // which take a token: the master makes it at its first start and keeps it
 // in workerserver-api.token in the user's state directory
 // (~/.local/state/laboro; $WORKERSERVER_API_TOKEN overrides it), where the
@@ -47,7 +49,7 @@ func main() {
 			"(or $WORKERSERVER_API_TOKEN), made at its first start; the user commands read it there.",
 		Default: "serve",
 		Commands: []cli.Subcommand{
-			{Name: "serve", Synopsis: "[-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-tls-cert FILE -tls-key FILE] [-max-conns N] [-log LEVEL]",
+			{Name: "serve", Synopsis: "[-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-keep-ended N] [-tls-cert FILE -tls-key FILE] [-max-conns N] [-log LEVEL]",
 				Doc: "Serves workers and the user API until interrupted. The servers file has one \"id password\" per " +
 					"line: the workers allowed in. A worker that shows no life for -lease loses its jobs to the others.",
 				Setup: serveCommand},
@@ -71,6 +73,7 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	tlsKey := c.Flags.String("tls-key", "", "the certificate's key (PEM), with -tls-cert")
 	hosts := c.Flags.String("host", "", "host names the /api answers to besides localhost and IP addresses, comma-separated")
 	maxConns := c.Flags.Int("max-conns", defaultMaxConns, "connections served at once; more wait to be accepted")
+	keepEnded := c.Flags.Int("keep-ended", workerserver.DefaultMaxEndedJobs, "ended jobs the table keeps, forgetting those that ended first (-1: every one)")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	return func(ctx context.Context, args []string) error {
 		if len(args) > 0 {
@@ -81,6 +84,9 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		}
 		if (*tlsCert == "") != (*tlsKey == "") {
 			return cli.Usagef("-tls-cert and -tls-key go together")
+		}
+		if *keepEnded < -1 || *keepEnded == 0 {
+			return cli.Usagef("-keep-ended %d: must be at least 1, or -1 to keep every ended job", *keepEnded)
 		}
 		if *maxConns < 1 {
 			return cli.Usagef("-max-conns %d: must be at least 1", *maxConns)
@@ -104,7 +110,7 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 				names = append(names, h)
 			}
 		}
-		return serve(ctx, config{listen: *listen, db: *db, servers: *servers, lease: *lease, hosts: names, maxConns: *maxConns,
+		return serve(ctx, config{listen: *listen, db: *db, servers: *servers, lease: *lease, hosts: names, maxConns: *maxConns, keepEnded: *keepEnded,
 			tlsCert: *tlsCert, tlsKey: *tlsKey},
 			logFlag.Logger())
 	}

@@ -39,6 +39,7 @@ type config struct {
 	lease               time.Duration
 	hosts               []string
 	maxConns            int
+	keepEnded           int // Master.MaxEndedJobs
 	tlsCert, tlsKey     string
 	// read and idle replace readTimeout (and readHeaderTimeout) and
 	// idleTimeout when not 0 (tests).
@@ -61,7 +62,8 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 		tokenFile = "$WORKERSERVER_API_TOKEN"
 	}
 	listen, db := cfg.listen, cfg.db
-	m := &workerserver.Master{Servers: servers, Lease: cfg.lease, APIToken: token, Hosts: cfg.hosts, Logger: log}
+	m := &workerserver.Master{Servers: servers, Lease: cfg.lease, APIToken: token, Hosts: cfg.hosts, Logger: log,
+		MaxEndedJobs: cfg.keepEnded}
 	if err := m.Open(db); err != nil {
 		return err
 	}

@@ -24,27 +24,32 @@ import (
 
 // benchMaster is a Master with its Executor and HTTP server.
 type benchMaster struct {
-	m   *Master
-	ex  *laboro.Executor
-	srv *httptest.Server
+	m    *Master
+	ex   *laboro.Executor
+	srv  *httptest.Server
+	file string // the table
 }
 
-func newBenchMaster(b *testing.B) *benchMaster {
-	return newBenchMasterOf(b, map[string]string{"w1": "pw"})
+func newBenchMaster(b *testing.B, opts ...func(*Master)) *benchMaster {
+	return newBenchMasterOf(b, map[string]string{"w1": "pw"}, opts...)
 }
 
 // newBenchMasterOf is newBenchMaster with the servers (id: password) the
 // master knows.
-func newBenchMasterOf(b *testing.B, servers map[string]string) *benchMaster {
+func newBenchMasterOf(b *testing.B, servers map[string]string, opts ...func(*Master)) *benchMaster {
 	m := &Master{Servers: servers, OutputDir: b.TempDir()}
-	if err := m.Open(filepath.Join(b.TempDir(), "table.db")); err != nil {
+	for _, o := range opts {
+		o(m)
+	}
+	file := filepath.Join(b.TempDir(), "table.db")
+	if err := m.Open(file); err != nil {
 		b.Fatal(err)
 	}
 	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(4096), laboro.WithConcurrency(4096), laboro.WithBufferSize(4096))
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &benchMaster{m: m, ex: ex, srv: httptest.NewServer(m.Handler())}
+	return &benchMaster{m: m, ex: ex, srv: httptest.NewServer(m.Handler()), file: file}
 }
 
 func (bm *benchMaster) close() {
@@ -123,6 +128,13 @@ func BenchmarkJobs(b *testing.B) {
 		defer bm.close()
 		bm.steady(b, codes)
 	})
+	// The same with a table at its bound: every job that ends has the
+	// master forget the one that ended first (with b.N over 100).
+	b.Run("workerserver/keep-ended=100", func(b *testing.B) {
+		bm := newBenchMaster(b, func(m *Master) { m.MaxEndedJobs = 100 })
+		defer bm.close()
+		bm.steady(b, codes)
+	})
 	// The same with 200 more servers in the table, online and idle: a
 	// fleet whose other machines have no free slot, or that came and went.
 	b.Run("workerserver/idle-servers=200", func(b *testing.B) {
@@ -153,6 +165,10 @@ func (bm *benchMaster) steady(b *testing.B, dir string) {
 	waitAll(b, []*laboro.Handle{h})
 	b.ResetTimer()
 	waitAll(b, bm.submit(b, b.N))
+	b.StopTimer()
+	if fi, err := os.Stat(bm.file); err == nil {
+		b.ReportMetric(float64(fi.Size())/1e6, "table-MB")
+	}
 }
 
 // online has server id say Connecting, then Online, listing the code
@@ -318,13 +334,17 @@ func fillTable(b *testing.B, path string, ended int) {
 				if err != nil {
 					return err
 				}
-				row := &jobRow{JobRecord: JobRecord{ID: id, Worker: "echo", Status: JobDone,
-					Server: "w1", Data: json.RawMessage(`{"n":1}`), Created: now, Updated: now}, Seq: seq}
-				if i == ended {
-					row.Status, row.Data = JobProcessing, nil
-				}
+				// Processing, then (but the last) Done, as the master writes it.
+				row := &jobRow{JobRecord: JobRecord{ID: id, Worker: "echo", Status: JobProcessing,
+					Server: "w1", Created: now, Updated: now}, Seq: seq}
 				if err := putJob(tx, row); err != nil {
 					return err
+				}
+				if i < ended {
+					row.Status, row.Data = JobDone, json.RawMessage(`{"n":1}`)
+					if err := putJob(tx, row); err != nil {
+						return err
+					}
 				}
 				for _, st := range []string{JobQueued, JobProcessing, row.Status} {
 					if err := appendEvent(tx, bucketJobHistory, row.ID, StatusEvent{Status: st, At: now, Server: "w1"}); err != nil {
@@ -393,6 +413,30 @@ func BenchmarkLargeTable(b *testing.B) {
 				db.Close()
 			}
 		})
+		// A master opened on the table with a lower MaxEndedJobs forgets
+		// the jobs beyond it at once.
+		b.Run(fmt.Sprintf("forget-to-100/ended=%d", ended), func(b *testing.B) {
+			copied := filepath.Join(b.TempDir(), "copy.db")
+			for b.Loop() {
+				b.StopTimer()
+				data, err := os.ReadFile(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := os.WriteFile(copied, data, 0o600); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				m := &Master{OutputDir: b.TempDir(), MaxEndedJobs: 100}
+				if err := m.Open(copied); err != nil {
+					b.Fatal(err)
+				}
+				if got := m.LastJobs(1000); len(got) != 101 {
+					b.Fatalf("%d jobs left", len(got))
+				}
+				m.Close()
+			}
+		})
 		b.Run(fmt.Sprintf("unfinished/ended=%d", ended), func(b *testing.B) {
 			for b.Loop() {
 				m := &Master{OutputDir: b.TempDir()}
@@ -424,7 +468,7 @@ func copyTableWithoutIndexes(b *testing.B, from, to string) {
 	}
 	defer db.Close()
 	err = db.Update(func(tx *bolt.Tx) error {
-		return errors.Join(tx.DeleteBucket(bucketOpen), tx.DeleteBucket(bucketOrder))
+		return errors.Join(tx.DeleteBucket(bucketOpen), tx.DeleteBucket(bucketOrder), tx.DeleteBucket(bucketEnded))
 	})
 	if err != nil {
 		b.Fatal(err)

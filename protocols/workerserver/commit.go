@@ -19,7 +19,10 @@ import (
 // fails, each then runs alone), so it must set its results afresh on each
 // call, and register what is to follow the commit with tx.OnCommit.
 type committer struct {
-	db      *bolt.DB
+	db *bolt.DB
+	// after, if set, runs in each group's transaction after its updates
+	// (not in the transactions of updates run alone after a failure).
+	after   func(*bolt.Tx) error
 	mu      sync.Mutex
 	busy    bool          // a commit is under way or about to be
 	pending []*commitTurn // waiting for the next commit
@@ -74,6 +77,9 @@ func (c *committer) commit(group []*commitTurn) {
 			if errs[i] != nil && !errors.Is(errs[i], errNoChange) {
 				return errs[i]
 			}
+		}
+		if c.after != nil {
+			return c.after(tx)
 		}
 		return nil
 	})

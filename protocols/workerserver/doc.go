@@ -100,6 +100,14 @@
 //   - A final status (Done, Failed, Cancelled) is never replaced; later
 //     statuses, such as a Done replayed twice, are kept in the job's
 //     history and answered with success, so that workers' caches drain.
+//   - The table keeps the last Master.MaxEndedJobs jobs to end (100,000
+//     by default), so that its file stops growing: the jobs that ended
+//     first are forgotten as others end. A status for a job the table
+//     does not have, forgotten or never there (a worker's cache replayed
+//     to a master on a new table), is answered with success (status "")
+//     and recorded nowhere, and the master logs it: the reference worker
+//     sends its cache before its Online and, refused, would reconnect to
+//     send it again for ever.
 //   - A status the master refuses for what it is (400, 404, 409, 413) is
 //     dropped by the worker with a log line instead of being retried
 //     forever; a refusal for who sent it (401, 403) is kept and retried.

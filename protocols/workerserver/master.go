@@ -26,6 +26,17 @@ const DefaultLockTimeout = time.Second
 // to others, unless told: three of the reference worker's 30 s pings.
 const DefaultLease = 90 * time.Second
 
+// MaxHistory is how many statuses the table keeps in the history of a job
+// or a server: beyond it, the oldest go, so that a job that reports its
+// progress for weeks, or a server that reconnects again and again, does
+// not grow the table without bound.
+const MaxHistory = 1000
+
+// DefaultMaxEndedJobs is how many ended jobs a Master's table keeps unless
+// told (Master.MaxEndedJobs): at about a kilobyte a job and its history,
+// a table of some hundred megabytes.
+const DefaultMaxEndedJobs = 100_000
+
 // DefaultHold is how long a ping that finds no job for its server waits for
 // one, unless told: well under a minute, the master's write timeout, and
 // under its lease.
@@ -67,7 +78,8 @@ type JobRecord struct {
 	// Offline, it shows no life for a lease), Cancelled at once; it never
 	// goes back in line. It stays set once the job has ended.
 	Cancelling bool `json:"cancelling,omitempty"`
-	// History is every status recorded for the job, in order of arrival:
+	// History is every status recorded for the job, in order of arrival
+	// (the last MaxHistory of them):
 	// the master's own Queued (at submission, and again, with the server
 	// that lost it and data {"reason": …}, when it goes back in line),
 	// Processing (at hand-out, without data) and Cancelled (when its Run
@@ -103,7 +115,8 @@ type ServerRecord struct {
 	// reference's "{}" when it reconnects, keeps the earlier one); nil
 	// until it has been Online.
 	Startup *Startup `json:"startup,omitempty"`
-	// History is every status the server sent, in order of arrival.
+	// History is every status the server sent, in order of arrival (the
+	// last MaxHistory of them).
 	History []StatusEvent `json:"history,omitempty"`
 	Updated time.Time     `json:"updated"`
 }
@@ -219,6 +232,16 @@ type Master struct {
 	// runner this Master is. An id the table already has is refused first;
 	// an empty id is replaced with one from NewID.
 	Submit func(laboro.Job) error
+	// MaxEndedJobs bounds the jobs the table keeps once ended (Done,
+	// Failed, Cancelled), so that its file stops growing: beyond it, the
+	// jobs that ended first are forgotten, their records and histories,
+	// as others end (and at Open, for a table that holds more). A job
+	// forgotten is unknown to Job, Cancel and the user API; a Run of its
+	// id runs it again; a worker's status for it, replayed from its cache,
+	// is answered with success and recorded nowhere (see Handler). A job
+	// stays while its Run is under way. 0 means DefaultMaxEndedJobs; a
+	// negative value keeps every job.
+	MaxEndedJobs int
 
 	mu sync.RWMutex
 	s  *session // nil while not open
@@ -246,9 +269,27 @@ func (m *Master) Open(path string) error {
 	if err != nil {
 		return err
 	}
-	m.s = newSession(db, m.lease(), m.logger(), m.OutputDir)
-	m.s.hold = m.hold()
+	s := newSession(db, m.lease(), m.logger(), m.OutputDir, m.maxEnded())
+	s.hold = m.hold()
+	n, err := s.forgetAll()
+	if err != nil {
+		s.d.Close()
+		db.Close()
+		return fmt.Errorf("workerserver: open %s: forgetting the jobs ended first: %w", path, err)
+	}
+	if n > 0 {
+		s.log.Info("forgot the jobs that ended first, beyond MaxEndedJobs", zap.Int("jobs", n), zap.Int("maxEndedJobs", s.maxEnded))
+	}
+	m.s = s
 	return nil
+}
+
+// maxEnded returns MaxEndedJobs with its default; negative means every job.
+func (m *Master) maxEnded() int {
+	if m.MaxEndedJobs == 0 {
+		return DefaultMaxEndedJobs
+	}
+	return max(m.MaxEndedJobs, -1)
 }
 
 // Close closes the table. Waiting Runs return StatusKilled with

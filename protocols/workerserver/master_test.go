@@ -948,7 +948,6 @@ func TestBadRequests(t *testing.T) {
 		{"ping: wrong password", DefaultPaths.Ping + "s1", wrongPassword, want{code: http.StatusUnauthorized}},
 		{"status: another server's path", DefaultPaths.Status + "s2", form("s1", ServerOffline, nil), want{code: http.StatusForbidden}},
 		{"ping: another server's path", DefaultPaths.Ping + "s2", form("s1", "", nil), want{code: http.StatusForbidden}},
-		{"job: unknown job", DefaultPaths.Job + "nope", form("s1", JobDone, 1), want{code: http.StatusNotFound}},
 		{"job: malformed data", DefaultPaths.Job + "j", badData, want{http.StatusBadRequest, FieldData}},
 		{"job: unknown status", DefaultPaths.Job + "j", form("s1", "Finished", 1), want{http.StatusBadRequest, FieldStatus}},
 		{"job: Queued is the master's", DefaultPaths.Job + "j", form("s1", JobQueued, nil), want{http.StatusBadRequest, FieldStatus}},

@@ -288,6 +288,10 @@ func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 		return
 	}
 	switch {
+	case r.unknown:
+		s.log.Warn("a status for a job the table does not have (forgotten after it ended, beyond MaxEndedJobs, "+
+			"or never there): answered, so that the worker's cache drains, and recorded nowhere",
+			zap.String("job", req.id), zap.String("status", req.status), zap.String("server", req.serverID))
 	case r.ended:
 		s.complete(wk, req.id)
 		s.log.Info("job ended", zap.String("job", req.id), zap.String("status", req.status), zap.String("server", req.serverID))
@@ -305,7 +309,7 @@ func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 }
 
 // jobStatusData is the data of a job status's answer: the job's status
-// after it, and for a job's end that asked for jobs, what a ping brings
+// after it ("" for a job the table does not have), and for a job's end that asked for jobs, what a ping brings
 // (for a status that asked for the cancels, those).
 type jobStatusData struct {
 	JobID  string `json:"jobId"`
@@ -318,6 +322,9 @@ type recorded struct {
 	status string // the job's, after it
 	ended  bool   // it ended the job
 	kept   bool   // it was kept in the job's history only
+	// unknown: the table has no such job (forgotten after it ended, or
+	// never there); nothing was recorded.
+	unknown bool
 }
 
 // recordJobStatus records req, a status of job req.id from its server, in
@@ -328,7 +335,7 @@ func (s *session) recordJobStatus(tx *bolt.Tx, req *workerRequest, now time.Time
 		return recorded{}, err
 	}
 	if row == nil {
-		return recorded{}, &httpError{code: http.StatusNotFound, msg: fmt.Sprintf("unknown job %q", req.id)}
+		return recorded{unknown: true}, nil
 	}
 	if err := appendEvent(tx, bucketJobHistory, req.id, StatusEvent{Status: req.status, Data: req.data, At: now, Server: req.serverID}); err != nil {
 		return recorded{}, err

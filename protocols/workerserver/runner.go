@@ -155,6 +155,8 @@ func (m *Master) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	if s == nil {
 		return closed()
 	}
+	s.pin(job.ID)
+	defer s.unpin(job.ID)
 
 	row, err := s.enqueue(job.ID, spec)
 	switch {

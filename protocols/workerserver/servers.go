@@ -29,6 +29,10 @@ type session struct {
 	idWarning sync.Once     // of a job id that is not numeric (see NumericID)
 	unoffered sync.Map      // worker codes warned of as offered by no server
 	servers   serverCache   // what the servers' records say
+	maxEnded  int           // ended jobs the table keeps; negative: all
+
+	runningMu sync.Mutex
+	running   map[string]int // by job id, under runningMu: its Runs under way, whose ends must stay in the table
 
 	// mu guards peers and expecting. It also makes one step, for the
 	// pings that take jobs, of holding a job for its server (Add, then
@@ -55,10 +59,12 @@ type expectation struct {
 
 type dispatchTicket = transport.Ticket[string, JobOrder]
 
-func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir string) *session {
+func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir string, maxEnded int) *session {
 	s := &session{
 		db:        db,
 		commit:    &committer{db: db},
+		maxEnded:  maxEnded,
+		running:   make(map[string]int),
 		d:         transport.NewDispatcher[string, JobOrder](transport.Config{Lease: lease, Logger: log}),
 		log:       log,
 		outputDir: outputDir,
@@ -70,7 +76,61 @@ func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir str
 		queued:    make(map[string][]chan struct{}),
 	}
 	s.d.OnRequeue(s.requeued)
+	if maxEnded >= 0 {
+		s.commit.after = func(tx *bolt.Tx) error {
+			_, err := forgetEnded(tx, maxEnded, forgetPerCommit, s.pinned)
+			return err
+		}
+	}
 	return s
+}
+
+// forgetPerCommit is the most ended jobs a commit forgets, beyond those it
+// ends: the table comes back under Master.MaxEndedJobs after the jobs
+// ended outside the grouped commits (Master.Cancel, a Run whose context
+// ended), a few at a time.
+const forgetPerCommit = 64
+
+// forgetAll forgets the jobs ended first until the table keeps at most
+// s.maxEnded ended jobs, in transactions of at most a batch, and returns
+// how many it forgot. It runs at Open, before any Run.
+func (s *session) forgetAll() (int, error) {
+	const batch = 10_000
+	total := 0
+	for s.maxEnded >= 0 {
+		var n int
+		err := s.db.Update(func(tx *bolt.Tx) (err error) {
+			n, err = forgetEnded(tx, s.maxEnded, batch, nil)
+			return err
+		})
+		total += n
+		if err != nil || n < batch {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// pin marks a Run of job id as under way: the job's end stays in the
+// table until unpin, for the Run to read it.
+func (s *session) pin(id string) {
+	s.runningMu.Lock()
+	s.running[id]++
+	s.runningMu.Unlock()
+}
+
+func (s *session) unpin(id string) {
+	s.runningMu.Lock()
+	if s.running[id]--; s.running[id] <= 0 {
+		delete(s.running, id)
+	}
+	s.runningMu.Unlock()
+}
+
+func (s *session) pinned(id string) bool {
+	s.runningMu.Lock()
+	defer s.runningMu.Unlock()
+	return s.running[id] > 0
 }
 
 // close stops the session's timers; the caller closes its Dispatcher and

@@ -25,13 +25,16 @@ import (
 //	ids            nothing; its sequence numbers the ids the master picks (NewID)
 //	open           job id → the server it was handed to ("" while Queued), for every job not ended
 //	order          sequence (8 bytes, big-endian) → job id: the jobs in order of submission
+//	ended          end sequence (8 bytes, big-endian) → the job's sequence (8 bytes) and id:
+//	               the jobs ended, in the order they ended, with no gap in the end sequences
 //
 // A history is a bucket of its own so that recording a status appends one
 // key instead of rewriting every status before it. The open and order
 // buckets let what concerns some jobs read those jobs alone, not every job
 // the table has ever run: a server's restart gives back the jobs it held,
 // a reopened master submits again the jobs not ended, the user API lists
-// the last jobs submitted.
+// the last jobs submitted. The ended bucket tells which jobs ended first,
+// to be forgotten once the table keeps more than Master.MaxEndedJobs.
 var (
 	bucketJobs          = []byte("jobs")
 	bucketJobHistory    = []byte("jobHistory")
@@ -41,6 +44,7 @@ var (
 	bucketIDs           = []byte("ids")
 	bucketOpen          = []byte("open")
 	bucketOrder         = []byte("order")
+	bucketEnded         = []byte("ended")
 )
 
 // jobRow is a job as stored: its record without History, its place in
@@ -68,13 +72,20 @@ func openDB(path string, timeout time.Duration) (*bolt.DB, error) {
 		// A table written before the open and order buckets were kept
 		// gets them once.
 		index := tx.Bucket(bucketOpen) == nil || tx.Bucket(bucketOrder) == nil
-		for _, name := range [][]byte{bucketJobs, bucketJobHistory, bucketServers, bucketServerHistory, bucketCancels, bucketIDs, bucketOpen, bucketOrder} {
+		// One written before the ended bucket was kept gets it once.
+		indexEnded := tx.Bucket(bucketEnded) == nil
+		for _, name := range [][]byte{bucketJobs, bucketJobHistory, bucketServers, bucketServerHistory, bucketCancels, bucketIDs, bucketOpen, bucketOrder, bucketEnded} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
 		if index {
-			return indexJobs(tx)
+			if err := indexJobs(tx); err != nil {
+				return err
+			}
+		}
+		if indexEnded {
+			return indexEndedJobs(tx)
 		}
 		return nil
 	})
@@ -114,7 +125,13 @@ func putJob(tx *bolt.Tx, row *jobRow) error {
 	}
 	open := tx.Bucket(bucketOpen)
 	if Final(row.Status) {
-		return open.Delete([]byte(row.ID))
+		if !has(open, []byte(row.ID)) {
+			return nil // it had ended already
+		}
+		if err := open.Delete([]byte(row.ID)); err != nil {
+			return err
+		}
+		return appendEnded(tx, row.Seq, []byte(row.ID))
 	}
 	if v := open.Get([]byte(row.ID)); v != nil && string(v) == row.Server {
 		return nil // unchanged: its page is not rewritten
@@ -138,6 +155,83 @@ func indexJobs(tx *bolt.Tx) error {
 		}
 		return open.Put(slices.Clone(k), []byte(row.Server))
 	})
+}
+
+// has reports whether bucket b has key k.
+func has(b *bolt.Bucket, k []byte) bool {
+	found, _ := b.Cursor().Seek(k)
+	return bytes.Equal(found, k)
+}
+
+// appendEnded adds the job of sequence seq and id to the ended bucket, as
+// the last to end.
+func appendEnded(tx *bolt.Tx, seq uint64, id []byte) error {
+	ended := tx.Bucket(bucketEnded)
+	n, err := ended.NextSequence()
+	if err != nil {
+		return err
+	}
+	v := make([]byte, 0, 8+len(id))
+	v = binary.BigEndian.AppendUint64(v, seq)
+	return ended.Put(binary.BigEndian.AppendUint64(nil, n), append(v, id...))
+}
+
+// indexEndedJobs fills the ended bucket from the order and open buckets:
+// the jobs of a table written before it was kept are taken as having
+// ended in the order they were submitted.
+func indexEndedJobs(tx *bolt.Tx) error {
+	open, jobs := tx.Bucket(bucketOpen), tx.Bucket(bucketJobs)
+	return tx.Bucket(bucketOrder).ForEach(func(k, id []byte) error {
+		if len(k) != 8 || has(open, id) || jobs.Get(id) == nil {
+			return nil
+		}
+		return appendEnded(tx, binary.BigEndian.Uint64(k), id)
+	})
+}
+
+// forgetEnded removes from the table the jobs that ended first, record,
+// history and place in the indexes, until it keeps at most keep ended
+// jobs, or it has removed most, or the next one is pinned (its Run has
+// yet to read its end). It returns how many it removed.
+func forgetEnded(tx *bolt.Tx, keep, most int, pinned func(id string) bool) (int, error) {
+	c := tx.Bucket(bucketEnded).Cursor()
+	first, _ := c.First()
+	last, _ := c.Last()
+	if first == nil {
+		return 0, nil
+	}
+	if len(first) != 8 || len(last) != 8 {
+		return 0, errors.New("workerserver: stored ended index: a key is not 8 bytes")
+	}
+	// The end sequences have no gap: the bucket is appended to, and
+	// removed from its front only.
+	count := binary.BigEndian.Uint64(last) - binary.BigEndian.Uint64(first) + 1
+	jobs, hist, order := tx.Bucket(bucketJobs), tx.Bucket(bucketJobHistory), tx.Bucket(bucketOrder)
+	n := 0
+	for ; count > uint64(max(keep, 0)) && n < most; count-- {
+		_, v := c.First()
+		if len(v) < 8 {
+			return n, errors.New("workerserver: stored ended index: a value is shorter than 8 bytes")
+		}
+		id := v[8:]
+		if pinned != nil && pinned(string(id)) {
+			break
+		}
+		if err := jobs.Delete(id); err != nil {
+			return n, err
+		}
+		if err := hist.DeleteBucket(id); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+			return n, err
+		}
+		if err := order.Delete(v[:8]); err != nil {
+			return n, err
+		}
+		if err := c.Delete(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // openJobIDs returns the ids of the jobs not ended whose server (""
@@ -425,7 +519,22 @@ func appendEvent(tx *bolt.Tx, top []byte, id string, ev StatusEvent) error {
 	if err != nil {
 		return err
 	}
-	return b.Put(binary.BigEndian.AppendUint64(nil, seq), v)
+	if err := b.Put(binary.BigEndian.AppendUint64(nil, seq), v); err != nil {
+		return err
+	}
+	if seq <= MaxHistory {
+		return nil
+	}
+	// The events before the last MaxHistory go: one an append, once
+	// the history is full.
+	oldest := binary.BigEndian.AppendUint64(nil, seq-MaxHistory)
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && bytes.Compare(k, oldest) <= 0; k, _ = c.First() {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // history returns every event of id in the history bucket named top, in

@@ -13,7 +13,11 @@
 #      status says that no worker offers it;
 #   4. a job is cancelled while its worker is down (killed with SIGKILL);
 #      the worker is started again: the job ends Cancelled and is never
-#      handed out again.
+#      handed out again;
+#   5. the master is restarted keeping only the last 2 ended jobs
+#      (-keep-ended 2): the worker, killed, finds in its cache the end of a
+#      job the master forgot; started again, it sends it, is answered with
+#      success (its cache drains) and comes Online to run new jobs.
 #
 # Usage: scripts/interop/workerserver.sh REFERENCE_DIR [WORK_DIR]
 #
@@ -103,7 +107,7 @@ api() { curl -sf -H "Authorization: Bearer $(cat "$LABORO_STATE_DIR/workerserver
 masters=0
 start_master() {
 	masters=$((masters + 1))
-	"$master" serve -listen "127.0.0.1:$port" -db "$work/table.db" -servers "$work/servers" -lease 30s \
+	"$master" serve -listen "127.0.0.1:$port" -db "$work/table.db" -servers "$work/servers" -lease 30s "$@" \
 		>"$work/master-$masters.log" 2>&1 &
 	master_pid=$!
 	pids+=("$master_pid")
@@ -174,6 +178,21 @@ id7=$("$master" submit -url "$url" -worker sum -params '{"a": 7}')
 until_ok 20 is_status "$id7" Done || fail "job $id7 is $(status_of "$id7")"
 grep -q "\"jobId\":\"$id6\"" "$work/worker-$workers.log" && fail "the new worker process was handed job $id6"
 echo "job $id6: Cancelled when the worker came back, never handed to it again; job $id7 Done after it"
+
+echo "== 5. a cached status for a job the master forgot"
+{ kill -9 "$worker_pid" && wait "$worker_pid"; } 2>/dev/null || true
+{ kill "$master_pid" && wait "$master_pid"; } 2>/dev/null || true
+start_master -keep-ended 2
+"$master" status -url "$url" "$id1" >/dev/null 2>&1 && fail "job $id1 is still in the table"
+grep -q 'forgot the jobs that ended first' "$work/master-$masters.log" || fail "the master did not say it forgot jobs"
+echo "the master keeps the last 2 ended jobs: job $id1 is forgotten"
+printf '{"status":"Done","data":{"sum":5}}' >"$app/jobs/$id1.json"
+start_worker
+until_ok 20 test ! -e "$app/jobs/$id1.json" || fail "the worker's cache still holds $id1.json: its status was refused"
+id8=$("$master" submit -url "$url" -worker sum -params '{"a": 8}')
+until_ok 20 is_status "$id8" Done || fail "job $id8 is $(status_of "$id8"): the worker did not come back"
+grep -q 'a status for a job the table does not have' "$work/master-$masters.log" || fail "the master did not log the status of job $id1"
+echo "the worker's cached end of job $id1 was answered, its cache drained; job $id8 Done after it"
 
 echo "== all jobs"
 "$master" status -url "$url"
