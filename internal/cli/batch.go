@@ -193,6 +193,9 @@ type Summary struct {
 	Counts
 	Failures []Failure // the first MaxFailures
 	Unlisted int       // the failures beyond them
+	// Unread: Stream stopped reading its jobs before their end (Stop
+	// closed, its context ended, or an error).
+	Unread bool
 }
 
 // Write writes the summary line ("12 jobs: 11 succeeded, 1 failed") and
@@ -263,6 +266,10 @@ type Batch struct {
 	// are in memory, not the whole batch. A job it returns an error for
 	// is not run, and fails in the summary ("not loaded").
 	Prepare func(job laboro.Job) (laboro.Job, error)
+	// Stop, if not nil, stops Stream's reading when closed (a halt after
+	// failures): it reads no more jobs, not even the one it is waiting
+	// for, and ends as the jobs submitted end.
+	Stop <-chan struct{}
 }
 
 // command is what job ran, for the summary (see Batch.Command).
@@ -292,6 +299,11 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 // the progress counts those read so far. An error from jobs stops the
 // batch: no more is read, the jobs submitted end, and Stream returns the
 // summary with that error.
+//
+// jobs is read one job ahead in a goroutine of its own, so that ctx's end
+// and Stop take effect while it waits for a job (a pipe whose writer is
+// slow): Stream then returns without waiting for that read, and the
+// goroutine ends once jobs yields again or ends.
 func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[laboro.Job, error], total int) (Summary, error) {
 	var (
 		mu       sync.Mutex
@@ -303,8 +315,13 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 	)
 	// end waits for the goroutines (which return once ctx ends) before the
 	// summary is read.
+	var (
+		drained bool  // every job of jobs came
+		srcErr  error // the error jobs gave
+	)
 	end := func(err error) (Summary, error) {
 		waits.Wait()
+		sum.Unread = !drained
 		if b.Progress != nil {
 			b.Progress.Close()
 		}
@@ -353,8 +370,42 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		}
 		b.Progress.Update(c)
 	}
-	var srcErr error
-	for job, err := range jobs {
+	type next struct {
+		job laboro.Job
+		err error
+	}
+	items := make(chan next)    // closed when jobs ends
+	quit := make(chan struct{}) // closed when Stream stops reading
+	defer close(quit)
+	go func() {
+		defer close(items)
+		for job, err := range jobs {
+			select {
+			case items <- next{job, err}:
+			case <-quit:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+reading:
+	for {
+		var it next
+		select {
+		case <-ctx.Done():
+			return end(ctx.Err())
+		case <-b.Stop:
+			break reading
+		case n, ok := <-items:
+			if !ok {
+				drained = true
+				break reading
+			}
+			it = n
+		}
+		job, err := it.job, it.err
 		if err != nil {
 			srcErr = err
 			break
@@ -389,7 +440,7 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		})
 		update()
 	}
-	if srcErr == nil {
+	if drained {
 		mu.Lock()
 		sum.Total = read // every job came: however many total said
 		mu.Unlock()

@@ -119,8 +119,8 @@ func TestBatchPreparesEachJobWhenSubmitted(t *testing.T) {
 }
 
 // Stream reads each job as it submits it: with room for one job running
-// and one waiting, at most those and the one being submitted have been
-// read and not yet ended, however many come. Without a total, the
+// and one waiting, at most those, the one being submitted and the one read
+// ahead have been read and not yet ended, however many come. Without a total, the
 // summary counts the jobs that came.
 func TestBatchStreamsJobs(t *testing.T) {
 	ex, err := laboro.New(laboro.WithConcurrency(1), laboro.WithPoolSize(1), laboro.WithBufferSize(1))
@@ -151,7 +151,7 @@ func TestBatchStreamsJobs(t *testing.T) {
 	sum, err := (&Batch{}).Stream(ctx, ex, jobs, -1)
 	require.NoError(t, err)
 	assert.Equal(t, Counts{Total: n, Succeeded: n}, sum.Counts)
-	assert.LessOrEqual(t, most, 3, "jobs read and not yet ended")
+	assert.LessOrEqual(t, most, 4, "jobs read and not yet ended")
 }
 
 // An error from the jobs' source stops the batch: nothing more is read,
@@ -177,6 +177,54 @@ func TestBatchStreamStopsOnSourceError(t *testing.T) {
 	require.ErrorIs(t, err, bad)
 	assert.Equal(t, Counts{Total: 10, Succeeded: 3}, sum.Counts)
 	assert.Equal(t, ExitFailed, sum.Code(), "seven jobs never ran")
+}
+
+// Stop and the context's end take effect while Stream waits for its next
+// job (a pipe whose writer stalls): Stream returns with what ran, and says
+// that it stopped reading; the reading goroutine ends when the source
+// yields again.
+func TestBatchStreamStopsWhileWaiting(t *testing.T) {
+	for _, how := range []string{"stop", "context"} {
+		t.Run(how, func(t *testing.T) {
+			ex, err := laboro.New(laboro.WithConcurrency(1), laboro.WithPoolSize(1))
+			require.NoError(t, err)
+			defer ex.Close()
+			gate, left := make(chan struct{}), make(chan struct{})
+			jobs := func(yield func(laboro.Job, error) bool) {
+				defer close(left)
+				if !yield(laboro.Job{ID: "1", Func: func(context.Context) error { return nil }}, nil) {
+					return
+				}
+				<-gate // the writer stalls
+				if yield(laboro.Job{ID: "2", Func: func(context.Context) error { return nil }}, nil) {
+					t.Error("the batch took a job after it stopped")
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			stop := make(chan struct{})
+			streamCtx, interrupt := context.WithCancel(ctx)
+			defer interrupt()
+			b := &Batch{Stop: stop, OnResult: func(laboro.Job, laboro.Result) error {
+				if how == "stop" {
+					close(stop)
+				} else {
+					interrupt()
+				}
+				return nil
+			}}
+			sum, err := b.Stream(streamCtx, ex, jobs, -1)
+			if how == "stop" {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, context.Canceled)
+			}
+			assert.True(t, sum.Unread)
+			assert.Equal(t, Counts{Total: 1, Succeeded: 1}, sum.Counts)
+			close(gate)
+			<-left
+		})
+	}
 }
 
 // A batch lists its first MaxFailures failures and counts the others.

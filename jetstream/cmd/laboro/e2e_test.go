@@ -669,6 +669,34 @@ func TestRunHalt(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(dir, "never2"))
 }
 
+// A halt stops the reading of a pipe at once, though its writer has more
+// to come: laboro does not wait for the next line to notice.
+func TestRunHaltStopsReadingPipe(t *testing.T) {
+	bin := build(t)
+	cmd := exec.Command(bin, "run", "-workers", "2", "-f", "-", "-halt", "now,fail=1")
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill() })
+	_, err = fmt.Fprint(in, "sleep 60\nexit 5\n") // and the pipe stays open
+	require.NoError(t, err)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err = <-exited:
+	case <-time.After(time.Minute):
+		t.Fatal("laboro went on waiting for its input after the halt")
+	}
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, stdout.String(), "2 jobs: 0 succeeded, 2 failed (halted after 1 failure; the rest of the input was not read)\n")
+	assert.Contains(t, stdout.String(), "2 failed, exit status 5: exit 5")
+	assert.Regexp(t, `1 (killed|terminated before execution): sleep 60`, stdout.String())
+}
+
 // serve logs each failed job once, with why, though its service and its
 // local worker both see it fail.
 func TestServeLogsFailureOnce(t *testing.T) {

@@ -205,8 +205,9 @@ func runJobs(args []string) int {
 		}
 	}
 
-	var halted haltState
+	halted := haltState{stop: make(chan struct{})}
 	batch := cli.Batch{
+		Stop:     halted.stop,
 		Progress: cli.NewProgress(os.Stderr, summaryEvery),
 		OnResult: func(job laboro.Job, res laboro.Result) error {
 			err := rec.record(job, res)
@@ -224,7 +225,7 @@ func runJobs(args []string) int {
 		}
 		return failed(ctx, "run", err)
 	}
-	if sum.Total == 0 { // a pipe that brought no job to run
+	if sum.Total == 0 && !sum.Unread { // a pipe that brought no job to run
 		return nothingToRun(*jf.file, skipped > 0)
 	}
 	if err := rec.close(); err != nil {
@@ -232,7 +233,15 @@ func runJobs(args []string) int {
 	}
 	fmt.Printf("%d jobs: %d succeeded, %d failed", sum.Total, sum.Succeeded, sum.Failed)
 	if n := sum.Total - sum.Succeeded - sum.Failed; n > 0 {
-		fmt.Printf(", %d not run (halted after %d failures)", n, o.halt.fails)
+		fmt.Printf(", %d not run", n)
+	}
+	if halted.done() {
+		fmt.Printf(" (halted after %s", plural(o.halt.fails, "failure"))
+		if file.total < 0 && sum.Unread {
+			// A pipe's jobs are counted as they are read.
+			fmt.Print("; the rest of the input was not read")
+		}
+		fmt.Print(")")
 	}
 	fmt.Println()
 	sum.WriteFailures(os.Stdout)
@@ -290,6 +299,7 @@ type haltState struct {
 	mu     sync.Mutex
 	count  int
 	halted bool
+	stop   chan struct{} // closed on the halt: no more jobs are read
 }
 
 func (h *haltState) failed(ex *laboro.Executor, rule haltRule) {
@@ -300,6 +310,7 @@ func (h *haltState) failed(ex *laboro.Executor, rule haltRule) {
 		return
 	}
 	h.halted = true
+	close(h.stop)
 	if rule.now {
 		go ex.Close() // kills the running jobs; the batch sees them end
 		return
@@ -328,4 +339,12 @@ func parseHalt(s string) (haltRule, error) {
 		return haltRule{}, errors.New("fail=N: N must be a number of failures, at least 1")
 	}
 	return haltRule{now: when == "now", fails: n}, nil
+}
+
+// plural returns n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
