@@ -370,42 +370,20 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		}
 		b.Progress.Update(c)
 	}
-	type next struct {
-		job laboro.Job
-		err error
-	}
-	items := make(chan next)    // closed when jobs ends
-	quit := make(chan struct{}) // closed when Stream stops reading
-	defer close(quit)
-	go func() {
-		defer close(items)
-		for job, err := range jobs {
-			select {
-			case items <- next{job, err}:
-			case <-quit:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	r := readAhead(jobs)
+	defer r.close()
 reading:
 	for {
-		var it next
-		select {
-		case <-ctx.Done():
-			return end(ctx.Err())
-		case <-b.Stop:
+		job, err, state := r.next(ctx, b.Stop)
+		switch state {
+		case ctxEnded:
+			return end(err)
+		case stopFirst:
 			break reading
-		case n, ok := <-items:
-			if !ok {
-				drained = true
-				break reading
-			}
-			it = n
+		case seqEnded:
+			drained = true
+			break reading
 		}
-		job, err := it.job, it.err
 		if err != nil {
 			srcErr = err
 			break

@@ -248,3 +248,34 @@ func TestBatchBoundsFailures(t *testing.T) {
 	assert.Contains(t, out.String(), fmt.Sprintf("%d jobs: 0 succeeded, %d failed\n", MaxFailures+5, MaxFailures+5))
 	assert.True(t, strings.HasSuffix(out.String(), "... and 5 more jobs that did not succeed, not listed (the first 1000 are)\n"), out.String()[max(0, out.Len()-300):])
 }
+
+// ReadAhead ends with the context's error at once, though the sequence
+// blocks in a read; its goroutine ends when the sequence yields again.
+func TestReadAheadEndsWithContext(t *testing.T) {
+	gate, left := make(chan struct{}), make(chan struct{})
+	seq := func(yield func(int, error) bool) {
+		defer close(left)
+		if !yield(1, nil) {
+			return
+		}
+		<-gate // a read that blocks
+		if yield(2, nil) {
+			t.Error("a value came after the context ended")
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var got []int
+	var gotErr error
+	for v, err := range ReadAhead(ctx, seq) {
+		if err != nil {
+			gotErr = err
+			break
+		}
+		got = append(got, v)
+		cancel() // Ctrl-C while the next read blocks
+	}
+	assert.Equal(t, []int{1}, got)
+	require.ErrorIs(t, gotErr, context.Canceled)
+	close(gate)
+	<-left
+}

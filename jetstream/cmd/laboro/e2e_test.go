@@ -697,6 +697,38 @@ func TestRunHaltStopsReadingPipe(t *testing.T) {
 	assert.Regexp(t, `1 (killed|terminated before execution): sleep 60`, stdout.String())
 }
 
+// Ctrl-C stops laboro run at once, though the writer of its pipe has more
+// to come: it says what ran, and exits 130.
+func TestRunInterruptedWhileReadingPipe(t *testing.T) {
+	bin := build(t)
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	cmd := exec.Command(bin, "run", "-workers", "1", "-f", "-")
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill() })
+	_, err = fmt.Fprintf(in, "echo one > %s\n", fifo) // and the pipe stays open
+	require.NoError(t, err)
+	b, err := os.ReadFile(fifo) // until the job has run
+	require.NoError(t, err)
+	require.Equal(t, "one\n", string(b))
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err = <-exited:
+	case <-time.After(time.Minute):
+		t.Fatal("laboro went on waiting for its input after Ctrl-C")
+	}
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 130, ee.ExitCode(), "stdout %q, stderr %q", stdout.String(), stderr.String())
+	assert.Contains(t, stderr.String(), "interrupted")
+}
+
 // serve logs each failed job once, with why, though its service and its
 // local worker both see it fail.
 func TestServeLogsFailureOnce(t *testing.T) {

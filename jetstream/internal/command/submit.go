@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/jetstream"
 	"go.uber.org/zap"
 )
@@ -80,7 +81,8 @@ func (c *common) submitFile(jf jobFlags, batch string, wait bool) int {
 		return exitFailed
 	}
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
-		n, err := cl.SubmitAll(ctx, batch, file.jobs(jf))
+		// Read ahead, so that Ctrl-C is not held up by a pipe's slow writer.
+		n, err := cl.SubmitAll(ctx, batch, cli.ReadAhead(ctx, file.jobs(jf)))
 		switch {
 		case err != nil:
 			return failed(ctx, "submit", err)
