@@ -102,10 +102,18 @@ func (m *Master) apiJob(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, ok := m.Job(r.PathValue("id"))
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown job %q", r.PathValue("id")))
+		writeError(w, http.StatusNotFound, m.unknownJob(r.PathValue("id")))
 		return
 	}
 	writeData(w, rec)
+}
+
+// unknownJob says that the table has no job id, and why that may be.
+func (m *Master) unknownJob(id string) string {
+	if n := m.maxEnded(); n >= 0 {
+		return fmt.Sprintf("unknown job %q: never submitted, or forgotten after it ended (the table keeps the last %d jobs to end)", id, n)
+	}
+	return fmt.Sprintf("unknown job %q", id)
 }
 
 func (m *Master) apiCancel(w http.ResponseWriter, r *http.Request) {
@@ -113,7 +121,7 @@ func (m *Master) apiCancel(w http.ResponseWriter, r *http.Request) {
 	err := m.Cancel(id)
 	switch {
 	case errors.Is(err, ErrUnknownJob):
-		writeError(w, http.StatusNotFound, err.Error())
+		writeError(w, http.StatusNotFound, m.unknownJob(id))
 	case errors.Is(err, ErrJobFinished):
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, ErrMasterClosed):

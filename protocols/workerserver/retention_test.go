@@ -54,13 +54,14 @@ func TestForgetsJobsEndedFirst(t *testing.T) {
 	require.ErrorIs(t, f.m.Cancel("2"), ErrUnknownJob)
 	resp, err := http.Get(f.srv.URL + "/api/jobs/3")
 	require.NoError(t, err)
-	code, _ := readAnswer(t, resp)
+	code, a := readAnswer(t, resp)
 	require.Equal(t, http.StatusNotFound, code)
+	require.Contains(t, a.Error, `unknown job "3": never submitted, or forgotten after it ended (the table keeps the last 3 jobs to end)`)
 
 	// A worker's cache replays the end of a job forgotten: answered with
 	// success, so that the cache drains, and recorded nowhere.
 	before := f.snapshot()
-	code, a := f.post(DefaultPaths.Job+"2", form("s1", JobDone, "2"))
+	code, a = f.post(DefaultPaths.Job+"2", form("s1", JobDone, "2"))
 	require.Equal(t, http.StatusOK, code, "%+v", a)
 	require.NoError(t, a.Err())
 	require.JSONEq(t, `{"jobId":"2","status":""}`, string(a.Data))
