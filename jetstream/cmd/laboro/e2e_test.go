@@ -669,29 +669,47 @@ func TestRunHalt(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(dir, "never2"))
 }
 
-// A halt stops the reading of a pipe at once, though its writer has more
-// to come: laboro does not wait for the next line to notice.
-func TestRunHaltStopsReadingPipe(t *testing.T) {
-	bin := build(t)
-	cmd := exec.Command(bin, "run", "-workers", "2", "-f", "-", "-halt", "now,fail=1")
+// startFed starts laboro with args, its standard input a pipe that stays
+// open until the test closes it.
+func startFed(t *testing.T, args ...string) (cmd *exec.Cmd, in io.WriteCloser, stdout, stderr *strings.Builder) {
+	t.Helper()
+	cmd = exec.Command(build(t), args...)
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	var stdout strings.Builder
-	cmd.Stdout = &stdout
+	stdout, stderr = new(strings.Builder), new(strings.Builder)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill() })
-	_, err = fmt.Fprint(in, "sleep 60\nexit 5\n") // and the pipe stays open
-	require.NoError(t, err)
+	return cmd, in, stdout, stderr
+}
+
+// exitCode waits for cmd to exit by itself, and returns its exit status;
+// still running after a minute, it fails the test with why.
+func exitCode(t *testing.T, cmd *exec.Cmd, why string) int {
+	t.Helper()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	var err error
 	select {
 	case err = <-exited:
 	case <-time.After(time.Minute):
-		t.Fatal("laboro went on waiting for its input after the halt")
+		t.Fatal(why)
 	}
 	var ee *exec.ExitError
+	if err == nil {
+		return 0
+	}
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, 1, ee.ExitCode())
+	return ee.ExitCode()
+}
+
+// A halt stops the reading of a pipe at once, though its writer has more
+// to come: laboro does not wait for the next line to notice.
+func TestRunHaltStopsReadingPipe(t *testing.T) {
+	cmd, in, stdout, _ := startFed(t, "run", "-workers", "2", "-f", "-", "-halt", "now,fail=1")
+	_, err := fmt.Fprint(in, "sleep 60\nexit 5\n") // and the pipe stays open
+	require.NoError(t, err)
+	assert.Equal(t, 1, exitCode(t, cmd, "laboro went on waiting for its input after the halt"))
 	assert.Contains(t, stdout.String(), "2 jobs: 0 succeeded, 2 failed (halted after 1 failure; the rest of the input was not read)\n")
 	assert.Contains(t, stdout.String(), "2 failed, exit status 5: exit 5")
 	assert.Regexp(t, `1 (killed|terminated before execution): sleep 60`, stdout.String())
@@ -700,32 +718,16 @@ func TestRunHaltStopsReadingPipe(t *testing.T) {
 // Ctrl-C stops laboro run at once, though the writer of its pipe has more
 // to come: it says what ran, and exits 130.
 func TestRunInterruptedWhileReadingPipe(t *testing.T) {
-	bin := build(t)
 	fifo := filepath.Join(t.TempDir(), "fifo")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
-	cmd := exec.Command(bin, "run", "-workers", "1", "-f", "-")
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill() })
-	_, err = fmt.Fprintf(in, "echo one > %s\n", fifo) // and the pipe stays open
+	cmd, in, stdout, stderr := startFed(t, "run", "-workers", "1", "-f", "-")
+	_, err := fmt.Fprintf(in, "echo one > %s\n", fifo) // and the pipe stays open
 	require.NoError(t, err)
 	b, err := os.ReadFile(fifo) // until the job has run
 	require.NoError(t, err)
 	require.Equal(t, "one\n", string(b))
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err = <-exited:
-	case <-time.After(time.Minute):
-		t.Fatal("laboro went on waiting for its input after Ctrl-C")
-	}
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, 130, ee.ExitCode(), "stdout %q, stderr %q", stdout.String(), stderr.String())
+	assert.Equal(t, 130, exitCode(t, cmd, "laboro went on waiting for its input after Ctrl-C"), "stdout %q", stdout.String())
 	assert.Contains(t, stderr.String(), "interrupted")
 }
 
