@@ -48,17 +48,17 @@ const (
 
 // next returns the next item, or why there is none. A nil stop never
 // closes.
-func (r *reader[T]) next(ctx context.Context, stop <-chan struct{}) (v T, err error, state int) {
+func (r *reader[T]) next(ctx context.Context, stop <-chan struct{}) (v T, state int, err error) {
 	select {
 	case it, ok := <-r.items:
 		if !ok {
-			return v, nil, seqEnded
+			return v, seqEnded, nil
 		}
-		return it.v, it.err, gotItem
+		return it.v, gotItem, it.err
 	case <-ctx.Done():
-		return v, ctx.Err(), ctxEnded
+		return v, ctxEnded, ctx.Err()
 	case <-stop:
-		return v, nil, stopFirst
+		return v, stopFirst, nil
 	}
 }
 
@@ -74,7 +74,7 @@ func ReadAhead[T any](ctx context.Context, seq iter.Seq2[T, error]) iter.Seq2[T,
 		r := readAhead(seq)
 		defer r.close()
 		for {
-			v, err, state := r.next(ctx, nil)
+			v, state, err := r.next(ctx, nil)
 			if state == seqEnded || !yield(v, err) || err != nil {
 				return
 			}

@@ -374,7 +374,7 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 	defer r.close()
 reading:
 	for {
-		job, err, state := r.next(ctx, b.Stop)
+		job, state, err := r.next(ctx, b.Stop)
 		switch state {
 		case ctxEnded:
 			return end(err)

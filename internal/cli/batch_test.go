@@ -264,6 +264,7 @@ func TestReadAheadEndsWithContext(t *testing.T) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var got []int
 	var gotErr error
 	for v, err := range ReadAhead(ctx, seq) {
