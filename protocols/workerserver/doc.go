@@ -3,8 +3,9 @@
 // their progress and ends; the master keeps its job table on disk.
 //
 // Master serves the workers' three routes and a small user API, keeps
-// every job, status and history in a bbolt file (a restarted master loses
-// nothing and accepts what workers replay from their caches), and is a
+// its jobs, statuses and histories in a bbolt file (a restarted master
+// loses nothing and accepts what workers replay from their caches; the
+// jobs that ended first are forgotten beyond Master.MaxEndedJobs), and is a
 // laboro.Runner, so the core's queue, Stop, Cancel, timeouts, Queued and
 // drain apply to its jobs; it hands them out through a
 // transport.Dispatcher, to which each worker is joined by its serverId.

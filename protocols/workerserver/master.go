@@ -158,8 +158,9 @@ func (e *JobError) Error() string {
 // Who waits for a job, which server holds it, what goes back in line and
 // which result counts are the business of a transport.Dispatcher, keyed by
 // job id, to which every server is joined by its serverId. The job table
-// (every job with its history of statuses, and every server's) is the
-// durable record of the same, kept in a bbolt file, one update transaction
+// (every job not ended and the last MaxEndedJobs to end, with their
+// histories of statuses, and every server's) is the durable record of the
+// same, kept in a bbolt file, one update transaction
 // (synced on commit) per change, so that a master reopened on the same
 // file (Open) has it whole: Unfinished lists what to submit again, a job
 // the table has at a server is held for that server, and workers'
