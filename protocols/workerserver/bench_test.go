@@ -37,11 +37,15 @@ func newBenchMaster(b *testing.B, opts ...func(*Master)) *benchMaster {
 // newBenchMasterOf is newBenchMaster with the servers (id: password) the
 // master knows.
 func newBenchMasterOf(b *testing.B, servers map[string]string, opts ...func(*Master)) *benchMaster {
+	return newBenchMasterAt(b, filepath.Join(b.TempDir(), "table.db"), servers, opts...)
+}
+
+// newBenchMasterAt is newBenchMasterOf with the table at file.
+func newBenchMasterAt(b *testing.B, file string, servers map[string]string, opts ...func(*Master)) *benchMaster {
 	m := &Master{Servers: servers, OutputDir: b.TempDir()}
 	for _, o := range opts {
 		o(m)
 	}
-	file := filepath.Join(b.TempDir(), "table.db")
 	if err := m.Open(file); err != nil {
 		b.Fatal(err)
 	}
@@ -132,6 +136,14 @@ func BenchmarkJobs(b *testing.B) {
 	// master forget the one that ended first (with b.N over 100).
 	b.Run("workerserver/keep-ended=100", func(b *testing.B) {
 		bm := newBenchMaster(b, func(m *Master) { m.MaxEndedJobs = 100 })
+		defer bm.close()
+		bm.steady(b, codes)
+	})
+	// The same on a table that has run 100,000 jobs (its default bound).
+	b.Run("workerserver/ended=100000", func(b *testing.B) {
+		file := filepath.Join(b.TempDir(), "table.db")
+		fillTable(b, file, 100000)
+		bm := newBenchMasterAt(b, file, map[string]string{"w1": "pw"})
 		defer bm.close()
 		bm.steady(b, codes)
 	})
