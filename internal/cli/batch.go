@@ -313,12 +313,12 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		progress = make(chan struct{}, 1)
 		waits    sync.WaitGroup
 	)
-	// end waits for the goroutines (which return once ctx ends) before the
-	// summary is read.
 	var (
 		drained bool  // every job of jobs came
 		srcErr  error // the error jobs gave
 	)
+	// end waits for the goroutines (which return once ctx ends) before the
+	// summary is read.
 	end := func(err error) (Summary, error) {
 		waits.Wait()
 		sum.Unread = !drained
