@@ -309,8 +309,9 @@ func (s *session) jobStatus(w http.ResponseWriter, req *workerRequest) {
 }
 
 // jobStatusData is the data of a job status's answer: the job's status
-// after it ("" for a job the table does not have), and for a job's end that asked for jobs, what a ping brings
-// (for a status that asked for the cancels, those).
+// after it ("" for a job the table does not have), and for a job's end
+// that asked for jobs, what a ping brings (for a status that asked for
+// the cancels, those).
 type jobStatusData struct {
 	JobID  string `json:"jobId"`
 	Status string `json:"status"`
