@@ -73,7 +73,9 @@ func (p *Progress) Update(c Counts) {
 				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth(),
 				progressbar.OptionOnCompletion(func() { fmt.Fprintln(p.w) }))
 		}
-		if p.bar != nil {
+		// A finished bar (its line ended) is not drawn again: the summary
+		// that follows would land on its line.
+		if p.bar != nil && !p.bar.IsFinished() {
 			p.bar.ChangeMax(max(c.Total, c.Done()))
 			p.bar.Describe(desc)
 			p.bar.Set(c.Done())
@@ -103,12 +105,20 @@ func (p *Progress) eta(c Counts) (time.Duration, bool) {
 // Note writes a line of text above the bar (or among the lines of
 // counts).
 func (p *Progress) Note(text string) {
+	p.Above(func() { fmt.Fprintln(p.w, text) })
+}
+
+// Above calls write, which writes to the terminal (a job's output on
+// standard output, say), with the bar cleared first and drawn again
+// after, so that what it writes is not mixed with the bar. Off a terminal
+// it just calls write.
+func (p *Progress) Above(write func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bar != nil && !p.ended {
 		p.bar.Clear()
 	}
-	fmt.Fprintln(p.w, text)
+	write()
 	if p.bar != nil && !p.ended {
 		p.bar.RenderBlank()
 	}

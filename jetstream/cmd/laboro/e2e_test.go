@@ -335,13 +335,53 @@ func TestRun(t *testing.T) {
 	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
 	p = e2e.Start(t, nil, bin, "run", "-workers", "3", "-f", jobs)
 	require.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
-	assert.Equal(t, "30 jobs: 30 succeeded, 0 failed\n", p.Stdout.String())
+	assert.Empty(t, p.Stdout.String(), "the jobs printed nothing")
+	assert.Equal(t, "30 jobs: 30 succeeded, 0 failed\n", p.Log(), "nothing logged below warnings")
 	for i := range 30 {
 		b, err := os.ReadFile(filepath.Join(filepath.Dir(jobs), strconv.Itoa(i)))
 		require.NoError(t, err)
 		assert.Equal(t, fmt.Sprintf("%d\n", i), string(b))
 	}
-	assert.Empty(t, p.Log(), "nothing logged below warnings")
+}
+
+// A batch prints each job's output on standard output as the job ends,
+// whole: jobs that run side by side, writing a line at a time, never mix
+// their lines. The summary and the failures go to standard error.
+func TestRunPrintsEachOutputWhole(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	var text strings.Builder
+	for i := range 8 {
+		// Each job writes 200 lines of its own, a line at a time, while
+		// the others write theirs.
+		fmt.Fprintf(&text, "for n in $(seq 200); do echo job%d line $n; done\n", i)
+	}
+	text.WriteString("echo partial; echo why >&2; exit 4\n")
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
+	p := e2e.Start(t, nil, bin, "run", "-workers", "4", "-f", jobs)
+	require.Equal(t, 1, p.Wait(t, time.Minute), p.Log())
+
+	// The outputs come in the order the jobs ended, each in one piece.
+	lines := strings.Split(strings.TrimSuffix(p.Stdout.String(), "\n"), "\n")
+	require.Len(t, lines, 8*200+1, p.Stdout.String())
+	seen := map[string]bool{}
+	for i := 0; i < len(lines); {
+		if lines[i] == "partial" {
+			seen["partial"] = true
+			i++
+			continue
+		}
+		job, _, _ := strings.Cut(lines[i], " ")
+		require.False(t, seen[job], "%s's output comes in two pieces", job)
+		seen[job] = true
+		for n := 1; n <= 200; n, i = n+1, i+1 {
+			require.Equal(t, fmt.Sprintf("%s line %d", job, n), lines[i], "line %d of the output", i+1)
+		}
+	}
+	assert.Len(t, seen, 9)
+	assert.Equal(t, "9 jobs: 8 succeeded, 1 failed\n"+
+		"9 failed, exit status 4: echo partial; echo why >&2; exit 4\n    | why\n", p.Log())
 }
 
 // laboro run -f - runs each job as it reads it: the first job of a pipe
@@ -380,7 +420,8 @@ func TestRunStreamsItsInput(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, cmd.Wait(), &ee)
 	assert.Equal(t, 1, ee.ExitCode())
-	assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", stdout.String())
+	assert.Equal(t, "two\n", stdout.String(), "the output of the second job; the first wrote to the fifo")
+	assert.Contains(t, stderr.String(), "2 jobs: 2 succeeded, 0 failed\n")
 	assert.Contains(t, stderr.String(), "laboro run: -: line 3 is longer than 1048576 bytes")
 
 	jobs := filepath.Join(dir, "jobs.txt")
@@ -587,8 +628,11 @@ func TestReadmeRun(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "one of its jobs fails: %s", stderr.String())
 	assert.Equal(t, 1, ee.ExitCode())
-	assert.Regexp(t, `(?m)^6 jobs: 5 succeeded, 1 failed$`, stdout.String())
-	assert.Contains(t, stdout.String(), "ls: cannot access '/nonexistent'")
+	for _, out := range []string{"hello from job 1\n", "slept a second\n", "1+2+3+4+5 = 15\n"} {
+		assert.Contains(t, stdout.String(), out)
+	}
+	assert.Regexp(t, `(?m)^6 jobs: 5 succeeded, 1 failed$`, stderr.String())
+	assert.Contains(t, stderr.String(), "ls: cannot access '/nonexistent'")
 }
 
 // run keeps what GNU parallel's users expect: a results directory, a job
@@ -618,10 +662,11 @@ func TestRunResultsJobLogResume(t *testing.T) {
 		return stdout.String(), stderr.String(), code
 	}
 
-	out, _, code := runIn("-results", "res", "-retries", "3")
+	out, report, code := runIn("-results", "res", "-retries", "3")
 	assert.Equal(t, 1, code)
+	assert.Equal(t, "one\nthree\n", out)
 	assert.Equal(t, "3 jobs: 2 succeeded, 1 failed\n"+
-		"2 failed, exit status 3: [ -e fixed ] || { echo not yet >&2; exit 3; }; echo two\n    | not yet\n", out)
+		"2 failed, exit status 3: [ -e fixed ] || { echo not yet >&2; exit 3; }; echo two\n    | not yet\n", report)
 	for file, want := range map[string]string{
 		"res/1/stdout": "one\n", "res/1/exitval": "0\n", "res/1/cmd": "echo one\n",
 		"res/2/stdout": "", "res/2/stderr": "not yet\n", "res/2/exitval": "3\n",
@@ -639,13 +684,15 @@ func TestRunResultsJobLogResume(t *testing.T) {
 	assert.Regexp(t, `^2\t\S+\t\d+\.\d{3}\t\d+\.\d{3}\t0\t0\t3\t0\t\[ -e fixed \]`, lines[2])
 
 	// -resume runs nothing more; -resume-failed runs job 2 again, alone.
-	out, _, code = runIn("-resume")
+	out, report, code = runIn("-resume")
 	assert.Equal(t, 0, code)
-	assert.Contains(t, out, "every job is in the job log already")
+	assert.Empty(t, out)
+	assert.Contains(t, report, "every job is in the job log already")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "fixed"), nil, 0o600))
-	out, _, code = runIn("-resume-failed")
-	assert.Equal(t, 0, code, out)
-	assert.Equal(t, "1 jobs: 1 succeeded, 0 failed\n", out)
+	out, report, code = runIn("-resume-failed")
+	assert.Equal(t, 0, code, report)
+	assert.Equal(t, "two\n", out)
+	assert.Equal(t, "1 jobs: 1 succeeded, 0 failed\n", report)
 }
 
 // -halt now,fail=1 stops at the first failure: the job running beside it
@@ -659,12 +706,14 @@ func TestRunHalt(t *testing.T) {
 	require.NoError(t, os.WriteFile(jobs, []byte("sleep 60\nexit 5\nsleep 60; touch never1\nsleep 60; touch never2\n"), 0o600))
 	cmd := exec.Command(bin, "run", "-workers", "2", "-f", jobs, "-halt", "now,fail=1")
 	cmd.Dir = dir
-	out, err := cmd.Output()
+	var out strings.Builder // the report
+	cmd.Stderr = &out
+	err := cmd.Run()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 1, ee.ExitCode())
-	assert.Contains(t, string(out), "2 failed, exit status 5: exit 5")
-	assert.Contains(t, string(out), "1 killed")
+	assert.Contains(t, out.String(), "2 failed, exit status 5: exit 5")
+	assert.Contains(t, out.String(), "1 killed")
 	assert.NoFileExists(t, filepath.Join(dir, "never1"))
 	assert.NoFileExists(t, filepath.Join(dir, "never2"))
 }
@@ -706,13 +755,13 @@ func exitCode(t *testing.T, cmd *exec.Cmd, why string) int {
 // A halt stops the reading of a pipe at once, though its writer has more
 // to come: laboro does not wait for the next line to notice.
 func TestRunHaltStopsReadingPipe(t *testing.T) {
-	cmd, in, stdout, _ := startFed(t, "run", "-workers", "2", "-f", "-", "-halt", "now,fail=1")
+	cmd, in, _, report := startFed(t, "run", "-workers", "2", "-f", "-", "-halt", "now,fail=1")
 	_, err := fmt.Fprint(in, "sleep 60\nexit 5\n") // and the pipe stays open
 	require.NoError(t, err)
 	assert.Equal(t, 1, exitCode(t, cmd, "laboro went on waiting for its input after the halt"))
-	assert.Contains(t, stdout.String(), "2 jobs: 0 succeeded, 2 failed (halted after 1 failure; the rest of the input was not read)\n")
-	assert.Contains(t, stdout.String(), "2 failed, exit status 5: exit 5")
-	assert.Regexp(t, `1 (killed|terminated before execution): sleep 60`, stdout.String())
+	assert.Contains(t, report.String(), "2 jobs: 0 succeeded, 2 failed (halted after 1 failure; the rest of the input was not read)\n")
+	assert.Contains(t, report.String(), "2 failed, exit status 5: exit 5")
+	assert.Regexp(t, `1 (killed|terminated before execution): sleep 60`, report.String())
 }
 
 // Ctrl-C stops laboro run at once, though the writer of its pipe has more

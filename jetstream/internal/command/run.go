@@ -1,6 +1,7 @@
 package command
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -25,8 +26,10 @@ const consolePool = 256
 // runJobs runs jobs on this machine, -workers at a time, through the core
 // Executor: nothing to set up, nothing kept but what the user asks for
 // (-results, -joblog). A single COMMAND prints its output and returns its
-// exit status; a batch shows progress, then a summary and the jobs that did
-// not succeed.
+// exit status. A batch prints each job's output on standard output as the
+// job ends, whole (never mixed with another job's), as GNU parallel does;
+// on standard error it shows progress, then a summary and the jobs that
+// did not succeed.
 func runJobs(args []string) int {
 	c := newCommon("run", "[flags] (-f FILE | COMMAND…)")
 	c.level = zap.WarnLevel
@@ -206,13 +209,17 @@ func runJobs(args []string) int {
 	}
 
 	halted := haltState{stop: make(chan struct{})}
+	progress := cli.NewProgress(os.Stderr, summaryEvery)
 	batch := cli.Batch{
 		Stop:     halted.stop,
-		Progress: cli.NewProgress(os.Stderr, summaryEvery),
+		Progress: progress,
 		OnResult: func(job laboro.Job, res laboro.Result) error {
-			err := rec.record(job, res)
 			if res.Status != laboro.StatusSucceeded {
 				halted.failed(ex, o.halt)
+			}
+			err := rec.record(job, res)
+			if perr := printOutput(progress, res.Output); perr != nil {
+				err = errors.Join(err, perr)
 			}
 			return err
 		},
@@ -221,7 +228,7 @@ func runJobs(args []string) int {
 	sum, err := batch.Stream(ctx, ex, jobs, total)
 	if err != nil && !(halted.done() && errors.Is(err, laboro.ErrClosed)) {
 		if sum.Done() > 0 {
-			sum.Write(os.Stdout) // what ran before the error
+			sum.Write(os.Stderr) // what ran before the error
 		}
 		return failed(ctx, "run", err)
 	}
@@ -231,28 +238,47 @@ func runJobs(args []string) int {
 	if err := rec.close(); err != nil {
 		fmt.Fprintln(os.Stderr, "laboro run:", err)
 	}
-	fmt.Printf("%d jobs: %d succeeded, %d failed", sum.Total, sum.Succeeded, sum.Failed)
+	// The jobs' outputs went to standard output; the report goes beside
+	// the progress.
+	w := bufio.NewWriter(os.Stderr)
+	fmt.Fprintf(w, "%d jobs: %d succeeded, %d failed", sum.Total, sum.Succeeded, sum.Failed)
 	if n := sum.Total - sum.Succeeded - sum.Failed; n > 0 {
-		fmt.Printf(", %d not run", n)
+		fmt.Fprintf(w, ", %d not run", n)
 	}
 	if halted.done() {
-		fmt.Printf(" (halted after %s", plural(o.halt.fails, "failure"))
+		fmt.Fprintf(w, " (halted after %s", plural(o.halt.fails, "failure"))
 		if file.total < 0 && sum.Unread {
 			// A pipe's jobs are counted as they are read.
-			fmt.Print("; the rest of the input was not read")
+			fmt.Fprint(w, "; the rest of the input was not read")
 		}
-		fmt.Print(")")
+		fmt.Fprint(w, ")")
 	}
-	fmt.Println()
-	sum.WriteFailures(os.Stdout)
+	fmt.Fprintln(w)
+	sum.WriteFailures(w)
+	w.Flush()
 	return sum.Code()
+}
+
+// printOutput writes a batch job's output to standard output, whole, with
+// the progress bar out of its way.
+func printOutput(progress *cli.Progress, out *laboro.Output) error {
+	if out == nil || out.Size() == 0 {
+		return nil
+	}
+	var err error
+	progress.Above(func() {
+		if _, err = out.WriteTo(os.Stdout); err != nil {
+			err = fmt.Errorf("its output to standard output: %w", err)
+		}
+	})
+	return err
 }
 
 // nothingToRun says why a run has no job to run, and returns its exit
 // status: every job is in the job log (logged), or file holds none.
 func nothingToRun(file string, logged bool) int {
 	if logged {
-		fmt.Println("laboro run: every job is in the job log already")
+		fmt.Fprintln(os.Stderr, "laboro run: every job is in the job log already")
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "laboro run: no jobs in %s\n", file)
