@@ -44,6 +44,15 @@ func (stderrTail) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// jobWhy writes, on standard error, how an issued job ended when it did
+// not exit by itself: killed, timed out, or never started.
+type jobWhy struct{}
+
+func (jobWhy) Write(b []byte) (int, error) {
+	fmt.Fprintf(os.Stderr, "jobCommander: job %s\n", b) // "job failed: signal: killed"
+	return len(b), nil
+}
+
 // printQueued prints poll's lines, <job_N, command>, as a JSON array.
 func printQueued(lines string) error {
 	type queued struct {
@@ -68,6 +77,33 @@ func printQueued(lines string) error {
 
 var commands = map[string]bool{"issueJob": true, "setConcurrency": true, "stop": true, "poll": true, "exit": true}
 
+// checkArgs refuses a command's arguments that the server would refuse,
+// before anything is sent: a usage error that names what is wrong.
+func checkArgs(command string, args []string) error {
+	switch command {
+	case "issueJob":
+		if len(args) == 0 || strings.TrimSpace(strings.Join(args, " ")) == "" {
+			return cli.Usagef("issueJob needs a job: the command line to run")
+		}
+	case "setConcurrency":
+		if len(args) != 1 {
+			return cli.Usagef("setConcurrency takes one number, the concurrency level; got %d arguments", len(args))
+		}
+		if n, err := strconv.Atoi(args[0]); err != nil || n < 0 {
+			return cli.Usagef("setConcurrency %q: must be a whole number, 0 or more", args[0])
+		}
+	case "stop":
+		if len(args) != 1 {
+			return cli.Usagef("stop takes one job id (as issueJob printed it); got %d arguments", len(args))
+		}
+	default: // poll, exit
+		if len(args) != 0 {
+			return cli.Usagef("%s takes no arguments; got %q", command, strings.Join(args, " "))
+		}
+	}
+	return nil
+}
+
 func main() {
 	c := cli.New("jobCommander", "[-ack-timeout D] serverName portNum issueJob <job>|setConcurrency <N>|stop <jobID>|poll|exit",
 		"Sends one command to a jobExecutorServer and prints its answer. The exit status of issueJob is the job's own. "+
@@ -91,9 +127,12 @@ func main() {
 		if port, err := strconv.Atoi(cmd[1]); err != nil || port < 1 || port > 65535 {
 			return cli.Usagef("portNum %q: must be a number from 1 to 65535", cmd[1])
 		}
+		if err := checkArgs(cmd[2], cmd[3:]); err != nil {
+			return err
+		}
 		token, tokenErr := secret.Find("jobexec", "LABORO_TOKEN")
 		client := &jobexec.Client{Addr: net.JoinHostPort(cmd[0], cmd[1]), Token: token, AckTimeout: *ackTimeout,
-			Stderr: stderrTail{}}
+			Stderr: stderrTail{}, Why: jobWhy{}}
 		var out io.Writer = os.Stdout
 		var polled bytes.Buffer
 		if *asJSON {

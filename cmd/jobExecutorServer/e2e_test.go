@@ -691,7 +691,15 @@ func TestHelpAndVersion(t *testing.T) {
 func TestCommanderUsage(t *testing.T) {
 	_, commander := build(t)
 	for _, args := range [][]string{{}, {"localhost"}, {"localhost", "7856"}, {"localhost", "x", "poll"}, {"localhost", "0", "poll"}, {"localhost", "7856", "frobnicate"},
-		{"-ack-timeout", "0s", "localhost", "7856", "poll"}, {"-ack-timeout", "soon", "localhost", "7856", "poll"}} {
+		{"-ack-timeout", "0s", "localhost", "7856", "poll"}, {"-ack-timeout", "soon", "localhost", "7856", "poll"},
+		// A command's arguments are checked before anything is sent (no
+		// server listens at 7856 here: a usage error, not a refused
+		// connection).
+		{"localhost", "7856", "issueJob"}, {"localhost", "7856", "issueJob", " "},
+		{"localhost", "7856", "setConcurrency"}, {"localhost", "7856", "setConcurrency", "x"},
+		{"localhost", "7856", "setConcurrency", "-1"}, {"localhost", "7856", "setConcurrency", "1", "2"},
+		{"localhost", "7856", "stop"}, {"localhost", "7856", "stop", "job_1", "job_2"},
+		{"localhost", "7856", "poll", "extra"}, {"localhost", "7856", "exit", "extra"}} {
 		out, err := exec.Command(commander, args...).CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)

@@ -49,6 +49,11 @@ type Client struct {
 	// Stderr receives the end of the standard error of an issued job that
 	// did not succeed, in one write, before Do returns; nil drops it.
 	Stderr io.Writer
+	// Why receives, for an issued job that did not exit by itself (killed,
+	// timed out, never started), one line saying how it ended, in one
+	// write, before Do returns; nil drops it. A server from before version
+	// 4 sends none.
+	Why io.Writer
 }
 
 // Do sends the command and copies what the server answers to out, as the
@@ -59,9 +64,10 @@ type Client struct {
 // connection failed, or the server broke the protocol; ctx.Err() when ctx
 // ended first.
 //
-// The request asks for an acknowledgement, and for the end of the
-// standard error of an issued job that does not succeed (version 3), which
-// goes to Stderr. A server from before a version refuses it at once; Do
+// The request asks for an acknowledgement, for the end of the standard
+// error of an issued job that does not succeed (version 3), which goes to
+// Stderr, and for why one did not exit by itself (version 4), which goes
+// to Why. A server from before a version refuses it at once; Do
 // then sends the command again with the version before, on a new
 // connection (the refused request did nothing).
 func (c *Client) Do(ctx context.Context, command string, args []string, out io.Writer) (int, error) {
@@ -161,6 +167,10 @@ func (c *Client) do(ctx context.Context, version int, command string, args []str
 		case FrameStderr:
 			if c.Stderr != nil {
 				_, err = c.Stderr.Write(f.Payload)
+			}
+		case FrameWhy:
+			if c.Why != nil {
+				_, err = c.Why.Write(f.Payload)
 			}
 		case FrameExit:
 			code, err := ParseExit(f.Payload)

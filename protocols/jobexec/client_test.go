@@ -155,7 +155,8 @@ func TestClientOlderServer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "CONCURRENCY SET AT 2\n", out.String())
-	assert.Equal(t, 3, (<-p.requests).Version, "each version refused, the one before is tried")
+	assert.Equal(t, 4, (<-p.requests).Version, "each version refused, the one before is tried")
+	assert.Equal(t, 3, (<-p.requests).Version)
 	assert.Equal(t, 2, (<-p.requests).Version)
 	assert.Equal(t, 1, (<-p.requests).Version)
 
@@ -238,6 +239,55 @@ func TestIssueJobAcknowledgedWhileBlocked(t *testing.T) {
 		id, word := []string{"job_1", "job_2"}[i], []string{"one", "two"}[i]
 		assert.Equal(t, "JOB <"+id+", echo "+word+"> SUBMITTED\n-----"+id+" output start-----\n"+word+"\n-----"+id+" output end-----\n", a.out)
 	}
+}
+
+// An issued job that did not exit by itself (it never started, or was
+// killed) has why sent after its output (version 4), to the Client's Why;
+// one that exited with a status has none, nor does a request of version 3.
+func TestClientWhyJobDidNotExit(t *testing.T) {
+	ts := startServer(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, why bytes.Buffer
+	c := &Client{Addr: ts.addr, Why: &why}
+	code, err := c.Do(ctx, "issueJob", []string{"no-such-command-here"}, &out)
+	require.NoError(t, err)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "JOB <job_1, no-such-command-here> SUBMITTED\n-----job_1 output start-----\n-----job_1 output end-----\n", out.String())
+	assert.Regexp(t, `^failed: .*"no-such-command-here": executable file not found in \$PATH$`, why.String())
+
+	why.Reset()
+	code, err = c.Do(ctx, "issueJob", []string{"sh", "-c", "kill -9 $$"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "failed: signal: killed", why.String())
+
+	why.Reset()
+	code, err = c.Do(ctx, "issueJob", []string{"sh", "-c", "exit 3"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 3, code)
+	assert.Empty(t, why.String(), "its exit status says it all")
+
+	// Version 3: the same answer, without the frame.
+	conn, err := net.Dial("tcp", ts.addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	p, err := Request{Version: 3, Command: "issueJob", Args: []string{"no-such-command-here"}}.AppendBinary(nil)
+	require.NoError(t, err)
+	require.NoError(t, WriteFrame(conn, FrameRequest, p))
+	answer, err := io.ReadAll(conn)
+	require.NoError(t, err)
+	r := bufio.NewReader(bytes.NewReader(answer))
+	frames := 0
+	for ; ; frames++ {
+		f, err := ReadFrame(r, DefaultMaxFrame)
+		if err != nil {
+			break
+		}
+		assert.NotEqual(t, FrameWhy, f.Type)
+	}
+	assert.Equal(t, 5, frames, "the ack, three lines, the exit")
 }
 
 // An issued job that fails has the end of its standard error sent after

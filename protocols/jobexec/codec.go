@@ -15,8 +15,9 @@ const (
 	// of version 2 or later is acknowledged with FrameAck as soon as it is
 	// read; version 1 is the same request without the acknowledgement. A
 	// job issued by a request of version 3 or later that did not succeed
-	// has the end of its standard error sent too (FrameStderr).
-	Version = 3
+	// has the end of its standard error sent too (FrameStderr); by one of
+	// version 4 or later, when it did not exit by itself, why (FrameWhy).
+	Version = 4
 	// MinVersion is the oldest request format a Server accepts.
 	MinVersion = 1
 	// HeaderSize is the length of a frame header.
@@ -42,11 +43,12 @@ const (
 	FrameRefusal FrameType = 'R'
 	FrameExit    FrameType = 'X'
 	FrameStderr  FrameType = 'E' // only in answer to a request of version 3 or later
+	FrameWhy     FrameType = 'W' // only in answer to a request of version 4 or later
 )
 
 func (t FrameType) valid() bool {
 	switch t {
-	case FrameRequest, FrameAck, FrameLine, FrameOutput, FrameRefusal, FrameExit, FrameStderr:
+	case FrameRequest, FrameAck, FrameLine, FrameOutput, FrameRefusal, FrameExit, FrameStderr, FrameWhy:
 		return true
 	}
 	return false
@@ -264,6 +266,10 @@ func wantsAck(p []byte) bool { return knownVersion(p) && p[0] >= 2 }
 // wantsStderr reports whether request payload p is of a version that asks
 // for FrameStderr.
 func wantsStderr(p []byte) bool { return knownVersion(p) && p[0] >= 3 }
+
+// wantsWhy reports whether request payload p is of a version that asks
+// why an issued job did not exit by itself (FrameWhy).
+func wantsWhy(p []byte) bool { return knownVersion(p) && p[0] >= 4 }
 
 // ExitPayload encodes an exit status.
 func ExitPayload(code int) []byte {

@@ -87,10 +87,15 @@
 //	              issued job that did not succeed (at most laboro's tail of
 //	              it), after its output's end line; sent only for a request
 //	              of version 3 or later, and only when there is some
+//	'W' why       server → commander: how an issued job ended when it did
+//	              not exit by itself, as one line of text ("killed: signal:
+//	              killed", "failed: exec: \"frob\": executable file not found
+//	              in $PATH"), after its output's end line and its 'E' frame;
+//	              sent only for a request of version 4 or later
 //	'X' exit      server → commander: the commander's exit status, a
 //	              big-endian int32; the last frame of every exchange
 //
-// A request's payload is the version byte (3), then a list of strings, each
+// A request's payload is the version byte (4), then a list of strings, each
 // a uvarint length and its bytes: the shared token ("" when none is
 // configured), the command ("issueJob", "setConcurrency", "stop", "poll",
 // "exit") and its arguments as the user typed them, boundaries kept, so
@@ -98,12 +103,12 @@
 // A request holds at most MaxRequestStrings strings, and no string may
 // claim more bytes than the payload has left.
 //
-// # Versions 1 and 2, and older commanders and servers
+// # Versions 1 to 3, and older commanders and servers
 //
-// Version 2 is version 3 without the 'E' frame. A server from before
-// version 3 refuses a version 3 request as one from before version 2
-// refuses a version 2 request (below), and a Client then tries again with
-// the version before.
+// Version 3 is version 4 without the 'W' frame, and version 2 is version 3
+// without the 'E' frame. A server from before a version refuses a request
+// of that version as one from before version 2 refuses a version 2
+// request (below), and a Client then tries again with the version before.
 //
 // Version 1 is version 2 without the acknowledgement: a request whose
 // version byte is 1 gets the same answer, with no 'A' frame, which a

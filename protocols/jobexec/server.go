@@ -145,6 +145,7 @@ type exchange struct {
 	err     error  // the first write error: the commander is gone
 	buf     []byte // scratch for the line being built
 	stderr  bool   // the commander takes FrameStderr (version 3 and later)
+	why     bool   // the commander takes FrameWhy (version 4 and later)
 }
 
 // watch returns a context that ends when the commander goes away (it sends
@@ -247,6 +248,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	}
 	if err == nil {
 		x.stderr = wantsStderr(f.Payload)
+		x.why = wantsWhy(f.Payload)
 	}
 	if err == nil && wantsAck(f.Payload) {
 		// At once, before anything that may wait (an issueJob on a full
@@ -279,7 +281,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		s.jobs.Add(1) // under mu, so that exit waits for this exchange
 		defer s.jobs.Done()
 	}
-	if !draining && q.Command == "exit" {
+	if !draining && q.Command == "exit" && len(q.Args) == 0 {
 		s.draining = true
 	}
 	s.mu.Unlock()
@@ -298,6 +300,11 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	case "poll":
 		s.poll(x, q.Args)
 	case "exit":
+		if len(q.Args) != 0 {
+			// A typo must not shut the server down.
+			x.refuse("exit takes no arguments")
+			return
+		}
 		s.terminate(x)
 	default:
 		x.refuse("unknown command %q", q.Command)
@@ -370,6 +377,15 @@ func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
 	if x.stderr && res.Status != laboro.StatusSucceeded && len(res.Stderr) > 0 {
 		x.send(FrameStderr, res.Stderr)
 	}
+	if x.why && res.ExitCode < 0 {
+		// It did not exit by itself (killed, timed out, never started):
+		// no exit status says so.
+		why := res.Status.String()
+		if res.Err != nil {
+			why += ": " + res.Err.Error()
+		}
+		x.send(FrameWhy, []byte(why))
+	}
 	// The file goes before the commander is let go, so that a commander
 	// that has ended never sees it.
 	if err := res.Output.Close(); err != nil {
@@ -417,7 +433,9 @@ func (s *Server) setConcurrency(x *exchange, args []string) {
 		return
 	}
 	n, err := strconv.Atoi(args[0])
-	if err == nil {
+	if err != nil {
+		err = errors.New("not a whole number")
+	} else {
 		err = s.Executor.SetConcurrency(n)
 	}
 	if err != nil {

@@ -124,11 +124,18 @@ func TestCommands(t *testing.T) {
 	assert.Equal(t, "JOB <job_1, sh -c 'echo '\\''a   b'\\''; exit 3'> SUBMITTED\n-----job_1 output start-----\na   b\n-----job_1 output end-----\n", a.out)
 	assert.Equal(t, 3, a.code, "the commander's status is the job's")
 
-	for _, bad := range [][]string{{"setConcurrency", "-1"}, {"setConcurrency", "x"}, {"issueJob"}, {"frobnicate"}, {"poll", "extra"}} {
+	for _, bad := range [][]string{{"setConcurrency", "-1"}, {"setConcurrency", "x"}, {"issueJob"}, {"frobnicate"}, {"poll", "extra"}, {"exit", "extra"}} {
 		_, code, err := ts.do(t, "", bad[0], bad[1:]...)
 		assert.ErrorIs(t, err, ErrRefused, "%v", bad)
 		assert.Equal(t, 1, code)
 	}
+	_, _, err = ts.do(t, "", "setConcurrency", "x")
+	assert.ErrorContains(t, err, "setConcurrency x: not a whole number")
+	// "exit extra" was a typo: the server still serves.
+	out, code, err = ts.do(t, "", "setConcurrency", "1")
+	require.NoError(t, err, "the server stopped after a refused exit")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "CONCURRENCY SET AT 1\n", out)
 }
 
 func TestTokenIsChecked(t *testing.T) {
