@@ -428,6 +428,50 @@ func TestExitDrains(t *testing.T) {
 	assert.Empty(t, s.outputsLeft(t))
 }
 
+// A first Ctrl-C drains as exit does: the queued job's commander is told,
+// commands are refused, the running job finishes and is delivered, and
+// the server ends with status 0. A second one, on a server draining a job
+// that will not end, kills it: its commander is told why, and the server
+// ends with status 130.
+func TestInterruptDrainsThenKills(t *testing.T) {
+	s := startServer(t, "0", "2", "1")
+	running := s.start(t, append([]string{"issueJob"}, gate("finished")...)...)
+	running.next(t)
+	require.Eventually(t, func() bool { out, _, _ := s.run(t, "poll"); return out == "" }, 10*time.Second, 10*time.Millisecond)
+	queued := s.start(t, "issueJob", "echo", "two")
+	queued.next(t)
+
+	require.NoError(t, s.cmd.Process.Signal(os.Interrupt))
+	out, _, code := queued.wait(t)
+	assert.Equal(t, "SERVER TERMINATED BEFORE EXECUTION\n", out)
+	assert.Equal(t, 1, code)
+	_, stderr, code := s.run(t, "poll")
+	assert.Contains(t, stderr, "server is terminating")
+	assert.Equal(t, 1, code)
+	s.open(t)
+	out, _, code = running.wait(t)
+	assert.Equal(t, "-----job_1 output start-----\nfinished\n-----job_1 output end-----\n", out)
+	assert.Equal(t, 0, code)
+	require.NoError(t, s.wait(t), "the server ends with status 0")
+	assert.Contains(t, s.log(), "interrupted: draining as exit does")
+
+	s = startServer(t, "0", "2", "1")
+	stuck := s.start(t, "issueJob", "sleep", "1000")
+	stuck.next(t)
+	require.Eventually(t, func() bool { return len(s.outputsLeft(t)) == 1 }, 10*time.Second, 10*time.Millisecond, "the job started")
+	require.NoError(t, s.cmd.Process.Signal(os.Interrupt))
+	require.Eventually(t, func() bool { return s.logged("interrupted: draining") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, s.cmd.Process.Signal(os.Interrupt))
+	out, stderr, code = stuck.wait(t)
+	assert.Equal(t, "-----job_1 output start-----\n-----job_1 output end-----\n", out)
+	assert.Equal(t, "jobCommander: job killed: laboro: job killed\n", stderr)
+	assert.Equal(t, 1, code)
+	var ee *exec.ExitError
+	require.ErrorAs(t, s.wait(t), &ee)
+	assert.Equal(t, 130, ee.ExitCode())
+	assert.Empty(t, s.outputsLeft(t))
+}
+
 // What the student test scripts do: a long job, exit, then the job is
 // killed. exit is answered at once, the killed job's commander gets its
 // (empty) output, and the server ends.

@@ -11,6 +11,11 @@
 // see the token. The server keeps nothing on disk but the outputs: a
 // restart loses its queue, as the specification has it.
 //
+// A first Ctrl-C or SIGTERM does what an exit command does: queued jobs
+// end as terminated before execution, the running ones finish and reach
+// their commanders, and the server ends (status 0). A second one kills the
+// running jobs and quits (status 130).
+//
 // With -http ADDR (on the loopback unless -http-public) it serves a live
 // web console of its jobs and their Prometheus metrics at /metrics, both
 // behind the same token: open http://ADDR/?token=TOKEN.
@@ -40,6 +45,7 @@ func main() {
 			"state directory (~/.local/state/laboro), created at the first start; jobCommander on the same account "+
 			"reads it, and on another machine needs a copy of the file or LABORO_TOKEN. "+
 			"Nothing but the outputs is kept on disk: a restart loses the queue. "+
+			"A first Ctrl-C or SIGTERM drains as exit does; a second kills the running jobs. "+
 			"-http serves a live web console and /metrics behind the same token (http://ADDR/?token=TOKEN).")
 	listen := c.Flags.String("listen", "127.0.0.1", "address to listen on")
 	dir := c.Flags.String("dir", ".", "directory for <pid>.output files")
@@ -53,7 +59,7 @@ func main() {
 	if len(args) >= 3 && args[0] != "" && args[0][0] != '-' {
 		nums, args = positional(args[:3]), args[3:]
 	}
-	c.Main(args, func(ctx context.Context, rest []string) error {
+	c.Main(args, func(_ context.Context, rest []string) error {
 		switch {
 		case nums == nil:
 			return cli.Usagef("portNum, bufferSize and threadPoolSize are required")
@@ -74,20 +80,25 @@ func main() {
 			}
 		}
 		log := logFlag.Logger()
-		err := serve(ctx, *listen, nums, *dir, *timeout, *maxConns, *httpAddr, log)
+		// A first signal drains, a second kills.
+		drain, kill, stop := cli.Interrupts(context.Background())
+		defer stop()
+		err := serve(kill, drain, *listen, nums, *dir, *timeout, *maxConns, *httpAddr, log)
 		switch {
 		case errors.Is(err, jobexec.ErrServerTerminated):
-			log.Info("terminated by an exit command")
+			log.Info("drained and terminated")
 			return nil
-		case errors.Is(err, context.Canceled):
-			log.Info("stopped by a signal")
-			return nil
+		case kill.Err() != nil && errors.Is(context.Cause(kill), cli.ErrInterrupted):
+			log.Warn("interrupted again: the running jobs were killed")
+			return cli.ErrInterrupted
 		}
 		return err
 	})
 }
 
-func serve(ctx context.Context, host string, nums []int, dir string, timeout time.Duration, maxConns int, httpAddr string, log *zap.Logger) error {
+// serve serves until an exit command or drain has been drained, or until
+// ctx ends, which kills the running jobs.
+func serve(ctx, drain context.Context, host string, nums []int, dir string, timeout time.Duration, maxConns int, httpAddr string, log *zap.Logger) error {
 	// Read first, so that LABORO_TOKEN leaves the environment before any
 	// job could inherit it.
 	token, path, err := secret.Ensure("jobexec", "LABORO_TOKEN")
@@ -122,6 +133,12 @@ func serve(ctx context.Context, host string, nums []int, dir string, timeout tim
 	}
 	srv := &jobexec.Server{Executor: ex, Token: token, Logger: log, RequestTimeout: timeout, MaxConns: maxConns}
 	context.AfterFunc(ctx, func() { ex.Close() })
+	context.AfterFunc(drain, func() {
+		if errors.Is(context.Cause(drain), cli.ErrInterrupted) {
+			log.Warn("interrupted: draining as exit does (interrupt again to kill the running jobs)")
+			srv.Terminate()
+		}
+	})
 	if console == nil {
 		return srv.Serve(ctx, ln)
 	}

@@ -126,7 +126,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	drainer.Wait()
 	select {
 	case <-drained:
-		s.Logger.Info("drained after an exit command")
+		s.Logger.Info("drained")
 		return ErrServerTerminated
 	default:
 	}
@@ -488,13 +488,39 @@ func (s *Server) poll(x *exchange, args []string) {
 // before execution, this commander is answered at once, and Serve drains
 // the running jobs (their outputs reach their commanders), then returns.
 func (s *Server) terminate(x *exchange) {
-	// An ended context makes Shutdown start the drain without waiting for
-	// it, so that no queued job starts after the answer.
-	started, cancel := context.WithCancel(context.Background())
-	cancel()
-	s.Executor.Shutdown(started)
+	s.startDrain()
 	x.line(msgTerminated)
 	x.exit(0)
 	x.log.Info("exit command answered; draining")
+	close(s.exit)
+}
+
+// startDrain ends the queued and blocked jobs as terminated before
+// execution, and lets the running ones finish.
+func (s *Server) startDrain() {
+	// An ended context makes Shutdown start the drain without waiting for
+	// it, so that no queued job starts after this.
+	started, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Executor.Shutdown(started)
+}
+
+// Terminate does what an exit command does, for the program that runs
+// the server (on a first Ctrl-C or SIGTERM, say): from now on every command
+// is refused, the commanders of queued jobs are told SERVER TERMINATED
+// BEFORE EXECUTION, the running jobs finish and their outputs reach their
+// commanders, and Serve then returns ErrServerTerminated. After an exit
+// command, or called again, it does nothing.
+func (s *Server) Terminate() {
+	s.init()
+	s.mu.Lock()
+	first := !s.draining
+	s.draining = true
+	s.mu.Unlock()
+	if !first {
+		return
+	}
+	s.startDrain()
+	s.Logger.Info("told to terminate; draining")
 	close(s.exit)
 }
