@@ -98,13 +98,40 @@ func TestTwoHundredJobsOneRunnerKilled(t *testing.T) {
 	}
 }
 
-// A failed job (RES:failed) makes the manager's status 1; a restarted
-// manager serves only what is not done, and --print-jobs lists it.
+// An interrupted manager says what was done and what is left, and ends
+// with status 130; a restart resumes the rest.
+func TestInterruptedManagerSums(t *testing.T) {
+	base := t.TempDir()
+	// Job 0 is done at once; the others run until they are killed.
+	writeJobs(t, base, 4, func(i int) string {
+		if i == 0 {
+			return "echo RES:ok\n"
+		}
+		return "while :; do sleep 0.05; done\n"
+	})
+	manager, addr := startManager(t, base)
+	startRunner(t, addr, "r1", 4)
+	require.Eventually(t, func() bool { return len(results(t, base)) == 1 }, 60*time.Second, 10*time.Millisecond)
+	require.NoError(t, manager.Cmd.Process.Signal(os.Interrupt))
+	assert.Equal(t, 130, manager.Wait(t, 30*time.Second), manager.Log())
+	assert.Equal(t, "4 jobs: 1 succeeded, 0 failed, 3 not done\n", manager.Stdout.String())
+	assert.Contains(t, manager.Log(), "runexp-manager: interrupted")
+
+	managerBin, _ := build(t)
+	out, err := exec.Command(managerBin, "--print-jobs", base).Output()
+	require.NoError(t, err)
+	assert.Len(t, strings.Fields(string(out)), 3, "the jobs not done are left for a restart: %s", out)
+}
+
+// A failed job (RES:failed) makes the manager's status 1, and is named
+// with its files, its exit status, why it failed and the end of its
+// output; a restarted manager serves only what is not done, and
+// --print-jobs lists it.
 func TestFailureAndResume(t *testing.T) {
 	base := t.TempDir()
 	writeJobs(t, base, 4, func(i int) string {
 		if i == 2 {
-			return "echo RES:failed\n"
+			return "echo RES:failed\necho 'out of memory' >&2\n"
 		}
 		return "echo RES:ok\n"
 	})
@@ -112,8 +139,9 @@ func TestFailureAndResume(t *testing.T) {
 	runner := startRunner(t, addr, "r1", 2)
 	assert.Equal(t, 1, manager.Wait(t, 60*time.Second), manager.Log())
 	assert.Regexp(t, `^4 jobs: 3 succeeded, 1 failed\n`+
-		`batch-2/job-002 failed, exit status 1: .*runs/batch-2/job-002.sh \(report in .*outputs/batch-2/job-002.res\)\n`+
-		`    runexp: runner r1 reported failure\n$`, manager.Stdout.String(), "the failed job is named, with its files")
+		`batch-2/job-002 failed, exit status 0: .*runs/batch-2/job-002.sh \(report in .*outputs/batch-2/job-002.res\)\n`+
+		`    runexp: runner r1 reported failure: its output says so \(a line starting with RES:failed\)\n`+
+		`    \| RES:failed\n    \| out of memory\n$`, manager.Stdout.String(), "the failed job is named, with its files")
 	assert.Equal(t, 0, runner.Wait(t, 30*time.Second), runner.Log())
 	assert.True(t, strings.HasPrefix(results(t, base)["batch-2/job-002.res"], "runexp summary: failure\n\n"))
 

@@ -14,7 +14,8 @@
 // to OUTPUTS/NAME.res (BASEDIR/outputs). Jobs whose result shows success are
 // skipped, so a restarted manager resumes. It ends when every job has a
 // result and every runner has said FINO ANKAU: status 0 when all succeeded,
-// 1 when some failed or the run was interrupted, 2 for a usage error.
+// 1 when some failed, 2 for a usage error, 130 when interrupted (after a
+// summary of what was done; a restart resumes the rest).
 package main
 
 import (
@@ -39,7 +40,8 @@ func main() {
 			"OUTPUTS/NAME.res (BASEDIR/outputs). Jobs whose result shows success are skipped, so a restarted manager resumes. "+
 			"It listens on the loopback unless told otherwise; the protocol has no room for a secret, so listening beyond "+
 			"it needs --allow, the addresses runners may connect from (connections from elsewhere are closed at once). "+
-			"Exit status: 0 when every job succeeded, 1 when some failed or the run was interrupted, 2 for a usage error.")
+			"Exit status: 0 when every job succeeded, 1 when some failed, 2 for a usage error, "+
+			"130 when interrupted (after a summary of what was done; a restart resumes the rest).")
 	var port int
 	var group, runs, outputs string
 	for _, name := range []string{"p", "port"} {

@@ -77,6 +77,10 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 	}
 	sum, err := batch.Run(ctx, ex, jobs)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Interrupted: what was done, and what a restart resumes.
+			sum.Write(os.Stdout)
+		}
 		return err
 	}
 	// Every runner must then have said FINO ANKAU, or left.

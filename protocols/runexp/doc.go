@@ -159,4 +159,12 @@
 // output (standard output and error together). As in the reference,
 // success is decided from the output, not the exit status, unless the
 // runner is told otherwise (Runner.UseExitStatus): see Runner.
+//
+// REZULTO says only success or failure. For a failed job the Manager reads
+// the rest from the output it received: Result.ExitCode is the exit status
+// the header gives (this package's "exit status: N", or the reference's
+// "Program exited with status S", a wait status), -1 when it gives none or
+// the process ended by a signal; Result.Stderr is the output's last 4 KiB
+// after the header, where a runner of this package puts the job's standard
+// error (the reference's runner leaves it on its own terminal).
 package runexp

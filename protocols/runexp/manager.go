@@ -599,7 +599,12 @@ func (m *Manager) receive(s *remote, msg Message) error {
 			ErrSizeTooLarge, msg.Size, kept, kept)
 		s.log.Warn("output over the limit: the job fails", zap.String("job", msg.Name), zap.Int64("size", msg.Size), zap.Int64("limit", kept))
 	case msg.Status == Failure:
-		res.Status, res.ExitCode, res.Err = laboro.StatusFailed, 1, fmt.Errorf("runexp: runner %s reported failure", s.host)
+		res.Status, res.Err = laboro.StatusFailed, fmt.Errorf("runexp: runner %s reported failure", s.host)
+		res.ExitCode, res.Stderr = failureOf(path)
+		if res.ExitCode == 0 {
+			// It exited with 0, and failed by its output (RES:failed).
+			res.Err = fmt.Errorf("runexp: runner %s reported failure: its output says so (a line starting with %s)", s.host, failedMark)
+		}
 	}
 	m.mu.Lock()
 	m.records[s.host].add(msg.Status)

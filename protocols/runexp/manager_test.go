@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -244,9 +245,48 @@ func TestManagerFailureAndEmptyPayloads(t *testing.T) {
 	r.report("empty", "failure", "")
 	res, text := result(t, h)
 	assert.Equal(t, laboro.StatusFailed, res.Status)
-	assert.Equal(t, 1, res.ExitCode)
+	assert.Equal(t, -1, res.ExitCode, "no header: no exit status")
 	assert.Empty(t, text)
 	assert.Equal(t, Stats{Runners: 1, Done: 1, Failed: 1}, tm.m.Stats())
+}
+
+// A failed job's Result says what its output's header and end say: the
+// exit status (this package's runner's header, or the reference's, whose
+// status is a wait status) and the output's last 4 KiB after the header,
+// where the job's standard error is.
+func TestManagerFailureExplained(t *testing.T) {
+	ours := "runexp summary: failure\n\nstart: 2026-11-27T10:00:00Z\nend: 2026-11-27T10:00:01Z\ncommand: bash job.sh\nexit status: 4\n\n"
+	reference := func(status int) string {
+		return "runexp summary: failure\n\nFri Nov 27 10:00:00 UTC 2026 -- [h1] Running a\n> bash /tmp/runexp/a.sh\n" +
+			"Fri Nov 27 10:00:01 UTC 2026 -- Finished running\nProgram exited with status " + strconv.Itoa(status) + "\nProgram output follows\n\n"
+	}
+	long := strings.Repeat("x", 5000) + "\nfatal: the end\n"
+	for _, tc := range []struct {
+		name, output string
+		exit         int
+		stderr       string
+		err          string
+	}{
+		{"ours", ours + "partial\nfatal: out of memory\n", 4, "partial\nfatal: out of memory\n", "reported failure"},
+		{"ours, RES:failed", strings.Replace(ours, "exit status: 4", "exit status: 0", 1) + "RES:failed\n", 0, "RES:failed\n", "its output says so"},
+		{"reference", reference(4<<8) + "RES:failed\n", 4, "RES:failed\n", "reported failure"},
+		{"reference, a signal", reference(9) + "started\n", -1, "started\n", "reported failure"},
+		{"the output's end", ours + long, 4, long[len(long)-outputTail:], "reported failure"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tm := startManager(t, &Manager{})
+			h := tm.submit(t, "a", "exit 4")
+			r := join(t, tm.addr, "h1")
+			r.take()
+			r.report("a", "failure", tc.output)
+			res, text := result(t, h)
+			assert.Equal(t, laboro.StatusFailed, res.Status)
+			assert.Equal(t, tc.exit, res.ExitCode)
+			assert.Equal(t, tc.stderr, string(res.Stderr))
+			assert.ErrorContains(t, res.Err, tc.err)
+			assert.Equal(t, tc.output, text, "the output is kept whole")
+		})
+	}
 }
 
 // A person on a terminal ends lines with a newline; the manager accepts it.
