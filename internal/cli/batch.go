@@ -271,6 +271,11 @@ type Batch struct {
 	Submitted func()
 	// Workers, if not nil, tells Progress how many workers serve the batch.
 	Workers func() int
+	// Out, if not nil, tells Progress, for a Runner that hands jobs to
+	// remote workers, how many of the jobs the Executor runs are out at a
+	// worker (running) and how many wait for one (queued): the Executor
+	// counts both as running.
+	Out func() (running, waiting int)
 	// Command, if not nil, says what a failed job ran, for the summary;
 	// by default Job.String.
 	Command func(job laboro.Job) string
@@ -379,6 +384,10 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		c := sum.Counts
 		mu.Unlock()
 		c.Running, c.Queued = st.Running, st.Queued+st.Blocked
+		if b.Out != nil {
+			running, waiting := b.Out()
+			c.Running, c.Queued = running, c.Queued+waiting
+		}
 		if b.Workers != nil {
 			c.Workers = b.Workers()
 		}

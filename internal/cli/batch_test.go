@@ -56,6 +56,62 @@ func TestBatchRunsReportsAndSums(t *testing.T) {
 	assert.Contains(t, progress.String(), "5 of 5 done", "plain progress lines when not on a terminal")
 }
 
+// A batch on a Runner that hands jobs to remote workers shows, as
+// running, the jobs out at a worker, and as queued those that wait for
+// one: the Executor counts both as running.
+func TestBatchProgressCountsJobsOut(t *testing.T) {
+	ex, err := laboro.New(laboro.WithConcurrency(3), laboro.WithPoolSize(3), laboro.WithBufferSize(3))
+	require.NoError(t, err)
+	defer ex.Close()
+	release := make(chan struct{})
+	started := make(chan struct{}, 3)
+	var progress syncBuffer
+	b := Batch{
+		Progress: NewProgress(&progress, time.Nanosecond),
+		// One of the three jobs the Executor runs is out at a worker,
+		// two wait for one.
+		Out: func() (int, int) { return 1, 2 },
+	}
+	job := laboro.Job{Func: func(ctx context.Context) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Run(ctx, ex, []laboro.Job{job, job, job})
+		done <- err
+	}()
+	for range 3 {
+		<-started
+	}
+	require.Eventually(t, func() bool { return strings.Contains(progress.String(), "running 1, queued 2") }, time.Minute, time.Millisecond,
+		"progress: %s", progress.String())
+	assert.NotContains(t, progress.String(), "running 3")
+	close(release)
+	require.NoError(t, <-done)
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func TestBatchAllSucceeded(t *testing.T) {
 	ex, err := laboro.New()
 	require.NoError(t, err)
