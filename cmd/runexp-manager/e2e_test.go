@@ -178,10 +178,16 @@ func TestUsage(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 2, ee.ExitCode())
 	assert.Contains(t, string(out), "no folder of runs runs: give BASEDIR")
-	for _, args := range [][]string{{}, {"4"}, {"0", "-c", "h:1"}, {"x", "-c", "h:1"}, {"4", "-c", "h:1", "-t", "py=python3"}} {
-		err := exec.Command(runner, args...).Run()
+	for args, says := range map[string]string{
+		"": "N, the number of workers, is required", "4": "-c HOST:PORT is required",
+		"0 -c h:1": `N "0": must be a number of at least 1`, "x -c h:1": `N "x"`,
+		"4 -c h:1 -t py=python3": "want .TYPE=PROGRAM",
+		"4 extra":                `unexpected argument "extra"`, "4 -c h:1 extra": `unexpected argument "extra"`,
+	} {
+		out, err := exec.Command(runner, strings.Fields(args)...).CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+		assert.Contains(t, string(out), says, "%v", args)
 	}
 }

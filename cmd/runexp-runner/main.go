@@ -56,8 +56,12 @@ func main() {
 		args = append(args[1:], args[0])
 	}
 	c.Main(args, func(_ context.Context, args []string) error {
-		if len(args) != 1 {
+		switch {
+		case len(args) == 0:
 			return cli.Usagef("N, the number of workers, is required")
+		case len(args) > 1:
+			// N was moved to the end (above): the others are extra.
+			return cli.Usagef("unexpected argument %q", args[0])
 		}
 		n, err := strconv.Atoi(args[0])
 		switch {
