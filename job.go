@@ -202,7 +202,8 @@ type Result struct {
 	// ran or the runner captures no output. The consumer must Close it.
 	Output *Output
 	// Stderr holds the last bytes the process wrote to its standard error
-	// (see ProcessRunner.Stderr), so that a failure can be explained.
+	// (see ProcessRunner.Stderr), so that a failure can be explained; when
+	// more was written than it holds, from the start of a line on.
 	Stderr []byte
 }
 

@@ -123,6 +123,19 @@ func TestStderr(t *testing.T) {
 		assert.True(t, bytes.HasSuffix(res.Stderr, []byte("xxx tail of the error\n")), "%q", res.Stderr[len(res.Stderr)-40:])
 		assert.Equal(t, "out\n", output(t, res))
 	})
+	t.Run("cut at a line's start", func(t *testing.T) {
+		// 8,893 bytes of lines "1" to "2000": the tail starts with a whole
+		// line, not with the end of one.
+		ex := newExecutor(t)
+		res := wait(t, submit(t, ex, laboro.Job{Args: []string{"sh", "-c", "seq 1 2000 >&2; exit 1"}}))
+		require.Equal(t, laboro.StatusFailed, res.Status)
+		lines := strings.Split(strings.TrimSuffix(string(res.Stderr), "\n"), "\n")
+		first, err := strconv.Atoi(lines[0])
+		require.NoError(t, err, "%q", lines[0])
+		assert.Equal(t, 2000, first+len(lines)-1, "whole lines, up to the last")
+		assert.Greater(t, len(res.Stderr), laboro.DefaultStderrTail-10, "at most one line fewer than the tail holds")
+		assert.LessOrEqual(t, len(res.Stderr), laboro.DefaultStderrTail)
+	})
 	t.Run("more than a pipe holds", func(t *testing.T) {
 		ex := newExecutor(t)
 		res := wait(t, submit(t, ex, laboro.Job{Args: []string{"sh", "-c", "head -c 1000000 /dev/zero >&2; echo end >&2"}}))

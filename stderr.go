@@ -2,7 +2,10 @@
 
 package laboro
 
-import "time"
+import (
+	"bytes"
+	"time"
+)
 
 // stderrGrace is how long a finished job's standard error is still read
 // when something other than the job's process (a descendant left running in
@@ -14,23 +17,33 @@ const stderrGrace = 50 * time.Millisecond
 type tailBuf struct {
 	max int
 	buf []byte
+	cut bool // bytes before buf were dropped
 }
 
 func (t *tailBuf) keep(p []byte) {
 	if len(p) >= t.max {
+		t.cut = t.cut || len(t.buf) > 0 || len(p) > t.max
 		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
 		return
 	}
 	if over := len(t.buf) + len(p) - t.max; over > 0 {
 		t.buf = append(t.buf[:0], t.buf[over:]...)
+		t.cut = true
 	}
 	t.buf = append(t.buf, p...)
 }
 
-// bytes returns the tail, or nil when nothing was written.
+// bytes returns the tail, or nil when nothing was written. When its start
+// was dropped, the tail starts at a line's start (the first line's rest is
+// dropped too), unless it holds a single line.
 func (t *tailBuf) bytes() []byte {
 	if len(t.buf) == 0 {
 		return nil
+	}
+	if t.cut {
+		if i := bytes.IndexByte(t.buf, '\n'); i >= 0 && i < len(t.buf)-1 {
+			return t.buf[i+1:]
+		}
 	}
 	return t.buf
 }

@@ -804,6 +804,10 @@ func (s *runnerSession) judge(name string, argv []string, res laboro.Result) *ru
 	switch {
 	case o.file == nil:
 		o.status, o.note = Failure, fmt.Sprintf("runexp: %v\n", res.Err)
+	case res.Status == laboro.StatusKilled || res.Status == laboro.StatusTimedOut || res.Status == laboro.StatusCancelled:
+		// It did not run to its end: whatever its output says so far, it
+		// failed.
+		o.status = Failure
 	case s.cfg.UseExitStatus:
 		o.status = Status(res.Status == laboro.StatusSucceeded)
 	default:
@@ -820,7 +824,7 @@ func (s *runnerSession) judge(name string, argv []string, res laboro.Result) *ru
 	}
 	o.header = appendHeader(nil, o.status, argv, res)
 	s.log.Info("job finished", zap.String("job", name), zap.Stringer("status", o.status),
-		zap.Int("exit", res.ExitCode), zap.Duration("took", res.Duration()))
+		zap.Stringer("ended", res.Status), zap.Int("exit", res.ExitCode), zap.Duration("took", res.Duration()))
 	return o
 }
 

@@ -15,8 +15,10 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 )
 
 // The job of the captured session: 43 bytes, like the wire notes' okjob.
@@ -932,4 +934,23 @@ func TestReportsFailure(t *testing.T) {
 	}
 	_, err := reportsFailure(iotest.ErrReader(errors.ErrUnsupported))
 	assert.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+// A job that did not run to its end (killed, timed out, cancelled) fails,
+// whatever its output said so far; by the reference's rule alone it would
+// pass (no RES:failed line).
+func TestRunnerJudgesUnfinishedJobFailed(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out")
+	for _, st := range []laboro.Status{laboro.StatusKilled, laboro.StatusTimedOut, laboro.StatusCancelled, laboro.StatusSucceeded} {
+		require.NoError(t, os.WriteFile(path, []byte("RES:ok\n"), 0o600))
+		s := &runnerSession{log: zap.NewNop()}
+		o := s.judge("a/job", []string{"bash", "job.sh"}, laboro.Result{Status: st, ExitCode: -1, Output: laboro.NewOutput(path, 7)})
+		want := Failure
+		if st == laboro.StatusSucceeded {
+			want = Success
+		}
+		assert.Equal(t, want, o.status, "%v", st)
+		o.file.Close()
+	}
 }
