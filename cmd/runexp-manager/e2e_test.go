@@ -98,6 +98,20 @@ func TestTwoHundredJobsOneRunnerKilled(t *testing.T) {
 	}
 }
 
+// A second manager on a folder already served is refused: each would run
+// every job.
+func TestSecondManagerRefused(t *testing.T) {
+	base := t.TempDir()
+	writeJobs(t, base, 1, func(int) string { return "echo RES:ok\n" })
+	startManager(t, base)
+	manager, _ := build(t)
+	out, err := exec.Command(manager, "-p", "0", base).CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, string(out), "another manager serves this folder")
+}
+
 // An interrupted manager says what was done and what is left, and ends
 // with status 130; a restart resumes the rest.
 func TestInterruptedManagerSums(t *testing.T) {

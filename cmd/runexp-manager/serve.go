@@ -25,6 +25,11 @@ const (
 
 func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr string, sorted bool, progress *cli.Progress) error {
 	log := m.Logger
+	unlock, err := folder.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	todo, _, skipped, err := folder.Jobs()
 	if err != nil {
 		return err

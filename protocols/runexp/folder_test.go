@@ -43,3 +43,20 @@ func TestFolderLoad(t *testing.T) {
 	assert.ErrorContains(t, err, "huge.sh: a job file over 1073741824 bytes, more than a runner takes")
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated to refuse it")
 }
+
+// One process at a time holds a folder: a second Lock is refused, and
+// taken again once the first is let go.
+func TestFolderLock(t *testing.T) {
+	base := t.TempDir()
+	f := Folder{Runs: filepath.Join(base, "runs"), Outputs: filepath.Join(base, "outputs")}
+	unlock, err := f.Lock()
+	require.NoError(t, err)
+	assert.DirExists(t, f.Outputs)
+	_, err = f.Lock()
+	assert.ErrorIs(t, err, ErrFolderBusy)
+	assert.ErrorContains(t, err, f.Outputs)
+	unlock()
+	unlock, err = f.Lock()
+	require.NoError(t, err)
+	unlock()
+}

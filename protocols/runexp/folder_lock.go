@@ -1,0 +1,44 @@
+package runexp
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrFolderBusy is returned by Folder.Lock when another process holds the
+// folder: two managers on one folder would each run every job.
+var ErrFolderBusy = errors.New("runexp: another manager serves this folder")
+
+// Lock takes the folder for this process, until unlock is called or the
+// process ends (however it ends: the lock is the kernel's, on the Outputs
+// directory, which it creates if need be). It returns an error matching
+// ErrFolderBusy while another process holds it.
+func (f Folder) Lock() (unlock func(), err error) {
+	if err := os.MkdirAll(f.Outputs, 0o755); err != nil {
+		return nil, err
+	}
+	dir, err := os.Open(f.Outputs)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := dir.SyscallConn()
+	if err == nil {
+		cerr := rc.Control(func(fd uintptr) {
+			err = unix.Flock(int(fd), unix.LOCK_EX|unix.LOCK_NB)
+		})
+		if err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		dir.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (its outputs: %s)", ErrFolderBusy, f.Outputs)
+		}
+		return nil, fmt.Errorf("runexp: locking %s: %w", f.Outputs, err)
+	}
+	return func() { dir.Close() }, nil
+}
