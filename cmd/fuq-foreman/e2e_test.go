@@ -289,10 +289,12 @@ func TestWeb(t *testing.T) {
 	}
 }
 
-// A foreman killed with SIGKILL mid-job, twice, and started again each
-// time with the same flags resumes the job from its journal: every task
-// ends once, done, none lost; the tasks that had ended do not run again;
-// and submit -wait, started before the first crash, waits across both.
+// A foreman killed with SIGKILL mid-job, then stopped with Ctrl-C, and
+// started again each time with the same flags resumes the job from its
+// journal: every task ends once, done, none lost; the tasks that had ended
+// do not run again; and submit -wait, started before the first crash,
+// waits across both. (A stop is no cancel: the job is not recorded as
+// cancelled by the Runs that the foreman's end ends.)
 func TestForemanKilledResumes(t *testing.T) {
 	foremanBin, workerBin := build(t)
 	dir := t.TempDir()
@@ -324,9 +326,9 @@ func TestForemanKilledResumes(t *testing.T) {
 	}
 	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "r", "-command", task,
 		"-tasks", "40", "-wd", dir, "-logdir", logDir)
-	for _, after := range []int{10, 25} {
+	for i, after := range []int{10, 25} {
 		require.Eventually(t, func() bool { return len(ran()) >= after }, 60*time.Second, 10*time.Millisecond)
-		require.NoError(t, foreman.Cmd.Process.Signal(syscall.SIGKILL))
+		require.NoError(t, foreman.Cmd.Process.Signal([]os.Signal{syscall.SIGKILL, os.Interrupt}[i]))
 		foreman.Wait(t, 10*time.Second)
 		foreman = start()
 	}

@@ -97,6 +97,9 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 		return err
 	}
 	defer ex.Close()
+	// The journal closes first: the Runs that ex.Close ends are not
+	// recorded as cancelled, and the next start resumes their jobs.
+	defer jn.Close()
 	ctl := &fuq.Control{Foreman: f, Executor: ex, Journal: jn}
 	if err := ctl.Resume(jobs); err != nil {
 		return err
@@ -140,7 +143,7 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 	}
 	err = g.Wait()
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		log.Info("stopped by a signal")
+		log.Info("stopped by a signal; the jobs not ended resume at the next start")
 		return nil
 	}
 	return err

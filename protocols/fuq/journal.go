@@ -45,8 +45,9 @@ type Journal struct {
 	mu   sync.Mutex
 	f    *os.File
 	path string
-	w    *bufio.Writer
-	err  error // the first write error
+	w      *bufio.Writer
+	err    error // the first write error
+	closed bool
 }
 
 // JournaledJob is a job the journal knows, as OpenJournal replays it.
@@ -299,6 +300,9 @@ func (j *Journal) write(l journalLine) {
 	b, err := json.Marshal(l)
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.closed {
+		return
+	}
 	if err == nil && j.err == nil {
 		j.w.Write(append(b, '\n'))
 		err = j.w.Flush()
@@ -338,10 +342,18 @@ func (j *Journal) Err() error {
 	return j.err
 }
 
-// Close closes the file.
+// Close closes the file; what the Foreman would record afterwards is
+// not recorded. A foreman that stops closes its journal before its
+// Executor, whose Close ends the Runs of its jobs: the journal keeps them
+// as they were, not cancelled, and the next start resumes them, as after
+// a crash. Calling Close again does nothing.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	j.closed = true
 	return j.f.Close()
 }
 
