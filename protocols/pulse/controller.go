@@ -722,6 +722,14 @@ func (c *Controller) fetch(ctx context.Context, w *cworker, t *transport.Ticket[
 	defer c.mu.Unlock()
 	w.busy = false
 	switch {
+	case errors.Is(err, ErrTooLarge) && t != nil && w.task == t:
+		// A result over the limit: the task fails, for it would be as
+		// large on any worker. The worker, which still holds the result,
+		// is dropped (it registers again, without it).
+		w.task, w.prev = nil, t.Key
+		w.dw.Complete(t.Key, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1,
+			Err: fmt.Errorf("pulse: task %d: its result is too large for this controller (Codec.Limits.MaxExtra): %w", t.Key, err)})
+		c.remove(w, fmt.Errorf("FETCH failed: %w", err))
 	case err != nil || resp.Error == pulsepb.WorkerError_WORKER_ERR_FAILED:
 		out.Close()
 		c.remove(w, fmt.Errorf("FETCH failed: %v %s", errOr(err, resp), failure))

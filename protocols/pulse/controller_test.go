@@ -266,6 +266,34 @@ func TestControllerTaskSizes(t *testing.T) {
 	}
 }
 
+// A result over the controller's limit fails its task at once, with why:
+// it would be as large on any other worker. The worker, which still holds
+// it, is dropped, and registers again.
+func TestControllerResultTooLarge(t *testing.T) {
+	tc := startController(t, Codec{Limits: Limits{MaxExtra: 1000}})
+	w := tc.worker(t)
+	w.on(func(m *pulsepb.ControlMsg, extra []byte) (*pulsepb.WorkerResponse, []byte) {
+		switch m.Type {
+		case pulsepb.ControlType_CTRL_SET_TASK:
+			return &pulsepb.WorkerResponse{TaskId: m.GetTaskId()}, nil
+		case pulsepb.ControlType_CTRL_FETCH:
+			return &pulsepb.WorkerResponse{TaskId: 1}, make([]byte, 2000)
+		}
+		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_FAILED}, nil
+	})
+	h := tc.submit(t, "make it big")
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
+	require.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.received().Type)
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1).Error)
+	require.Equal(t, pulsepb.ControlType_CTRL_FETCH, w.received().Type)
+	res, _ := result(t, h)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorIs(t, res.Err, ErrTooLarge)
+	assert.ErrorContains(t, res.Err, "task 1: its result is too large for this controller")
+	assert.ErrorContains(t, res.Err, "2000 bytes, limit 1000")
+	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error, "the worker was dropped")
+}
+
 // BUSY sends the task to another worker; TASK_FAILED too; each counts as
 // an attempt, until Attempts have been made; NO_FETCH changes nothing.
 func TestControllerBusyAndFailures(t *testing.T) {
