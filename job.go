@@ -2,6 +2,7 @@ package laboro
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strconv"
 	"time"
@@ -76,7 +77,8 @@ type Job struct {
 
 // String returns the job as a user would type it: the command line, the
 // argv with each word shell-quoted when it needs to be, or a short note for
-// scripts and functions.
+// scripts and functions; for a job that is only a Payload, the Payload's
+// String when it has one (a protocol's job: its command, its task file).
 func (j Job) String() string {
 	if j.Func == nil && j.Script == "" && j.Command != "" {
 		return j.Command
@@ -86,7 +88,8 @@ func (j Job) String() string {
 }
 
 // AppendText appends String's text to b, without allocating when b has
-// room; it implements encoding.TextAppender and never fails.
+// room (but for a Payload's String); it implements encoding.TextAppender
+// and never fails.
 func (j Job) AppendText(b []byte) ([]byte, error) {
 	switch {
 	case j.Func != nil:
@@ -95,6 +98,11 @@ func (j Job) AppendText(b []byte) ([]byte, error) {
 		return append(b, "script"...), nil
 	case j.Command != "":
 		return append(b, j.Command...), nil
+	case len(j.Args) == 0 && j.Payload != nil:
+		if s, ok := j.Payload.(fmt.Stringer); ok {
+			return append(b, s.String()...), nil
+		}
+		return b, nil
 	default:
 		return appendArgs(b, j.Args), nil
 	}

@@ -2,6 +2,7 @@ package laboro_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -22,6 +23,9 @@ func TestJobString(t *testing.T) {
 		{laboro.Job{Args: []string{"echo", "it's", "", "a=b,c:d/e.f"}}, `echo 'it'\''s' '' a=b,c:d/e.f`},
 		{laboro.Job{Script: "echo hi"}, "script"},
 		{laboro.Job{Func: func(context.Context) error { return nil }}, "func"},
+		// A protocol's job says what it runs through its Payload's String.
+		{laboro.Job{Payload: net.IPv4(10, 0, 0, 1)}, "10.0.0.1"},
+		{laboro.Job{Payload: struct{ n int }{1}}, ""},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, tt.job.String())

@@ -1,6 +1,7 @@
 package fuq
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/tinylib/msgp/msgp"
@@ -85,6 +86,12 @@ type JobDescription struct {
 	LoggingDir string
 	Command    string
 	Status     JobStatus
+}
+
+// String describes the job as a user gave it: its name, its command and
+// how many tasks run it.
+func (d JobDescription) String() string {
+	return fmt.Sprintf("%s: %s <task> (%d tasks)", d.Name, d.Command, d.NumTasks)
 }
 
 // Task is one task of a job: a JOB message carries a list of them, and a

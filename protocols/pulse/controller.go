@@ -42,6 +42,14 @@ type Task struct {
 	path string
 }
 
+// String says which task this is: its file, or its size.
+func (t Task) String() string {
+	if t.path != "" {
+		return "task " + t.path
+	}
+	return fmt.Sprintf("task of %d bytes", len(t.data))
+}
+
 // NewTask returns the job of a task whose bytes are data. Set the job's
 // ID, Timeout and Meta as for any job.
 func NewTask(data []byte) laboro.Job { return laboro.Job{Payload: Task{data: data}} }
