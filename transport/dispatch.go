@@ -29,8 +29,9 @@ var (
 	// result is discarded and its output closed.
 	ErrLate = errors.New("transport: result of a job that has already ended")
 	// ErrAttempts wraps the Err of a ticket that was handed out
-	// Config.MaxAttempts times without a result.
-	ErrAttempts = errors.New("transport: job handed out too many times without a result")
+	// Config.MaxAttempts times without a result that ends it (each worker
+	// lost it, or failed it in a way that is worth another try).
+	ErrAttempts = errors.New("transport: job handed out too many times")
 	// ErrLeaseExpired is the reason logged when a worker's jobs go back in
 	// line because it showed no sign of life for Config.Lease.
 	ErrLeaseExpired = errors.New("transport: worker's lease expired")

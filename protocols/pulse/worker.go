@@ -756,16 +756,22 @@ func (r *workerRun) dropTask() {
 	}
 }
 
-// failureText explains a failed task: the tail of its standard error, or
-// else its error.
+// failureText explains a failed task: its exit status (or, if it did not
+// exit by itself, its error), then the tail of its standard error.
 func failureText(res laboro.Result) []byte {
+	var b []byte
+	switch {
+	case res.ExitCode >= 0:
+		b = fmt.Appendf(nil, "exit status %d", res.ExitCode)
+	case res.Err != nil:
+		b = []byte(res.Err.Error())
+	default:
+		b = []byte(res.Status.String())
+	}
 	if len(res.Stderr) > 0 {
-		return res.Stderr
+		b = append(append(b, ": "...), res.Stderr...)
 	}
-	if res.Err != nil {
-		return []byte(res.Err.Error())
-	}
-	return []byte(res.Status.String())
+	return b
 }
 
 // fetch answers FETCH with the outcome of the task, if it has ended. The

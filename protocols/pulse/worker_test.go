@@ -425,7 +425,7 @@ func TestWorkerTaskFailed(t *testing.T) {
 		command []string
 		want    string
 	}{
-		{"exit", []string{"sh", "-c", "cat >/dev/null; echo 'no good input' >&2; exit 3"}, "no good input"},
+		{"exit", []string{"sh", "-c", "cat >/dev/null; echo 'no good input' >&2; exit 3"}, "exit status 3: no good input\n"},
 		{"no program", []string{"/nonexistent/solver"}, "/nonexistent/solver"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
