@@ -134,6 +134,7 @@ type Controller struct {
 	mu      sync.Mutex
 	nextID  uint64
 	earlier uint64              // the highest id of a worker socket in Dir when Listen began
+	stale   []uint64            // the ids of those sockets, for ServeListener to RESTART
 	workers map[uint64]*cworker // the live workers
 	bg      sync.WaitGroup      // the workers' goroutines (drive)
 }
@@ -254,6 +255,13 @@ func (c *Controller) ServeListener(ctx context.Context, ln net.Listener) error {
 	c.log.Info("serving", zap.Stringer("socket", ln.Addr()), zap.Stringer("numbering", c.Codec.Numbering))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	c.mu.Lock()
+	stale := c.stale
+	c.stale = nil
+	c.mu.Unlock()
+	for _, id := range stale {
+		c.bg.Go(func() { c.restartEarlier(ctx, id) })
+	}
 	err := transport.Serve(ctx, ln, c.servePulse)
 	cancel() // the workers' goroutines end
 	c.mu.Lock()
@@ -266,6 +274,19 @@ func (c *Controller) ServeListener(ctx context.Context, ln net.Listener) error {
 }
 
 var errStopped = errors.New("the controller stopped")
+
+// restartEarlier sends RESTART to the worker of an earlier controller
+// that listens on <id>.sock, if one does: it registers again at once,
+// rather than when its next pulse is answered UNKNOWN_ID (up to its
+// next_pulse later, a minute by default), and drops the task it may run,
+// which no controller would fetch. A socket nobody listens on is left
+// alone.
+func (c *Controller) restartEarlier(ctx context.Context, id uint64) {
+	_, err := c.exchange(ctx, &cworker{id: id}, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_RESTART}, nil, nil)
+	if err == nil {
+		c.log.Info("a worker of an earlier controller was told to register again (RESTART)", zap.Uint64("worker", id))
+	}
+}
 
 // ErrInUse is matched by Listen's error when a controller already
 // answers on main.sock.
@@ -337,15 +358,18 @@ func (c *Controller) skipEarlierIDs(dir string) {
 		return // Listen fails on the directory anyway
 	}
 	var highest uint64
+	var ids []uint64
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), ".sock")
 		if id, err := strconv.ParseUint(name, 10, 64); ok && err == nil && e.Type() == fs.ModeSocket {
 			highest = max(highest, id)
+			ids = append(ids, id)
 		}
 	}
 	c.mu.Lock()
 	c.earlier = max(c.earlier, highest)
 	c.nextID = max(c.nextID, highest)
+	c.stale = ids
 	c.mu.Unlock()
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 )
 
@@ -612,13 +613,52 @@ func TestControllerSkipsEarlierWorkerIDs(t *testing.T) {
 	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, oldWorker.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 3).Error)
 	tc.logged(t, "pulse from a worker of an earlier controller; answered UNKNOWN_ID: it should register again", 1)
 
-	// The task goes to the new worker; the earlier one's socket is never
-	// dialled.
+	// The earlier worker is told RESTART, once, so that it registers
+	// again at once; the task goes to the new worker.
+	conn, err := old.Accept()
+	require.NoError(t, err)
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	m, err := tc.c.Codec.ReadControl(conn)
+	require.NoError(t, err)
+	assert.Equal(t, pulsepb.ControlType_CTRL_RESTART, m.GetType())
+	require.NoError(t, tc.c.Codec.WriteMessage(conn, &pulsepb.WorkerResponse{}))
+	conn.Close()
+	tc.logged(t, "a worker of an earlier controller was told to register again (RESTART)", 1)
 	tc.submit(t, "data")
 	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
-	m := w.received()
+	m = w.received()
 	require.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, m.GetType())
 	require.NoError(t, old.(*net.UnixListener).SetDeadline(time.Now()))
 	_, err = old.Accept()
-	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the earlier worker's socket was dialled")
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the earlier worker's socket was dialled again")
+}
+
+// A worker of a controller that stopped takes the tasks of the next one
+// on its directory at once, not at its next pulse (ten minutes here): the
+// new controller tells it RESTART, and it registers again.
+func TestEarlierWorkerJoinsNextController(t *testing.T) {
+	dir := shortDir(t)
+	serve := func() (*Controller, *laboro.Executor, func()) {
+		c := &Controller{Dir: dir, Timeout: 2 * time.Second, OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t)}
+		ex, err := laboro.New(laboro.WithRunner(c), laboro.WithPoolSize(4), laboro.WithConcurrency(4))
+		require.NoError(t, err)
+		ln, err := c.Listen()
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- c.ServeListener(ctx, ln) }()
+		return c, ex, func() { cancel(); ex.Close(); <-served }
+	}
+	first, _, stop := serve()
+	runWorker(t, &Worker{Dir: dir, Command: []string{"tr", "a-z", "A-Z"}, NextPulse: 10 * time.Minute})
+	require.Eventually(t, func() bool { return len(first.Workers()) == 1 }, 20*time.Second, time.Millisecond)
+	stop()
+
+	_, ex, stop := serve()
+	defer stop()
+	h, err := ex.Submit(context.Background(), NewTask([]byte("again")))
+	require.NoError(t, err)
+	res, out := result(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, "AGAIN", out)
 }
