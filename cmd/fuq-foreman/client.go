@@ -58,7 +58,9 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 		if !*wait {
 			return nil
 		}
+		stop := showProgress(ctx, cl, out.ID, s.Tasks)
 		st, err := waitJob(ctx, cl, out.ID)
+		stop()
 		if err != nil {
 			return err
 		}
@@ -242,6 +244,38 @@ func waitJob(ctx context.Context, cl fuq.ControlClient, id string) (fuq.JobRepor
 		if err := backoff.Wait(ctx); err != nil {
 			return st, err
 		}
+	}
+}
+
+// showProgress shows how job id goes, on standard error, until the
+// returned function is called: a bar on a terminal, else a line of counts
+// every 10 s.
+func showProgress(ctx context.Context, cl fuq.ControlClient, id string, tasks int) (stop func()) {
+	progress := cli.NewProgress(os.Stderr, 10*time.Second)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			var st fuq.JobReport
+			if err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(id), nil, &st); err == nil && st.Job != nil {
+				j := st.Job
+				progress.Update(cli.Counts{Total: tasks, Succeeded: j.Done, Failed: j.Failed + j.Cancelled,
+					Running: j.Running, Queued: j.Pending})
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		progress.Close()
 	}
 }
 
