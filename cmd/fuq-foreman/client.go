@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -131,6 +132,9 @@ func stopCommand(c *cli.Command) func(context.Context, []string) error {
 	return func(ctx context.Context, args []string) error {
 		if len(args) != 1 {
 			return cli.Usagef("N (processors to give up, 0 for all) or now")
+		}
+		if n, err := strconv.Atoi(args[0]); args[0] != "now" && (err != nil || n < 0) {
+			return cli.Usagef("%q: give N, a number of processors (0 for all), or now", args[0])
 		}
 		return fuq.ControlClient{Socket: *control}.Do(ctx, "POST", "/workers/stop?n="+url.QueryEscape(args[0]), nil, nil)
 	}

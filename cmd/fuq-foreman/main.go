@@ -113,6 +113,9 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		if err := lim.check(); err != nil {
 			return err
 		}
+		if *grace < 0 {
+			return cli.Usagef("-grace %v: must be 0 or more", *grace)
+		}
 		return serve(ctx, *listen, *control, *journal, *grace, lim, web, logFlag.Logger())
 	}
 }

@@ -85,6 +85,9 @@ type Command struct {
 	Name     string // as typed, for example "fuq-foreman submit"
 	Synopsis string // the arguments, for example "[-wait] -name NAME -tasks N"
 	Doc      string // what it does, a sentence or two, for --help
+	// Epilog, if set, is written after Doc by --help as it is, unwrapped
+	// (a list of commands, one a line).
+	Epilog string
 	// Flags is the command's flag set; add its flags before Main. -version
 	// (and --version) is defined already.
 	Flags *flag.FlagSet
@@ -115,6 +118,9 @@ func (c *Command) Help(w io.Writer) {
 	fmt.Fprintln(w, c.Usage())
 	if c.Doc != "" {
 		fmt.Fprintf(w, "\n%s\n", wrap(c.Doc, 76))
+	}
+	if c.Epilog != "" {
+		fmt.Fprintf(w, "\n%s", c.Epilog)
 	}
 	n := 0
 	c.Flags.VisitAll(func(*flag.Flag) { n++ })

@@ -70,7 +70,7 @@ func (s *Suite) Run(args []string) int {
 			c.Stdout, c.Stderr = stdout, stderr
 			if name == s.Default {
 				c.Name = s.Name // PROGRAM [flags] is the default command
-				c.Doc += "\n\n" + s.commandList()
+				c.Epilog = s.commandList()
 			}
 			run := sub.Setup(c)
 			return c.Run(args, run)

@@ -61,7 +61,7 @@ func TestSuiteHelpAndErrors(t *testing.T) {
 	out.Reset()
 	assert.Equal(t, ExitOK, s.Run([]string{"--help"}), "the default command's help lists the others")
 	assert.Contains(t, out.String(), "usage: prog [-x] ARG")
-	assert.Contains(t, out.String(), "prog submit [-x] ARG")
+	assert.Contains(t, out.String(), "\n  prog [serve] [-x] ARG\n  prog submit [-x] ARG\n", "one command a line")
 
 	out.Reset()
 	assert.Equal(t, ExitOK, s.Run([]string{"--version"}))

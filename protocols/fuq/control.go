@@ -366,6 +366,9 @@ func (c ControlClient) Do(ctx context.Context, method, path string, body, out an
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			return fmt.Errorf("fuq: no foreman answers on %s (is fuq-foreman serve running, with this -control?): %w", c.Socket, err)
+		}
 		return err
 	}
 	defer resp.Body.Close()

@@ -42,9 +42,9 @@ import (
 // numbers stay the same across the restart, so the worker's HELLO names
 // tasks the new foreman knows.
 type Journal struct {
-	mu   sync.Mutex
-	f    *os.File
-	path string
+	mu     sync.Mutex
+	f      *os.File
+	path   string
 	w      *bufio.Writer
 	err    error // the first write error
 	closed bool
