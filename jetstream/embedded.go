@@ -5,6 +5,9 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -14,8 +17,14 @@ import (
 // the default when the user gives no NATS URL. Its methods are safe for
 // concurrent use.
 type Embedded struct {
-	srv *server.Server
+	srv  *server.Server
+	lock *os.File // the data directory, held
 }
+
+// ErrDataInUse is matched by StartEmbedded's error when another process's
+// embedded server uses the data directory: two servers writing one store
+// would corrupt it.
+var ErrDataInUse = errors.New("jetstream: another server uses the data directory")
 
 // EmbeddedOption changes the embedded server's options before it starts.
 // WithToken is one; a program may write its own for anything else the
@@ -44,9 +53,28 @@ func sameToken(got, want string) bool {
 // StartEmbedded starts an in-process NATS server with JetStream, its file
 // storage under dir, listening on host:port (port -1 picks a free port). It
 // returns once the server accepts connections. Call Shutdown to stop it.
-func StartEmbedded(dir, host string, port int, opts ...EmbeddedOption) (*Embedded, error) {
+// It fails at once when another process's server uses dir (ErrDataInUse,
+// on Unix) or host:port cannot be listened on (in use, say).
+func StartEmbedded(dir, host string, port int, opts ...EmbeddedOption) (e *Embedded, err error) {
 	if dir == "" {
 		return nil, errors.New("jetstream: the embedded server needs a data directory")
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	if port > 0 {
+		// The server would only say, after a while, that it is not ready.
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: embedded server: %w", err)
+		}
+		ln.Close()
 	}
 	sopts := &server.Options{
 		ServerName: "laboro-embedded",
@@ -70,7 +98,7 @@ func StartEmbedded(dir, host string, port int, opts ...EmbeddedOption) (*Embedde
 		srv.WaitForShutdown()
 		return nil, errors.New("jetstream: embedded server not ready after 10 s")
 	}
-	return &Embedded{srv: srv}, nil
+	return &Embedded{srv: srv, lock: lock}, nil
 }
 
 // URL returns the URL clients connect to, for example "nats://127.0.0.1:4222".
@@ -82,4 +110,5 @@ func (e *Embedded) URL() string { return e.srv.ClientURL() }
 func (e *Embedded) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
+	e.lock.Close() // the directory is free again (a second Close does nothing)
 }

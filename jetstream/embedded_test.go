@@ -1,6 +1,8 @@
 package jetstream
 
 import (
+	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -40,4 +42,28 @@ func TestEmbeddedToken(t *testing.T) {
 		_, err := js.Stream(testCtx(t, 10*time.Second), name)
 		require.NoError(t, err, "%s is gone", name)
 	}
+}
+
+// A second embedded server is refused at once, with why, on a data
+// directory in use (two servers would corrupt one store) and on an address
+// in use; the directory is free again once the first has shut down.
+func TestEmbeddedRefusesWhatIsInUse(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := StartEmbedded(dir, "127.0.0.1", -1)
+	require.NoError(t, err)
+	_, err = StartEmbedded(dir, "127.0.0.1", -1)
+	assert.ErrorIs(t, err, ErrDataInUse)
+	assert.ErrorContains(t, err, dir)
+
+	u, err := url.Parse(srv.URL())
+	require.NoError(t, err)
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
+	_, err = StartEmbedded(t.TempDir(), "127.0.0.1", port)
+	assert.ErrorContains(t, err, "address already in use", "said at once, not as a server not ready after a while")
+
+	srv.Shutdown()
+	again, err := StartEmbedded(dir, "127.0.0.1", -1)
+	require.NoError(t, err, "the directory is free once the first server is down")
+	again.Shutdown()
 }

@@ -142,10 +142,15 @@ func TestOneMachine(t *testing.T) {
 	assert.Equal(t, "hello world\n", out)
 	assert.Equal(t, 0, code)
 
-	// A second service on the same streams is refused.
-	other := e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "serve", "-workers", "0")
+	// A second service on the same streams is refused; on the same data
+	// directory too, though it would run a server of its own (serve reads
+	// no $LABORO_NATS: that is for the clients).
+	other := e2e.Start(t, nil, s.bin, "serve", "-nats", s.url, "-workers", "0")
 	assert.Equal(t, 1, other.Wait(t, 30*time.Second))
 	assert.Contains(t, other.Log(), "another service already serves these streams")
+	other = e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "serve", "-data", s.data, "-listen", "127.0.0.1:0", "-workers", "0")
+	assert.Equal(t, 1, other.Wait(t, 30*time.Second))
+	assert.Contains(t, other.Log(), "another server uses the data directory")
 
 	require.NoError(t, s.serve.Cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 0, s.serve.Wait(t, 30*time.Second))

@@ -44,7 +44,12 @@ func newCommon(name, synopsis string) *common {
 		fmt.Fprintf(c.fs.Output(), "usage: laboro %s %s\n", name, synopsis)
 		c.fs.PrintDefaults()
 	}
-	if name != "run" && name != "token" { // neither needs a server
+	switch name {
+	case "run", "token": // neither needs a server
+	case "serve": // its own, embedded, unless told: $LABORO_NATS is for the clients
+		c.fs.StringVar(&c.url, "nats", "", "NATS server URLs, comma-separated (default: an embedded server)")
+		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
+	default:
 		c.fs.StringVar(&c.url, "nats", os.Getenv("LABORO_NATS"), "NATS server URLs, comma-separated ($LABORO_NATS)")
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	}

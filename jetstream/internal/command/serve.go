@@ -191,11 +191,10 @@ func (c *common) embedded(data, listen string) (*jetstream.Embedded, int) {
 
 // defaultDataDir is $XDG_STATE_HOME/laboro, or ~/.local/state/laboro.
 func defaultDataDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "laboro")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".local", "state", "laboro")
+	// The state directory of the tokens: an instance kept apart by
+	// $LABORO_STATE_DIR keeps its streams apart too.
+	if d, err := secret.Dir(); err == nil {
+		return d
 	}
 	return filepath.Join(os.TempDir(), "laboro")
 }
