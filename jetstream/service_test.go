@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,9 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // startService runs a Service until the returned stop is called (or the
@@ -291,6 +294,25 @@ func TestCoreOverManager(t *testing.T) {
 	// Three results stored: a, b, d. The stopped and terminated jobs never
 	// reached a worker.
 	assert.Equal(t, uint64(3), streamMsgs(t, nc, "LABORO_RESULTS"))
+}
+
+// A worker still waiting for its server (none there yet, or one that
+// refuses its token) has no job to finish: Drain ends its Run.
+func TestWorkerDrainWhileWaitingForServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there
+	nc, err := nats.Connect("nats://"+addr, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	defer nc.Close()
+	core, logs := observer.New(zap.InfoLevel)
+	w := &Worker{Conn: nc, Logger: zap.New(core)}
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(context.Background()) }()
+	require.Eventually(t, func() bool { return logs.FilterMessage("waiting for the NATS server").Len() > 0 }, time.Minute, time.Millisecond)
+	w.Drain()
+	require.NoError(t, <-ran)
 }
 
 // A draining worker takes no new job, finishes and delivers the ones it

@@ -90,11 +90,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	// Wait for the server, however long it takes to come up.
+	// Wait for the server, however long it takes to come up, or until
+	// Drain: a worker that has no job yet has none to finish.
 	var jobs, results natsjs.Stream
 	var cons natsjs.Consumer
 	waiting := false
-	err = retry(ctx, w.Conn, func(ctx context.Context) (err error) {
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-w.drain():
+			stopWaiting()
+		case <-waitCtx.Done():
+		}
+	}()
+	err = retry(waitCtx, w.Conn, func(ctx context.Context) (err error) {
 		jobs, results, cons, err = ensure(ctx, js, cfg, false)
 		if err != nil && !waiting && transient(w.Conn, err) {
 			log.Info("waiting for the NATS server", zap.Error(err))
@@ -102,8 +111,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	})
+	stopWaiting()
 	if err != nil {
-		if ctx.Err() != nil {
+		if waitCtx.Err() != nil {
 			return nil
 		}
 		return err

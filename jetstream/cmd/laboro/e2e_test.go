@@ -974,3 +974,15 @@ func TestServeConsole(t *testing.T) {
 	_, _, code = s.run("status", "-watch", batch)
 	assert.Equal(t, 0, code)
 }
+
+// A worker whose token the server refuses says so at once, and one
+// interrupt stops it while it waits (it has no job to finish).
+func TestWorkerRefusedTokenSaysSo(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "0")
+	w := e2e.Start(t, []string{"LABORO_NATS=" + s.url, "LABORO_TOKEN=not-the-servers"}, s.bin, "worker")
+	w.Await(t, regexp.MustCompile(`NATS refused the token`), 30*time.Second)
+	require.NoError(t, w.Cmd.Process.Signal(os.Interrupt))
+	assert.Equal(t, 0, w.Wait(t, 30*time.Second), w.Log())
+	assert.Equal(t, 1, w.Logged("NATS refused the token"), "said once: %s", w.Log())
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/jetstream"
@@ -25,6 +27,17 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	if url == "" {
 		url = defaultURL
 	}
+	said := saidOnce{}
+	// presented reports whether a token was presented: without one, the
+	// refusal only says that there is none, which is said already.
+	var noToken atomic.Bool
+	presented := func() bool { return c.creds != "" || !noToken.Load() }
+	refusedToken := func() {
+		said.once("refused", func() {
+			c.log.Error("NATS refused the token (from $LABORO_TOKEN or laboro.token): it is not the server's, nor derived from it (see laboro token)",
+				zap.String("url", url))
+		})
+	}
 	opts := []nats.Option{
 		nats.Name("laboro"),
 		nats.MaxReconnects(-1),
@@ -36,7 +49,24 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrl()))
 		}),
+		// A refused token is said once, as soon as it is: at a connection
+		// attempt that a worker waiting for its server retries, or as the
+		// connection closes for it.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if errors.Is(err, nats.ErrAuthorization) && presented() {
+				refusedToken()
+			}
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if errors.Is(nc.LastError(), nats.ErrAuthorization) && presented() {
+				refusedToken()
+			}
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrAuthorization) {
+				refusedToken()
+				return
+			}
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				c.log.Error("NATS refused a request: this token's rights do not cover it (a worker's token cannot submit, a client's cannot run jobs; see laboro token)", zap.Error(err))
 				return
@@ -64,7 +94,16 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		// attempt, until the server takes it.
 		opts = append(opts, nats.IgnoreAuthErrorAbort(), nats.CustomInboxPrefix(jetstream.RoleInbox(role, c.stream)),
 			nats.TokenHandler(func() string {
-				tok, _ := secret.Find("laboro", "LABORO_TOKEN")
+				tok, err := secret.Find("laboro", "LABORO_TOKEN")
+				noToken.Store(tok == "")
+				if err != nil {
+					// Said once for each reason: none yet, or one that
+					// is refused (open to other users, say).
+					said.once(err.Error(), func() {
+						c.log.Warn("no token to present yet; waiting (laboro serve makes laboro.token at its first start; on another machine, copy a worker's token there, see laboro token)",
+							zap.Error(err))
+					})
+				}
 				return c.roleToken(tok, role)
 			}))
 		nc, err = nats.Connect(url, opts...)
@@ -84,6 +123,26 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	}
 	nc, err = nats.Connect(url, opts...)
 	return c.connected(url, nc, err)
+}
+
+// saidOnce runs each of its functions once by key: a message that a
+// connection's retries would repeat is logged once.
+type saidOnce struct {
+	mu   sync.Mutex
+	said map[string]bool
+}
+
+func (s *saidOnce) once(key string, say func()) {
+	s.mu.Lock()
+	first := !s.said[key]
+	if s.said == nil {
+		s.said = map[string]bool{}
+	}
+	s.said[key] = true
+	s.mu.Unlock()
+	if first {
+		say()
+	}
 }
 
 // roleToken is the token to present for role, from tok: the role's token
