@@ -11,7 +11,10 @@
 // A secret is never taken from the command line (where ps shows it); it
 // comes from an environment variable, which Ensure and Find then remove
 // from the process's environment so that no job started afterwards
-// inherits it, or from a file.
+// inherits it, or from a file. The variables of every secret the project
+// knows (Known) leave the environment as the program starts, whether it
+// reads them or not: a worker started from a shell that exports a
+// client's token passes it to no job.
 package secret
 
 import (
@@ -30,6 +33,22 @@ import (
 // DirEnv names the environment variable that, when set, is the directory
 // of the token files instead of the user's state directory.
 const DirEnv = "LABORO_STATE_DIR"
+
+// Known are the environment variables of the project's secrets.
+var Known = []string{"LABORO_TOKEN", "WORKERSERVER_API_TOKEN", "WORKERSERVER_PASSWORD", "FUQ_AUTH"}
+
+// held keeps the values of Known that the environment had when the
+// program started, taken out of it then; read-only afterwards.
+var held = map[string]string{}
+
+func init() {
+	for _, env := range Known {
+		if v, ok := os.LookupEnv(env); ok {
+			held[env] = v
+			os.Unsetenv(env)
+		}
+	}
+}
 
 // maxFile bounds a token file: a secret is short, and a file that is not
 // one (a mistake of path) must not be read whole.
@@ -139,6 +158,8 @@ func fromEnv(env string) (string, bool) {
 	v, ok := os.LookupEnv(env)
 	if ok {
 		os.Unsetenv(env)
+	} else {
+		v = held[env] // taken out as the program started
 	}
 	v = strings.TrimSpace(v)
 	return v, v != ""

@@ -79,3 +79,29 @@ func TestEqual(t *testing.T) {
 	assert.NotEqual(t, secret.New(), secret.New())
 	assert.False(t, strings.ContainsAny(secret.New(), " \n"))
 }
+
+// The project's secrets leave the environment as a program starts, read
+// or not: a job it starts inherits none; FromEnv still finds them.
+func TestKnownSecretsLeaveTheEnvironmentAtStart(t *testing.T) {
+	if os.Getenv("SECRET_TEST_CHILD") == "1" {
+		// The child: what a job started now would inherit, then what
+		// FromEnv finds.
+		out, err := exec.Command("env").Output()
+		if err != nil {
+			os.Exit(3)
+		}
+		os.Stdout.Write(out)
+		tok, ok := secret.FromEnv("WORKERSERVER_API_TOKEN")
+		os.Stdout.WriteString("FromEnv=" + tok + " " + map[bool]string{true: "ok"}[ok] + "\n")
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestKnownSecretsLeaveTheEnvironmentAtStart$")
+	cmd.Env = append(os.Environ(), "SECRET_TEST_CHILD=1", "WORKERSERVER_API_TOKEN=api-s3cret", "LABORO_TOKEN=lab-s3cret", "FUQ_AUTH=fuq-s3cret")
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", out)
+	for _, leaked := range []string{"api-s3cret", "lab-s3cret", "fuq-s3cret"} {
+		assert.NotContains(t, strings.Split(string(out), "FromEnv=")[0], leaked, "a job would inherit it")
+	}
+	assert.Contains(t, string(out), "SECRET_TEST_CHILD=1", "the rest of the environment stays")
+	assert.Contains(t, string(out), "FromEnv=api-s3cret ok\n")
+}
