@@ -53,7 +53,7 @@ func main() {
 	c.Flags.Int64Var(&w.MaxResult, "max-result", workerserver.DefaultMaxResult,
 		"the largest output of a job sent as its result, in bytes; a job that prints more fails")
 	logFlag := c.LogFlag(zap.InfoLevel)
-	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
+	c.Main(os.Args[1:], func(_ context.Context, args []string) error {
 		if *caFile != "" {
 			pem, err := os.ReadFile(*caFile)
 			if err != nil {
@@ -87,10 +87,25 @@ func main() {
 			return cli.Usagef("-c %d: must be at least 1", w.Concurrency)
 		}
 		w.Logger = logFlag.Logger()
-		if err := w.Run(ctx); !errors.Is(err, context.Canceled) {
+		// A first signal drains: the running jobs finish and are sent; a
+		// second kills them, and the master gives them to other workers.
+		drain, kill, stop := cli.Interrupts(context.Background())
+		defer stop()
+		context.AfterFunc(drain, func() {
+			if errors.Is(context.Cause(drain), cli.ErrInterrupted) {
+				w.Logger.Warn("interrupted: the running jobs finish (interrupt again to stop at once; the master gives them to others)")
+				w.Drain()
+			}
+		})
+		switch err := w.Run(kill); {
+		case err == nil:
+			w.Logger.Info("drained and stopped")
+			return nil
+		case errors.Is(err, context.Canceled):
+			w.Logger.Info("stopped by a signal; the jobs it ran go to other workers")
+			return nil
+		default:
 			return err
 		}
-		w.Logger.Info("stopped by a signal")
-		return nil
 	})
 }

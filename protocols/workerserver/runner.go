@@ -24,6 +24,19 @@ type JobSpec struct {
 	Params map[string]json.RawMessage `json:"params,omitempty"`
 }
 
+// String shows the job as its worker code and parameters, for logs and
+// summaries.
+func (s JobSpec) String() string {
+	if len(s.Params) == 0 {
+		return s.Worker
+	}
+	params, err := json.Marshal(s.Params)
+	if err != nil {
+		return s.Worker
+	}
+	return s.Worker + " " + string(params)
+}
+
 // NewJob returns the laboro.Job of a job for workers of code worker, with
 // params (the members of a JSON object; "jobId" and "worker" are taken) as
 // its Payload. The job's Meta is left to the caller.

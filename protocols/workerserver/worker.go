@@ -85,7 +85,11 @@ type Worker struct {
 	mu       sync.Mutex
 	running  map[string][]*running // by the master's job id
 	free     int                   // slots neither running a job nor asking for one
-	stopping bool                  // Run's ctx ended: no more jobs asked for
+	stopping bool                  // Run's ctx ended, or Drain: no more jobs asked for
+
+	drainOnce sync.Once
+	drainMu   sync.Mutex
+	draining  chan struct{} // closed by Drain
 }
 
 // running is a job this worker runs, as the local Executor knows it.
@@ -94,9 +98,35 @@ type running struct {
 	cancelled bool   // the master cancelled it
 }
 
+// leftToMaster is runJob's status for a job killed by Run's end: none is
+// sent, and the master gives the job to another worker.
+const leftToMaster = ""
+
+// Drain makes Run take no more jobs, let the running ones finish and send
+// their ends, then say Stopping and Offline and return nil. Run's context
+// ending meanwhile kills the jobs still running, as it always does.
+func (w *Worker) Drain() {
+	w.mu.Lock()
+	w.stopping = true
+	w.mu.Unlock()
+	w.drainOnce.Do(func() { close(w.drainCh()) })
+}
+
+// drainCh is the channel that Drain closes.
+func (w *Worker) drainCh() chan struct{} {
+	w.drainMu.Lock()
+	defer w.drainMu.Unlock()
+	if w.draining == nil {
+		w.draining = make(chan struct{})
+	}
+	return w.draining
+}
+
 // Run serves the master until ctx ends; it then stops the link (the
-// statuses of running jobs are cached), kills the running jobs, says
-// Stopping and Offline, and returns ctx.Err().
+// statuses of running jobs are cached), kills the running jobs (the master
+// gives them to other workers: no end is sent for them), says Stopping and
+// Offline, and returns ctx.Err(). After Drain, it returns nil once the
+// running jobs have finished and their ends are sent.
 func (w *Worker) Run(ctx context.Context) error {
 	if w.URL == "" || w.ServerID == "" || w.CodeDir == "" || w.CacheDir == "" {
 		return errors.New("workerserver: Worker needs URL, ServerID, CodeDir and CacheDir")
@@ -133,18 +163,37 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.ctx, w.ex, w.up = ctx, ex, up
 	w.pinger = up.NewPinger(w.ping)
 	up.Start()
-	<-ctx.Done()
+	drained := false
+	var idle chan struct{} // closed once no job runs, while draining
+	select {
+	case <-ctx.Done():
+	case <-w.drainCh():
+		w.Logger.Info("draining: no new job; the running ones finish")
+		idle = make(chan struct{})
+		go func() { w.jobs.Wait(); close(idle) }() // no job starts once stopping
+		select {
+		case <-idle:
+			drained = true
+		case <-ctx.Done():
+		}
+	}
 	w.mu.Lock()
 	w.stopping = true
 	w.mu.Unlock()
-	// Jobs still running end as killed; their last statuses go to the
-	// cache if the link cannot send them.
+	// Jobs still running are killed, and left to the master; the ends
+	// of the others go to the cache if the link cannot send them.
 	ex.Close()
 	w.jobs.Wait()
+	if idle != nil {
+		<-idle
+	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := up.Stop(stopCtx); err != nil {
 		w.Logger.Warn("stopping the link", zap.Error(err))
+	}
+	if drained {
+		return nil
 	}
 	return ctx.Err()
 }
@@ -274,10 +323,17 @@ func (w *Worker) start(order JobOrder) bool {
 	go func() {
 		defer w.jobs.Done()
 		status, data := w.runJob(context.WithoutCancel(w.ctx), order, r)
-		w.Logger.Info("job ended", zap.String("job", order.JobID), zap.String("status", status))
 		if first != nil {
 			first.Stop() // should it fire now, Complete orders the two
 		}
+		if status == leftToMaster {
+			// The master gives it to another worker at this one's
+			// Stopping: it must not end Failed for the stop.
+			w.Logger.Info("job killed by the worker's stop: left to the master to run again", zap.String("job", order.JobID))
+			stream.Abandon()
+			return
+		}
+		w.Logger.Info("job ended", zap.String("job", order.JobID), zap.String("status", status))
 		w.mu.Lock()
 		rs := slices.DeleteFunc(w.running[order.JobID], func(x *running) bool { return x == r })
 		if len(rs) == 0 {
@@ -342,7 +398,15 @@ func (w *Worker) runJob(ctx context.Context, order JobOrder, r *running) (string
 	if err != nil {
 		return fail("BadParams", err)
 	}
-	h, err := ex.Submit(ctx, laboro.Job{Args: []string{exe}, Stdin: bytes.NewReader(params)})
+	// Under the master's id, so that the worker's log lines name the job
+	// as the master does; under one of its own, should that id run here
+	// already (given again after its lease was thought lost).
+	job := laboro.Job{ID: order.JobID, Args: []string{exe}, Stdin: bytes.NewReader(params)}
+	h, err := ex.Submit(ctx, job)
+	if errors.Is(err, laboro.ErrDuplicateID) {
+		job.ID = ""
+		h, err = ex.Submit(ctx, job)
+	}
 	if err != nil {
 		return fail("NotStarted", err)
 	}
@@ -363,6 +427,9 @@ func (w *Worker) runJob(ctx context.Context, order JobOrder, r *running) (string
 	w.mu.Unlock()
 	if cancelled && res.Status != laboro.StatusSucceeded && res.Status != laboro.StatusFailed {
 		return JobCancelled, ErrorData{Error: ErrorDetail{Name: "Cancelled", Message: "cancelled by the master"}}
+	}
+	if res.Status == laboro.StatusKilled && w.isStopping() {
+		return leftToMaster, nil // killed by Run's end: no outcome of the job's
 	}
 	if res.Status != laboro.StatusSucceeded {
 		msg := fmt.Sprint(res.Err)

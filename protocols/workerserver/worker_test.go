@@ -19,6 +19,7 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 )
 
 // A Worker against a real Master over loopback HTTP: a job's result, a
@@ -382,4 +383,82 @@ func waitSucceeded(t *testing.T, ctx context.Context, hs []*laboro.Handle) {
 		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 		res.Output.Close()
 	}
+}
+
+// gatedMaster is a Master on loopback HTTP, an Executor on it, and a code
+// "gated" that, once started, ends, printing {"ok": 1}, once the file the
+// returned open makes exists; started reports whether one has started;
+// newWorker gives a Worker w1 of it, not yet running.
+func gatedMaster(t *testing.T) (m *Master, ex *laboro.Executor, newWorker func() *Worker, started func() bool, open func()) {
+	codes, dir := t.TempDir(), t.TempDir()
+	gate, mark := filepath.Join(dir, "gate"), filepath.Join(dir, "started")
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "gated"),
+		fmt.Appendf(nil, "#!/bin/sh\ntouch %s\nwhile [ ! -e %s ]; do sleep 0.01; done\necho '{\"ok\": 1}'\n", mark, gate), 0o755))
+	started = func() bool { _, err := os.Stat(mark); return err == nil }
+	m = &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir()}
+	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(8), laboro.WithConcurrency(8))
+	require.NoError(t, err)
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(func() { srv.Close(); m.Close(); ex.Close() })
+	cache := t.TempDir()
+	newWorker = func() *Worker {
+		return &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: cache,
+			Concurrency: 2, Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond, Logger: zaptest.NewLogger(t)}
+	}
+	return m, ex, newWorker, started, func() { require.NoError(t, os.WriteFile(gate, nil, 0o600)) }
+}
+
+// A worker stopped (its context ended) while a job runs kills it, but
+// sends no end for it: the master gives it back, and it runs again; it
+// does not end Failed for the stop.
+func TestWorkerStopLeavesItsJobsToTheMaster(t *testing.T) {
+	m, ex, newWorker, started, open := gatedMaster(t)
+	ctx := t.Context()
+	h, err := ex.Submit(ctx, NewJob("s", "gated", nil))
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- newWorker().Run(wctx) }()
+	require.Eventually(t, started, 20*time.Second, time.Millisecond)
+	stop()
+	require.ErrorIs(t, <-ran, context.Canceled)
+	rec, _ := m.Job("s")
+	assert.Equal(t, JobQueued, rec.Status, "back in line, not failed: %+v", rec.History)
+
+	open()
+	wctx, stop = context.WithCancel(ctx)
+	defer stop()
+	go func() { ran <- newWorker().Run(wctx) }()
+	res, err := h.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	res.Output.Close()
+	stop()
+	require.ErrorIs(t, <-ran, context.Canceled)
+}
+
+// A draining worker takes no new job, lets the one it runs finish and
+// sends its end, then returns nil.
+func TestWorkerDrain(t *testing.T) {
+	m, ex, newWorker, started, open := gatedMaster(t)
+	ctx := t.Context()
+	h, err := ex.Submit(ctx, NewJob("s", "gated", nil))
+	require.NoError(t, err)
+	w := newWorker()
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	require.Eventually(t, started, 20*time.Second, time.Millisecond)
+	w.Drain()
+	later, err := ex.Submit(ctx, NewJob("t", "gated", nil))
+	require.NoError(t, err)
+	open()
+	require.NoError(t, <-ran)
+	res, err := h.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	res.Output.Close()
+	rec, _ := m.Job("t")
+	assert.Equal(t, JobQueued, rec.Status, "no job taken while draining")
+	require.NoError(t, ex.Cancel(later.ID()))
 }

@@ -142,6 +142,28 @@ func (j *JobStream) Complete(body []byte) {
 	j.l.mu.Unlock()
 }
 
+// Abandon ends the stream without a completion: no progress is sent after
+// it, a queued one is cancelled, and the job is forgotten, left to the
+// master (which gives back the jobs of a worker that stops, or whose lease
+// ends). Use it for a job that did not end by itself but by the worker's
+// own stop: its end is no outcome to report. After Complete it does
+// nothing.
+func (j *JobStream) Abandon() {
+	j.mu.Lock()
+	if j.complete {
+		j.mu.Unlock()
+		return
+	}
+	j.complete = true
+	j.cancelLocked()
+	j.mu.Unlock()
+	j.l.mu.Lock()
+	if j.l.jobs[j.key] == j {
+		delete(j.l.jobs, j.key)
+	}
+	j.l.mu.Unlock()
+}
+
 // cancelLocked cancels a queued progress.
 func (j *JobStream) cancelLocked() {
 	if j.timer != nil {

@@ -90,6 +90,25 @@ func TestJobCompletion_CancelsQueuedProgress(t *testing.T) {
 	assert.Equal(t, []string{"send a 1", "send a final done"}, s.m.sendsOf("a"))
 }
 
+// An abandoned job sends nothing more, not even a completion: its queued
+// progress is cancelled, and its key begins a new stream.
+func TestJobAbandon(t *testing.T) {
+	s := newSetup(t, Config{})
+	s.connected(t)
+	j := s.l.Job("a")
+	j.Progress([]byte("1"))
+	waitPending(t, s.clock, 1)
+	j.Progress([]byte("2")) // queued
+	j.Abandon()
+	assert.Empty(t, s.clock.Pending(), "the queued progress is cancelled")
+	s.clock.Advance(time.Minute)
+	j.Progress([]byte("3"))
+	j.Complete([]byte("done"))
+	stays(t, func() bool { return len(s.m.sendsOf("a")) == 1 }, "nothing after the abandon")
+	assert.Equal(t, []string{"send a 1"}, s.m.sendsOf("a"))
+	assert.NotSame(t, j, s.l.Job("a"))
+}
+
 // Rule "Job completion": if a progress is being sent, wait until it ends,
 // then send the completion.
 func TestJobCompletion_WaitsForProgressInFlight(t *testing.T) {
