@@ -57,7 +57,12 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 		if err := api.do(ctx, "POST", "/api/jobs", map[string]any{"id": *id, "worker": *worker, "params": p}, &got); err != nil {
 			return err
 		}
-		fmt.Println(got.ID)
+		if *wait {
+			// Standard output is the job's result: the id goes beside.
+			fmt.Fprintf(os.Stderr, "job %s\n", got.ID)
+		} else {
+			fmt.Println(got.ID)
+		}
 		if !workerserver.NumericID(got.ID) {
 			fmt.Fprintf(os.Stderr, "warning: job id %q is not a decimal number: a worker-server 0.9.2 (Node) worker loses "+
 				"the statuses it has to keep for such a job while the master is away; leave -id out to have the master pick one\n", got.ID)

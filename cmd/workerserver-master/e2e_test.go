@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -310,7 +311,8 @@ func TestUnofferedCode(t *testing.T) {
 	assert.Equal(t, id+"\tresize\tQueued\t\tno worker offers \"resize\"\n", string(out))
 	require.NoError(t, exec.Command(masterBin, "cancel", "-url", url, id).Run())
 	assert.Equal(t, 1, sub.Wait(t, 20*time.Second), "a job that does not end Done")
-	assert.Equal(t, id+"\n", sub.Stdout.String()[:len(id)+1])
+	assert.NotContains(t, sub.Stdout.String(), id+"\n", "with -wait, standard output is the job's result alone")
+	assert.Contains(t, sub.Log(), "job "+id+"\n")
 	assert.Equal(t, 1, strings.Count(sub.Log(), "warning:"), sub.Log())
 
 	cmd := exec.Command(masterBin, "submit", "-url", url, "-worker", "echo", "-id", "job-a")
@@ -358,11 +360,24 @@ func TestUsage(t *testing.T) {
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 	}
-	for _, args := range [][]string{{}, {"-url", "http://x"}, {"-url", "http://x", "-id", "a", "-codes", "c", "-cache", "d", "extra"}} {
-		err := exec.Command(worker, args...).Run()
+	codes := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{nil, "-url is required"}, {[]string{"-url", "http://x"}, "-id is required"},
+		{[]string{"-url", "http://x", "-id", "a", "-codes", codes, "-cache", "d", "extra"}, `unexpected argument "extra"`},
+		{[]string{"-url", "ftp://x", "-id", "a", "-codes", codes, "-cache", "d"}, `-url "ftp://x": want the master's http:// or https:// base URL`},
+		{[]string{"-url", "http://x", "-id", "a", "-codes", "nonexistent", "-cache", "d"}, `-codes "nonexistent": not a folder of executables`},
+		{[]string{"-url", "http://x", "-id", "a", "-codes", codes, "-cache", "d"}, "no password: set WORKERSERVER_PASSWORD, or give -password-file"},
+	} {
+		cmd := exec.Command(worker, tc.args...)
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "WORKERSERVER_PASSWORD=") })
+		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
-		require.ErrorAs(t, err, &ee, "%v", args)
-		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+		require.ErrorAs(t, err, &ee, "%v", tc.args)
+		assert.Equal(t, 2, ee.ExitCode(), "%v", tc.args)
+		assert.Contains(t, string(out), tc.says, "%v", tc.args)
 	}
 }
 

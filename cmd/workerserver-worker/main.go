@@ -18,6 +18,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"runtime"
 
@@ -85,6 +86,15 @@ func main() {
 			return cli.Usagef("unexpected argument %q", args[0])
 		case w.Concurrency < 1:
 			return cli.Usagef("-c %d: must be at least 1", w.Concurrency)
+		}
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return cli.Usagef("-url %q: want the master's http:// or https:// base URL, like http://master:8080", w.URL)
+		}
+		if fi, err := os.Stat(w.CodeDir); err != nil || !fi.IsDir() {
+			return cli.Usagef("-codes %q: not a folder of executables", w.CodeDir)
+		}
+		if w.Password == "" {
+			return cli.Usagef("no password: set WORKERSERVER_PASSWORD, or give -password-file")
 		}
 		w.Logger = logFlag.Logger()
 		// A first signal drains: the running jobs finish and are sent; a
