@@ -252,6 +252,12 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	// The submissions up to this one were made before this Run: their
+	// outcomes, read back from the streams, end no batch now.
+	var replayTo uint64
+	if st, err := js.Stream(ctx, cfg.submitStream()); err == nil {
+		replayTo = st.CachedInfo().State.LastSeq
+	}
 	cons, err := js.OrderedConsumer(ctx, cfg.submitStream(), natsjs.OrderedConsumerConfig{
 		DeliverPolicy: natsjs.DeliverAllPolicy,
 	})
@@ -296,8 +302,9 @@ func (s *Service) run(ctx context.Context) error {
 			continue
 		}
 		var when time.Time
+		replayed := false
 		if md, err := msg.Metadata(); err == nil {
-			when = md.Timestamp
+			when, replayed = md.Timestamp, md.Sequence.Stream <= replayTo
 		}
 		if !sv.t.add(wj.ID, batch, commandLine(wj), when) {
 			log.Debug("job submitted again; the first submission stands", zap.String("job", wj.ID))
@@ -314,7 +321,11 @@ func (s *Service) run(ctx context.Context) error {
 			return nil
 		}
 		if err == nil && raw != nil {
-			sv.finish(wj.ID, decodeResult(raw.Header, nil))
+			if replayed {
+				sv.t.finish(wj.ID, decodeResult(raw.Header, nil)) // counted, not logged
+			} else {
+				sv.finish(wj.ID, decodeResult(raw.Header, nil))
+			}
 			continue
 		}
 		// The timeout of a submitted job bounds its run, not its wait for
@@ -344,7 +355,9 @@ func (s *Service) run(ctx context.Context) error {
 	}
 }
 
-// finish records job id's result, and logs the end of its batch.
+// finish records job id's result, and logs the end of its batch. (The
+// outcomes read back as a Run starts are recorded alone: a batch read so
+// far may look ended, and one that ended before is no news.)
 func (sv *serving) finish(id string, res laboro.Result) {
 	if b, last := sv.t.finish(id, res); last {
 		sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),

@@ -139,13 +139,18 @@ func TestServiceRestart(t *testing.T) {
 	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
 	ctx := testCtx(t, 2*time.Minute)
 
+	// A batch that ends before the restart, and one the restart cuts.
+	_, err := cl.Submit(ctx, "old", []laboro.Job{{Script: "true"}, {Script: "true"}})
+	require.NoError(t, err)
+	_, err = cl.Wait(ctx, "old", 2, 5*time.Millisecond, nil)
+	require.NoError(t, err)
 	marks := filepath.Join(t.TempDir(), "marks")
 	const n = 100
 	jobs := make([]laboro.Job, n)
 	for i := range jobs {
 		jobs[i] = laboro.Job{Script: fmt.Sprintf("echo %d >> %s; sleep 0.02", i, marks)}
 	}
-	_, err := cl.Submit(ctx, "r", jobs)
+	_, err = cl.Submit(ctx, "r", jobs)
 	require.NoError(t, err)
 	_, err = cl.Wait(ctx, "r", n/5, 5*time.Millisecond, nil)
 	require.NoError(t, err)
@@ -153,10 +158,16 @@ func TestServiceRestart(t *testing.T) {
 	_, err = cl.Status(ctx, StatusRequest{})
 	require.ErrorIs(t, err, ErrNoService)
 
-	startService(t, nc, Config{}, 4)
+	core, logs := observer.New(zap.InfoLevel)
+	startService(t, nc, Config{Logger: zap.New(core)}, 4)
 	b, err := cl.Wait(ctx, "r", n, 20*time.Millisecond, nil)
 	require.NoError(t, err)
 	assert.Equal(t, n, b.Succeeded)
+	// The outcomes the restarted service read back end no batch: "old"
+	// ended before it, and r, if it says it is done, is whole.
+	for _, e := range logs.FilterMessage("batch done").AllUntimed() {
+		assert.Equal(t, map[string]any{"batch": "r", "jobs": int64(n), "succeeded": int64(n), "failed": int64(0)}, e.ContextMap())
+	}
 	data, err := os.ReadFile(marks)
 	require.NoError(t, err)
 	assert.Equal(t, n, strings.Count(string(data), "\n"), "every job ran once")
