@@ -59,6 +59,9 @@ func StartEmbedded(dir, host string, port int, opts ...EmbeddedOption) (e *Embed
 	if dir == "" {
 		return nil, errors.New("jetstream: the embedded server needs a data directory")
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil { // as the server would
+		return nil, fmt.Errorf("jetstream: the embedded server's data directory: %w", err)
+	}
 	lock, err := lockDir(dir)
 	if err != nil {
 		return nil, err

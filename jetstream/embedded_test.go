@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestEmbeddedToken(t *testing.T) {
 // directory in use (two servers would corrupt one store) and on an address
 // in use; the directory is free again once the first has shut down.
 func TestEmbeddedRefusesWhatIsInUse(t *testing.T) {
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "nats") // made by the first
 	srv, err := StartEmbedded(dir, "127.0.0.1", -1)
 	require.NoError(t, err)
 	_, err = StartEmbedded(dir, "127.0.0.1", -1)
