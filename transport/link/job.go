@@ -119,12 +119,10 @@ func (j *JobStream) fire(gen uint64) {
 // counts; later ones do nothing.
 func (j *JobStream) Complete(body []byte) {
 	j.mu.Lock()
-	if j.complete {
+	if !j.endLocked() {
 		j.mu.Unlock()
 		return
 	}
-	j.complete = true
-	j.cancelLocked()
 	for j.sending {
 		idle := j.idle
 		j.mu.Unlock()
@@ -135,11 +133,7 @@ func (j *JobStream) Complete(body []byte) {
 	if err := j.l.Send(j.l.life, Message{Key: j.key, Final: true, Body: bytes.Clone(body)}); err != nil {
 		j.l.log.Error("transport: completion lost", zap.String("key", j.key), zap.Error(err))
 	}
-	j.l.mu.Lock()
-	if j.l.jobs[j.key] == j {
-		delete(j.l.jobs, j.key)
-	}
-	j.l.mu.Unlock()
+	j.forget()
 }
 
 // Abandon ends the stream without a completion: no progress is sent after
@@ -150,13 +144,27 @@ func (j *JobStream) Complete(body []byte) {
 // nothing.
 func (j *JobStream) Abandon() {
 	j.mu.Lock()
+	ended := j.endLocked()
+	j.mu.Unlock()
+	if ended {
+		j.forget()
+	}
+}
+
+// endLocked marks the stream complete and cancels a queued progress; it
+// returns false if it was complete already. j.mu is held.
+func (j *JobStream) endLocked() bool {
 	if j.complete {
-		j.mu.Unlock()
-		return
+		return false
 	}
 	j.complete = true
 	j.cancelLocked()
-	j.mu.Unlock()
+	return true
+}
+
+// forget takes the ended stream off the link: the key's next Job begins
+// a new one.
+func (j *JobStream) forget() {
 	j.l.mu.Lock()
 	if j.l.jobs[j.key] == j {
 		delete(j.l.jobs, j.key)
