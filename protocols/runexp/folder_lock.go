@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"github.com/laboro-go/laboro/internal/dirlock"
 )
 
 // ErrFolderBusy is returned by Folder.Lock when another process holds the
@@ -20,25 +20,12 @@ func (f Folder) Lock() (unlock func(), err error) {
 	if err := os.MkdirAll(f.Outputs, 0o755); err != nil {
 		return nil, err
 	}
-	dir, err := os.Open(f.Outputs)
-	if err != nil {
-		return nil, err
-	}
-	rc, err := dir.SyscallConn()
-	if err == nil {
-		cerr := rc.Control(func(fd uintptr) {
-			err = unix.Flock(int(fd), unix.LOCK_EX|unix.LOCK_NB)
-		})
-		if err == nil {
-			err = cerr
-		}
+	dir, err := dirlock.Lock(f.Outputs)
+	if errors.Is(err, dirlock.ErrHeld) {
+		return nil, fmt.Errorf("%w (its outputs: %s)", ErrFolderBusy, f.Outputs)
 	}
 	if err != nil {
-		dir.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w (its outputs: %s)", ErrFolderBusy, f.Outputs)
-		}
-		return nil, fmt.Errorf("runexp: locking %s: %w", f.Outputs, err)
+		return nil, fmt.Errorf("runexp: %w", err)
 	}
 	return func() { dir.Close() }, nil
 }
