@@ -24,20 +24,16 @@ import (
 // storage in a temporary directory. It returns once JetStream has a meta
 // leader that sees every server and a stream with n replicas can be
 // created. The servers are shut down at the end of the test.
+//
+// Each server's cluster port is one the kernel gives it as it listens, and
+// each server routes to the ones started before it (the cluster tells every
+// server of the others). Ports picked beforehand, closed and listened on
+// again later, could be taken in between by any other test's listener.
 func startCluster(t *testing.T, n int) []*server.Server {
 	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		ports[i] = freePort(t)
-	}
 	servers := make([]*server.Server, n)
+	var routes []string
 	for i := range servers {
-		var routes []string
-		for j, p := range ports {
-			if j != i {
-				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-			}
-		}
 		srv, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
 			Host:       "127.0.0.1",
@@ -46,7 +42,7 @@ func startCluster(t *testing.T, n int) []*server.Server {
 			StoreDir:   t.TempDir(),
 			NoSigs:     true,
 			NoLog:      true,
-			Cluster:    server.ClusterOpts{Name: "laboro", Host: "127.0.0.1", Port: ports[i]},
+			Cluster:    server.ClusterOpts{Name: "laboro", Host: "127.0.0.1", Port: -1},
 			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
 		})
 		require.NoError(t, err)
@@ -55,10 +51,9 @@ func startCluster(t *testing.T, n int) []*server.Server {
 			srv.WaitForShutdown()
 		})
 		srv.Start()
-		servers[i] = srv
-	}
-	for _, srv := range servers {
 		require.True(t, srv.ReadyForConnections(10*time.Second), "server %s not ready", srv.Name())
+		routes = append(routes, fmt.Sprintf("nats-route://%s", srv.ClusterAddr()))
+		servers[i] = srv
 	}
 
 	// A meta leader that sees every server, and every server current.

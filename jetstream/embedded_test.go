@@ -26,7 +26,14 @@ func TestEmbeddedToken(t *testing.T) {
 	_, err = nats.Connect(srv.URL())
 	require.Error(t, err)
 
-	nc, err := nats.Connect(srv.URL(), nats.Token("s3cret"))
+	refused := make(chan error, 4) // what the server tells this client it may not do
+	nc, err := nats.Connect(srv.URL(), nats.Token("s3cret"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case refused <- err:
+			default:
+			}
+		}))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	m := newManager(t, nc, Config{})
@@ -40,6 +47,13 @@ func TestEmbeddedToken(t *testing.T) {
 	// A refused request gets no answer: each waits a second, in vain.
 	for _, name := range []string{"LABORO_JOBS", "LABORO_RESULTS"} {
 		assert.Error(t, js.DeleteStream(testCtx(t, time.Second), name), "%s deleted", name)
+		select {
+		case err := <-refused:
+			assert.ErrorIs(t, err, nats.ErrPermissionViolation)
+			assert.ErrorContains(t, err, "STREAM.DELETE."+name)
+		case <-testCtx(t, 10*time.Second).Done():
+			t.Fatalf("the server did not say it refused deleting %s", name)
+		}
 		_, err := js.Stream(testCtx(t, 10*time.Second), name)
 		require.NoError(t, err, "%s is gone", name)
 	}
