@@ -52,6 +52,7 @@ type Executor struct {
 
 	// What Stats adds to the state above; see there.
 	epoch    time.Time // queue times are read against it: the monotonic clock only
+	started  int64
 	ended    [StatusCancelled + 1]int64
 	outBytes int64
 	waits    Histogram
@@ -380,6 +381,7 @@ func (e *Executor) Stats() Stats {
 		Queued:      e.queue.Len(),
 		Blocked:     e.waiters.len(),
 		BufferSize:  e.capacity,
+		Started:     e.started,
 		Ended:       e.ended,
 		OutputBytes: e.outBytes,
 		Waits:       e.waits,

@@ -21,6 +21,10 @@ type Stats struct {
 	Blocked     int // Submit calls waiting for room in the buffer
 	BufferSize  int // the buffer's capacity
 
+	// Started counts the jobs taken from the buffer to run since New: the
+	// Runner's Run is called once for each. A job counts as Running from
+	// then until its result is recorded, after Run has returned.
+	Started int64
 	// Ended counts the jobs that ended since New, by status:
 	// Ended[StatusFailed] is the number of jobs that failed.
 	Ended [StatusCancelled + 1]int64

@@ -13,6 +13,50 @@ import (
 	"github.com/laboro-go/laboro"
 )
 
+// blockingRunner runs no process: each Run reports the Executor's Stats
+// as it is entered, then waits for release.
+type blockingRunner struct {
+	ex      *laboro.Executor
+	entered chan laboro.Stats
+	release chan struct{}
+}
+
+func (r *blockingRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
+	r.entered <- r.ex.Stats()
+	<-r.release
+	return laboro.Result{}
+}
+
+// Started counts a job before its Runner's Run is called, once: a Runner
+// that counts its own Run calls learns from it how many jobs the Executor
+// has taken from the buffer but not yet given it (Running cannot tell
+// them, since it still counts a job for a moment after its Run returns).
+func TestStatsStartedBeforeRun(t *testing.T) {
+	r := &blockingRunner{entered: make(chan laboro.Stats), release: make(chan struct{})}
+	ex, err := laboro.New(laboro.WithRunner(r), laboro.WithConcurrency(1))
+	require.NoError(t, err)
+	defer ex.Close()
+	r.ex = ex
+	ctx := context.Background()
+	var handles []*laboro.Handle
+	for _, id := range []string{"first", "second"} {
+		h, err := ex.Submit(ctx, laboro.Job{ID: id, Command: "true"})
+		require.NoError(t, err)
+		handles = append(handles, h)
+	}
+	for i, h := range handles {
+		st := <-r.entered
+		assert.EqualValues(t, i+1, st.Started, "as Run of job %d is entered", i+1)
+		assert.Equal(t, 1, st.Running)
+		r.release <- struct{}{}
+		_, err := h.Wait(ctx)
+		require.NoError(t, err)
+	}
+	st := ex.Stats()
+	assert.EqualValues(t, 2, st.Started)
+	assert.EqualValues(t, 2, st.Finished())
+}
+
 // What Stats counts as jobs end, whatever way they end, and what a poller
 // learns from Changes.
 func TestStatsCountEveryEnd(t *testing.T) {
@@ -56,6 +100,7 @@ func TestStatsCountEveryEnd(t *testing.T) {
 	assert.EqualValues(t, 1, st.Ended[laboro.StatusStopped])
 	assert.EqualValues(t, 9, st.OutputBytes)
 	assert.EqualValues(t, 3, st.Runs.Count, "the stopped job never ran")
+	assert.EqualValues(t, 3, st.Started, "the stopped job never started")
 	assert.EqualValues(t, 3, st.Waits.Count)
 	assert.Zero(t, st.Running+st.Queued+st.Blocked)
 	// 4 queued, 1 stopped, the level, 3 started, 3 ended: 12 changes.

@@ -87,6 +87,7 @@ func (e *Executor) start(i int, now time.Time) *Handle {
 	h.state = stateRunning
 	e.current[i] = h
 	e.running++
+	e.started++
 	e.changes++
 	e.admit(now)
 	if e.events != nil {

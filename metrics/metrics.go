@@ -14,6 +14,7 @@
 //
 // The metrics, all prefixed laboro_:
 //
+//	jobs_started_total            counter    jobs taken from the buffer to run
 //	jobs_finished_total{status}   counter    jobs that ended, by Status ("succeeded", "failed", …)
 //	job_queue_wait_seconds        histogram  from entering the buffer to starting (jobs that ran, counted at their end)
 //	job_run_seconds               histogram  from starting to ending (jobs that ran)
@@ -41,7 +42,7 @@ import (
 // Collector exports an Executor's metrics. Attach the Executor and
 // register the Collector. Its methods are safe for concurrent use.
 type Collector struct {
-	finished, wait, run, output                                *prometheus.Desc
+	started, finished, wait, run, output                       *prometheus.Desc
 	running, queued, blocked, concurrency, parallelism, buffer *prometheus.Desc
 	fleet                                                      *prometheus.Desc
 
@@ -65,6 +66,7 @@ func New() *Collector {
 		return prometheus.NewDesc("laboro_"+name, help, labels, nil)
 	}
 	return &Collector{
+		started:     desc("jobs_started_total", "Jobs taken from the buffer to run."),
 		finished:    desc("jobs_finished_total", "Jobs that ended, by status.", "status"),
 		wait:        desc("job_queue_wait_seconds", "Time jobs waited in the buffer before they started."),
 		run:         desc("job_run_seconds", "Time jobs ran, from start to end."),
@@ -89,7 +91,7 @@ func (c *Collector) CountWorkers(count func() int) { c.workers.Store(&count) }
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.finished, c.wait, c.run, c.output, c.running, c.queued, c.blocked,
+	for _, d := range []*prometheus.Desc{c.started, c.finished, c.wait, c.run, c.output, c.running, c.queued, c.blocked,
 		c.concurrency, c.parallelism, c.buffer, c.fleet} {
 		ch <- d
 	}
@@ -110,6 +112,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for s := laboro.StatusSucceeded; int(s) < len(st.Ended); s++ {
 		ch <- prometheus.MustNewConstMetric(c.finished, prometheus.CounterValue, float64(st.Ended[s]), s.String())
 	}
+	ch <- prometheus.MustNewConstMetric(c.started, prometheus.CounterValue, float64(st.Started))
 	ch <- histogram(c.wait, &st.Waits)
 	ch <- histogram(c.run, &st.Runs)
 	ch <- prometheus.MustNewConstMetric(c.output, prometheus.CounterValue, float64(st.OutputBytes))

@@ -62,6 +62,9 @@ laboro_concurrency 0
 	// Each job's counts are in before its Handle has its result.
 
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP laboro_jobs_started_total Jobs taken from the buffer to run.
+# TYPE laboro_jobs_started_total counter
+laboro_jobs_started_total 2
 # HELP laboro_jobs_finished_total Jobs that ended, by status.
 # TYPE laboro_jobs_finished_total counter
 laboro_jobs_finished_total{status="cancelled"} 0
@@ -83,7 +86,7 @@ laboro_jobs_queued 0
 # HELP laboro_buffer_size The buffer's capacity.
 # TYPE laboro_buffer_size gauge
 laboro_buffer_size 8
-`), "laboro_jobs_finished_total", "laboro_job_output_bytes_total", "laboro_jobs_running", "laboro_jobs_queued", "laboro_buffer_size"))
+`), "laboro_jobs_started_total", "laboro_jobs_finished_total", "laboro_job_output_bytes_total", "laboro_jobs_running", "laboro_jobs_queued", "laboro_buffer_size"))
 	assert.Equal(t, 1, testutil.CollectAndCount(col, "laboro_job_run_seconds"))
 	families, err := reg.Gather()
 	require.NoError(t, err)

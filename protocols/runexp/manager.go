@@ -125,7 +125,7 @@ type Manager struct {
 	wake    chan struct{}      // closed and replaced when waiting PETOs should look again
 	runners map[*remote]bool   // connected runners
 	records map[string]*record // per host name, kept across reconnects
-	inRun   int                // Run calls in progress
+	runs    int64              // Run calls begun
 	source  *laboro.Executor   // set by Finish: no more jobs will be submitted to it
 	idle    chan struct{}      // closed when no runner is connected; nil while some are
 	done    int                // results received
@@ -225,15 +225,14 @@ func jobType(job laboro.Job) (JobType, bool) {
 // (transport.ErrDuplicate): runexp names jobs by name only.
 func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	m.init()
-	// inRun and the line change together, for canEnd.
+	// runs and the line change together, for canEnd.
 	m.mu.Lock()
-	m.inRun++
+	m.runs++
 	t, err := m.d.Add(ctx, job.ID, job)
 	m.broadcast()
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
-		m.inRun--
 		m.broadcast() // the end of Run may let runners finish
 		m.mu.Unlock()
 	}()
@@ -245,7 +244,7 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 }
 
 // Finish tells the Manager that no more jobs will be submitted to ex, the
-// Executor it serves. From then on, once ex has handed every job it holds
+// Executor it serves (every call of Run comes from ex). From then on, once ex has handed every job it holds
 // to Run, a runner that asks while no job is pending and no other runner
 // has one out is told FINO; until then it is told ATENDI, so that a job
 // coming back from a runner that died still finds runners.
@@ -262,10 +261,11 @@ func (m *Manager) canEnd(s *remote) bool {
 	if m.source == nil {
 		return false
 	}
-	// Jobs between the Executor's queue and Run count as Running there
-	// but not yet in inRun. Read before the Dispatcher: a Run that adds
-	// a job does so under m.mu.
-	if st := m.source.Stats(); st.Queued > 0 || st.Blocked > 0 || st.Running > m.inRun {
+	// A job the Executor has taken from its queue but not yet given to
+	// Run is one the Executor has Started and no Run has begun with (its
+	// Running also counts jobs whose Run has returned, for a moment). Read
+	// before the Dispatcher: a Run that adds a job does so under m.mu.
+	if st := m.source.Stats(); st.Queued > 0 || st.Blocked > 0 || st.Started > m.runs {
 		return false
 	}
 	// No job in line, and none out at another runner (one that could

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -502,6 +503,46 @@ func TestManagerFinoWhileJobsOut(t *testing.T) {
 	res, _ = result(t, h2)
 	assert.Equal(t, laboro.StatusFailed, res.Status)
 	<-tm.m.Idle()
+}
+
+// holdRunner runs jobs with the Manager and then holds each result until
+// release is closed: the Executor still counts the job as running, as it
+// does for a moment after any Run returns.
+type holdRunner struct {
+	m        *Manager
+	returned chan string
+	release  chan struct{}
+}
+
+func (h holdRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
+	res := h.m.Run(ctx, job)
+	h.returned <- job.ID
+	<-h.release
+	return res
+}
+
+// A job whose result has come back is not one to wait for, even before the
+// Executor has recorded its end: the runner that sent it is told FINO.
+func TestManagerFinoBeforeTheCoreRecordsTheEnd(t *testing.T) {
+	m := &Manager{}
+	hold := holdRunner{m: m, returned: make(chan string, 1), release: make(chan struct{})}
+	tm := startManager(t, m, laboro.WithRunner(hold))
+	release := sync.OnceFunc(func() { close(hold.release) })
+	t.Cleanup(release) // before the Executor closes, should the test fail
+	h := tm.submitInLine(t, "a", "echo a\n")
+	r := join(t, tm.addr, "r")
+	r.take()
+	tm.m.Finish(tm.ex)
+	r.report("a", "success", "a\n")
+	require.Equal(t, "a", <-hold.returned)
+	require.Equal(t, 1, tm.ex.Stats().Running, "the Executor has not recorded the end")
+	r.exchange("PETO", "FINO")
+	r.say("FINO ANKAU")
+	r.closed()
+	release()
+	res, out := result(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status)
+	assert.Equal(t, "a\n", out)
 }
 
 // No job now but more may come: ATENDI after IdleWait; a job that arrives
