@@ -149,13 +149,13 @@ func TestFiveHundredTasks(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	foreman, worker := build(t)
-	for _, args := range [][]string{{"frobnicate"}, {"submit", "-name", "x"}, {"-bogus"}, {"status", "a", "b"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"submit", "-name", "x"}, {"-bogus"}, {"status", "a", "b"}, {"-grace", "-1s"}} {
 		err := exec.Command(foreman, append(args, "-control", "/nonexistent/sock")...).Run()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 	}
-	for _, args := range [][]string{{}, {"-np", "0", "-connect", "x:1"}, {"-connect", "x:1", "extra"}} {
+	for _, args := range [][]string{{}, {"-np", "0", "-connect", "x:1"}, {"-connect", "x:1", "extra"}, {"-reconnect", "0s", "-connect", "x:1"}} {
 		err := exec.Command(worker, args...).Run()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)

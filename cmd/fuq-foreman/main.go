@@ -89,6 +89,7 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
 	listen := c.Flags.String("listen", "127.0.0.1:7720", "address workers connect to (\":7720\" for every interface)")
 	grace := c.Flags.Duration("grace", fuq.DefaultGrace, "how long a vanished worker's tasks wait for it")
+	c.NotNegative("grace")
 	var lim limits
 	c.Flags.IntVar(&lim.tasks, "max-tasks", fuq.DefaultMaxTasks, "the most tasks one job may have")
 	c.Flags.IntVar(&lim.endedTasks, "keep-tasks", fuq.DefaultMaxEndedTasks, "the most tasks of ended jobs the foreman remembers (for status); the oldest jobs are forgotten first")
@@ -112,9 +113,6 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		}
 		if err := lim.check(); err != nil {
 			return err
-		}
-		if *grace < 0 {
-			return cli.Usagef("-grace %v: must be 0 or more", *grace)
 		}
 		return serve(ctx, *listen, *control, *journal, *grace, lim, web, logFlag.Logger())
 	}

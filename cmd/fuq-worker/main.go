@@ -55,6 +55,7 @@ func main() {
 	c.Flags.IntVar(&w.Procs, "np", runtime.NumCPU(), "processors to offer")
 	c.Flags.StringVar(&w.SpoolDir, "spool", defaultSpool(), "directory for outcomes not yet delivered")
 	c.Flags.DurationVar(&w.Reconnect, "reconnect", fuq.DefaultReconnect, "first wait before connecting again")
+	c.Positive("reconnect")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
 		switch {

@@ -111,6 +111,7 @@ func main() {
 			"(~/.local/state/laboro), where a server of the same user keeps it.")
 	ackTimeout := c.Flags.Duration("ack-timeout", jobexec.DefaultAckTimeout,
 		"how long the server may take to acknowledge the command (and to answer any command but issueJob)")
+	c.Positive("ack-timeout")
 	asJSON := c.Flags.Bool("json", false, "for poll: print the queued jobs as a JSON array of {id, command}, for programs")
 	// Flags end at serverName: what follows is the command's, flags included.
 	c.Main(os.Args[1:], func(ctx context.Context, cmd []string) error {
@@ -121,8 +122,6 @@ func main() {
 			return cli.Usagef("unknown command %q", cmd[2])
 		case *asJSON && cmd[2] != "poll":
 			return cli.Usagef("-json is for poll, not %s", cmd[2])
-		case *ackTimeout <= 0:
-			return cli.Usagef("-ack-timeout %v: must be positive", *ackTimeout)
 		}
 		if port, err := strconv.Atoi(cmd[1]); err != nil || port < 1 || port > 65535 {
 			return cli.Usagef("portNum %q: must be a number from 1 to 65535", cmd[1])

@@ -695,7 +695,7 @@ func TestToken(t *testing.T) {
 
 func TestServerUsage(t *testing.T) {
 	server, _ := build(t)
-	for _, args := range [][]string{{}, {"7856", "0", "5"}, {"7856", "8", "0"}, {"x", "8", "5"}, {"70000", "8", "5"}, {"7856", "8", "5", "-bogus"}} {
+	for _, args := range [][]string{{}, {"7856", "0", "5"}, {"7856", "8", "0"}, {"x", "8", "5"}, {"70000", "8", "5"}, {"7856", "8", "5", "-bogus"}, {"7856", "8", "5", "-request-timeout", "0s"}} {
 		cmd := exec.Command(server, args...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError

@@ -50,6 +50,7 @@ func main() {
 	listen := c.Flags.String("listen", "127.0.0.1", "address to listen on")
 	dir := c.Flags.String("dir", ".", "directory for <pid>.output files")
 	timeout := c.Flags.Duration("request-timeout", jobexec.DefaultRequestTimeout, "how long a commander may take to send its command")
+	c.Positive("request-timeout")
 	maxConns := c.Flags.Int("max-conns", jobexec.DefaultMaxConns, "connections served at once; more are refused")
 	httpAddr := c.Flags.String("http", "", "serve the web console and /metrics on this HOST:PORT (loopback unless -http-public)")
 	httpPublic := c.Flags.Bool("http-public", false, "let -http listen beyond this machine")

@@ -159,11 +159,14 @@ func TestUsage(t *testing.T) {
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 	}
-	for _, args := range [][]string{{}, {"-dir", "x"}, {"-bogus", "--", "md5sum"}} {
-		err := exec.Command(worker, args...).Run()
+	for _, args := range [][]string{{}, {"-dir", "x"}, {"-bogus", "--", "md5sum"}, {"-pulse", "0s", "--", "md5sum"}} {
+		out, err := exec.Command(worker, args...).CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+		if len(args) > 0 && args[0] == "-pulse" { // not the default, quietly
+			assert.Contains(t, string(out), "pulse-worker: -pulse 0s: must be more than 0")
+		}
 	}
 }
 

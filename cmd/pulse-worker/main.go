@@ -31,6 +31,7 @@ func main() {
 	c.Flags.StringVar(&w.Dir, "dir", pulse.DefaultDir, "the controller's directory")
 	later := c.Flags.Bool("later", false, "speak the reference's later enum numbering (INVALID = 0)")
 	c.Flags.DurationVar(&w.NextPulse, "pulse", pulse.DefaultNextPulse, "next_pulse announced; pulses come every 1/2 to 3/4 of it")
+	c.Positive("pulse")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
 		if len(args) == 0 {

@@ -197,6 +197,7 @@ func TestUsage(t *testing.T) {
 		"0 -c h:1": `N "0": must be a number of at least 1`, "x -c h:1": `N "x"`,
 		"4 -c h:1 -t py=python3": "want .TYPE=PROGRAM",
 		"4 extra":                `unexpected argument "extra"`, "4 -c h:1 extra": `unexpected argument "extra"`,
+		"4 -c h:1 -hold 0s": "-hold 0s: must be more than 0",
 	} {
 		out, err := exec.Command(runner, strings.Fields(args)...).CombinedOutput()
 		var ee *exec.ExitError

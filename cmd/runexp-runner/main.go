@@ -49,6 +49,7 @@ func main() {
 	})
 	c.Flags.BoolVar(&r.UseExitStatus, "exit-status", false, "decide success by exit status 0")
 	c.Flags.DurationVar(&r.HoldWait, "hold", runexp.DefaultHoldWait, "wait after ATENDI before asking again (at most 1s while other jobs run, less when another worker receives or reports a job, none when the manager held the request waiting for work)")
+	c.Positive("hold")
 	logFlag := c.LogFlag(zap.InfoLevel)
 
 	args := os.Args[1:]

@@ -354,7 +354,7 @@ func TestCancelReachesBusyWorker(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	master, worker := build(t)
-	for _, args := range [][]string{{"frobnicate"}, {"submit"}, {"-bogus"}, {"status", "a", "b"}, {"status", "-n", "0"}, {"-keep-ended", "0"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"submit"}, {"-bogus"}, {"status", "a", "b"}, {"status", "-n", "0"}, {"-keep-ended", "0"}, {"-lease", "-1s"}} {
 		err := exec.Command(master, args...).Run()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
@@ -370,6 +370,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"-url", "ftp://x", "-id", "a", "-codes", codes, "-cache", "d"}, `-url "ftp://x": want the master's http:// or https:// base URL`},
 		{[]string{"-url", "http://x", "-id", "a", "-codes", "nonexistent", "-cache", "d"}, `-codes "nonexistent": not a folder of executables`},
 		{[]string{"-url", "http://x", "-id", "a", "-codes", codes, "-cache", "d"}, "no password: set WORKERSERVER_PASSWORD, or give -password-file"},
+		{[]string{"-url", "http://x", "-ping", "-1s"}, "-ping -1s: must be 0 or more"},
+		{[]string{"-url", "http://x", "-max-result", "0"}, "-max-result 0: must be more than 0"},
 	} {
 		cmd := exec.Command(worker, tc.args...)
 		cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "WORKERSERVER_PASSWORD=") })

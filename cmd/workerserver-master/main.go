@@ -69,6 +69,7 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	db := c.Flags.String("db", "", "the job table, a bbolt file (default workerserver.db in ~/.local/state/laboro)")
 	servers := c.Flags.String("servers", "", `file of "id password" lines: the workers allowed in`)
 	lease := c.Flags.Duration("lease", workerserver.DefaultLease, "a worker silent this long loses its jobs (0: never)")
+	c.NotNegative("lease")
 	tlsCert := c.Flags.String("tls-cert", "", "serve HTTPS with this certificate (PEM), with -tls-key")
 	tlsKey := c.Flags.String("tls-key", "", "the certificate's key (PEM), with -tls-cert")
 	hosts := c.Flags.String("host", "", "host names the /api answers to besides localhost and IP addresses, comma-separated")

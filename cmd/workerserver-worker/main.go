@@ -53,6 +53,8 @@ func main() {
 	c.Flags.DurationVar(&w.Reconnect, "reconnect", 0, "wait before connecting again (default 10s)")
 	c.Flags.Int64Var(&w.MaxResult, "max-result", workerserver.DefaultMaxResult,
 		"the largest output of a job sent as its result, in bytes; a job that prints more fails")
+	c.Positive("max-result")
+	c.NotNegative("ping", "progress", "reconnect")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	c.Main(os.Args[1:], func(_ context.Context, args []string) error {
 		if *caFile != "" {
@@ -77,9 +79,6 @@ func main() {
 			if req.value == "" {
 				return cli.Usagef("%s is required", req.flag)
 			}
-		}
-		if w.MaxResult <= 0 {
-			return cli.Usagef("-max-result must be positive, not %d", w.MaxResult)
 		}
 		switch {
 		case len(args) > 0:

@@ -17,6 +17,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -31,6 +32,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -96,6 +98,13 @@ type Command struct {
 	Stdout, Stderr io.Writer
 
 	version *bool
+	bounds  []bound // checked by Parse
+}
+
+// bound is a flag whose value Parse checks: more than 0, or 0 or more.
+type bound struct {
+	name     string
+	positive bool
 }
 
 // New returns a Command with an empty flag set.
@@ -105,6 +114,50 @@ func New(name, synopsis, doc string) *Command {
 	c.Flags.SetOutput(io.Discard) // Parse reports errors its own way
 	c.version = c.Flags.Bool("version", false, "print the version and exit")
 	return c
+}
+
+// Positive makes Parse refuse a value of 0 or less for the named flags (of
+// type time.Duration, int or int64) with a usage error naming the flag:
+// for a value whose 0 would otherwise stand for a default the user did not
+// ask for. Each must be defined already.
+func (c *Command) Positive(names ...string) { c.bound(true, names) }
+
+// NotNegative makes Parse refuse a value below 0 for the named flags, as
+// Positive does.
+func (c *Command) NotNegative(names ...string) { c.bound(false, names) }
+
+func (c *Command) bound(positive bool, names []string) {
+	for _, name := range names {
+		if c.Flags.Lookup(name) == nil {
+			panic("cli: no flag -" + name)
+		}
+		c.bounds = append(c.bounds, bound{name, positive})
+	}
+}
+
+// checkBounds returns a usage error for the first flag out of its bound.
+func (c *Command) checkBounds() error {
+	for _, b := range c.bounds {
+		f := c.Flags.Lookup(b.name)
+		var sign int
+		switch v := f.Value.(flag.Getter).Get().(type) {
+		case time.Duration:
+			sign = cmp.Compare(v, 0)
+		case int:
+			sign = cmp.Compare(v, 0)
+		case int64:
+			sign = cmp.Compare(v, 0)
+		default:
+			panic(fmt.Sprintf("cli: -%s is a %T, not a number", b.name, v))
+		}
+		switch {
+		case b.positive && sign <= 0:
+			return Usagef("-%s %s: must be more than 0", b.name, f.Value)
+		case sign < 0:
+			return Usagef("-%s %s: must be 0 or more", b.name, f.Value)
+		}
+	}
+	return nil
 }
 
 // Usage returns the synopsis line, "usage: NAME SYNOPSIS".
@@ -213,7 +266,7 @@ func (c *Command) Parse(args []string) error {
 		fmt.Fprintln(c.Stdout, c.Name, Version())
 		return errVersion
 	}
-	return nil
+	return c.checkBounds()
 }
 
 // badValue is the flag package's message for a value it cannot parse.

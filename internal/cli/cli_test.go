@@ -85,6 +85,38 @@ func TestBadValuesNamed(t *testing.T) {
 	}
 }
 
+// Positive and NotNegative bounds are checked as the flags are parsed,
+// each refusal naming the flag and its value; values inside pass.
+func TestBoundedFlags(t *testing.T) {
+	for args, want := range map[string]string{
+		"-pulse 0s":      "tool: -pulse 0s: must be more than 0\n",
+		"-pulse -2s":     "tool: -pulse -2s: must be more than 0\n",
+		"-n 0":           "tool: -n 0: must be more than 0\n",
+		"-grace -1ms":    "tool: -grace -1ms: must be 0 or more\n",
+		"-size -1":       "tool: -size -1: must be 0 or more\n",
+		"-pulse 1ms":     "",
+		"-grace 0s -n 1": "",
+		"-size 0":        "",
+	} {
+		c, _, errOut, _ := command()
+		c.Flags.Duration("pulse", time.Minute, "how often")
+		c.Flags.Duration("grace", time.Second, "how long")
+		c.Flags.Int64("size", 1, "how big")
+		c.Positive("pulse", "n")
+		c.NotNegative("grace", "size")
+		ran := false
+		code := c.Run(strings.Fields(args), func(context.Context, []string) error { ran = true; return nil })
+		if want == "" {
+			assert.Equal(t, ExitOK, code, args)
+			assert.True(t, ran, args)
+			continue
+		}
+		assert.Equal(t, ExitUsage, code, args)
+		assert.False(t, ran, args)
+		assert.True(t, strings.HasPrefix(errOut.String(), want), "%s: %s", args, errOut)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	c, out, _, _ := command()
 	assert.Equal(t, ExitOK, c.Run([]string{"--version"}, nil))

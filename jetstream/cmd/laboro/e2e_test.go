@@ -451,6 +451,8 @@ func TestUsage(t *testing.T) {
 		"serve extra":              `unexpected argument "extra"`,
 		"serve -listen :99999":     `port "99999": must be a number from 0 to 65535`,
 		"worker -c 0":              "-c 0: must be at least 1",
+		"worker -ack-wait -1s":     "-ack-wait -1s: must not be negative",
+		"serve -max-deliver -1":    "-max-deliver -1: must not be negative",
 		"output":                   "name the jobs",
 		"cancel":                   "name the jobs to cancel",
 		"run":                      "give a COMMAND",

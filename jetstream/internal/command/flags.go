@@ -84,6 +84,12 @@ func (c *common) parse(args []string) (int, bool) {
 		fmt.Println("laboro", cli.Version())
 		return 0, false
 	}
+	switch { // 0 if deliveryFlags did not add them
+	case c.ackWait < 0:
+		return c.usageError("-ack-wait %v: must not be negative", c.ackWait), false
+	case c.maxDeliver < 0:
+		return c.usageError("-max-deliver %d: must not be negative", c.maxDeliver), false
+	}
 	log, err := newLogger(c.level, c.format)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "laboro:", err)
