@@ -283,6 +283,16 @@ func TestWeb(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 2, ee.ExitCode())
 
+	// A secret anyone could guess guards the loopback only.
+	for _, args := range [][]string{{"-listen", "0.0.0.0:0"}, {"-listen", "127.0.0.1:0", "-web", ":0", "-tls-cert", "x", "-tls-key", "y"}} {
+		weak := exec.Command(foremanBin, append(args, "-control", filepath.Join(dir, "weak.sock"), "-journal", filepath.Join(dir, "weak"))...)
+		weak.Env = append(os.Environ(), "FUQ_AUTH=x")
+		out, err := weak.CombinedOutput()
+		require.ErrorAs(t, err, &ee, "%v: %s", args, out)
+		assert.Equal(t, 1, ee.ExitCode(), "%v", args)
+		assert.Contains(t, string(out), "$FUQ_AUTH holds 1 characters", "%v", args)
+	}
+
 	require.NoError(t, exec.Command(foremanBin, "stop", "-control", control, "0").Run())
 	for _, w := range []*e2e.Process{ws, tcp} {
 		assert.Equal(t, 0, w.Wait(t, 30*time.Second), w.Log())

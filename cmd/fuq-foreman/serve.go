@@ -69,6 +69,12 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 	if err != nil {
 		return fmt.Errorf("the workers' shared secret: %w", err)
 	}
+	for _, addr := range []string{listen, web.listen} {
+		host, _, _ := net.SplitHostPort(addr) // checked by cli.CheckAddr
+		if err := secret.Guard(host, string(auth), authFrom); addr != "" && err != nil {
+			return err
+		}
+	}
 	var wcfg fuq.WebConfig
 	if web.listen != "" {
 		if wcfg, err = web.config(auth); err != nil {

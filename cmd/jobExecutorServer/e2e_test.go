@@ -681,9 +681,17 @@ func TestToken(t *testing.T) {
 	}
 	assert.NoFileExists(t, filepath.Join(s.work, "pwned"))
 
-	// LABORO_TOKEN, when set, is the token, beyond loopback too; the
-	// server's jobs do not see it either.
-	t.Setenv("LABORO_TOKEN", "s3cret")
+	// LABORO_TOKEN, when set, is the token, beyond loopback too if it is
+	// long enough to guard it; the server's jobs do not see it either.
+	bin, _ := build(t)
+	short := exec.Command(bin, "0", "4", "1", "-listen", "0.0.0.0")
+	short.Env = append(os.Environ(), "LABORO_TOKEN=s3cret")
+	shortOut, err := short.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", shortOut)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, string(shortOut), `$LABORO_TOKEN holds 6 characters, and a server listening on "0.0.0.0" needs at least 16`)
+	t.Setenv("LABORO_TOKEN", "s3cret-s3cret-s3cret")
 	s = startServer(t, "0", "4", "1", "-listen", "0.0.0.0")
 	out, _, code = s.run(t, "issueJob", "env")
 	assert.Equal(t, 0, code)

@@ -22,6 +22,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,6 +107,16 @@ func serve(ctx, drain context.Context, host string, nums []int, dir string, time
 	if err != nil {
 		return fmt.Errorf("the commanders' token: %w", err)
 	}
+	from := cmp.Or(path, "$LABORO_TOKEN")
+	if err := secret.Guard(host, token, from); err != nil {
+		return err
+	}
+	if httpAddr != "" {
+		httpHost, _, _ := net.SplitHostPort(httpAddr) // checked by web.CheckAddr
+		if err := secret.Guard(httpHost, token, from); err != nil {
+			return err
+		}
+	}
 	opts := []laboro.Option{laboro.WithBufferSize(nums[1]), laboro.WithPoolSize(nums[2]),
 		laboro.WithOutputDir(dir), laboro.WithLogger(log)}
 	var console *web.Web
@@ -127,11 +138,7 @@ func serve(ctx, drain context.Context, host string, nums []int, dir string, time
 	if err != nil {
 		return err
 	}
-	if path != "" {
-		log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("token", path))
-	} else {
-		log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("token", "$LABORO_TOKEN"))
-	}
+	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("token", from))
 	srv := &jobexec.Server{Executor: ex, Token: token, Logger: log, RequestTimeout: timeout, MaxConns: maxConns}
 	context.AfterFunc(ctx, func() { ex.Close() })
 	context.AfterFunc(drain, func() {
@@ -142,10 +149,6 @@ func serve(ctx, drain context.Context, host string, nums []int, dir string, time
 	})
 	if console == nil {
 		return srv.Serve(ctx, ln)
-	}
-	from := path
-	if from == "" {
-		from = "$LABORO_TOKEN"
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

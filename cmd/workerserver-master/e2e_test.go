@@ -383,6 +383,34 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// Beyond the loopback, a short API token or worker password is refused at
+// start, naming which; on the loopback it will do.
+func TestWeakSecretsBeyondTheLoopback(t *testing.T) {
+	master, _ := build(t)
+	dir := t.TempDir()
+	servers := filepath.Join(dir, "servers")
+	require.NoError(t, os.WriteFile(servers, []byte("w1 s3cret\n"), 0o600))
+	long := "WORKERSERVER_API_TOKEN=" + strings.Repeat("t", 16)
+	for _, tc := range []struct {
+		env  string
+		says string
+	}{
+		{"WORKERSERVER_API_TOKEN=short", "$WORKERSERVER_API_TOKEN holds 5 characters"},
+		{long, servers + ": the password of worker w1 holds 6 characters"},
+	} {
+		cmd := exec.Command(master, "-listen", "0.0.0.0:0", "-db", filepath.Join(dir, "jobs.db"), "-servers", servers)
+		cmd.Env = append(os.Environ(), tc.env, "LABORO_STATE_DIR="+dir)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%s", out)
+		assert.Equal(t, 1, ee.ExitCode())
+		assert.Contains(t, string(out), tc.says)
+	}
+	ok := e2e.Start(t, []string{"WORKERSERVER_API_TOKEN=short", "LABORO_STATE_DIR=" + dir}, master,
+		"-listen", "127.0.0.1:0", "-db", filepath.Join(dir, "jobs.db"), "-servers", servers)
+	ok.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+}
+
 // The user API needs the token the master made at its first start (the
 // user commands read it from the state directory): without it, a command
 // says what to do. No job sees the worker's password. A client that sends

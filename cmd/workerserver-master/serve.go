@@ -62,6 +62,15 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 		tokenFile = "$WORKERSERVER_API_TOKEN"
 	}
 	listen, db := cfg.listen, cfg.db
+	host, _, _ := net.SplitHostPort(listen) // checked by cli.CheckAddr
+	if err := secret.Guard(host, token, tokenFile); err != nil {
+		return err
+	}
+	for id, password := range servers {
+		if err := secret.Guard(host, password, fmt.Sprintf("%s: the password of worker %s", cfg.servers, id)); err != nil {
+			return err
+		}
+	}
 	m := &workerserver.Master{Servers: servers, Lease: cfg.lease, APIToken: token, Hosts: cfg.hosts, Logger: log,
 		MaxEndedJobs: cfg.keepEnded}
 	if err := m.Open(db); err != nil {

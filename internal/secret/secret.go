@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,4 +221,35 @@ func New() string {
 func Equal(got, want string) bool {
 	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1 && want != ""
+}
+
+// MinLength is the fewest characters a secret may have that guards a
+// server listening beyond the loopback. A token Ensure makes has 64.
+const MinLength = 16
+
+// ErrWeak is the error of Guard: a secret too short to be left to guard a
+// server that other machines reach.
+var ErrWeak = errors.New("secret too short for a server beyond this machine")
+
+// Guard returns an error matching ErrWeak when host, the host a server
+// listens on ("" and 0.0.0.0 mean every interface), reaches beyond the
+// loopback and tok, the secret that guards it, has fewer than MinLength
+// characters; from says where tok came from, for the message. On the
+// loopback any secret will do.
+func Guard(host, tok, from string) error {
+	if len(tok) >= MinLength || Loopback(host) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s holds %d characters, and a server listening on %q needs at least %d (make one with: head -c 32 /dev/urandom | base64)",
+		ErrWeak, from, len(tok), host, MinLength)
+}
+
+// Loopback reports whether host, as a listening address's host, is the
+// loopback only: "localhost" or a loopback IP address.
+func Loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.IsLoopback()
 }

@@ -1,6 +1,7 @@
 package secret_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,4 +105,20 @@ func TestKnownSecretsLeaveTheEnvironmentAtStart(t *testing.T) {
 	}
 	assert.Contains(t, string(out), "SECRET_TEST_CHILD=1", "the rest of the environment stays")
 	assert.Contains(t, string(out), "FromEnv=api-s3cret ok\n")
+}
+
+// A short secret may guard a server on the loopback only; the refusal says
+// where the secret came from and how long it must be.
+func TestGuard(t *testing.T) {
+	long := strings.Repeat("k", secret.MinLength)
+	for _, host := range []string{"127.0.0.1", "::1", "[::1]", "localhost", "127.0.0.2"} {
+		assert.NoError(t, secret.Guard(host, "x", "$FUQ_AUTH"), host)
+	}
+	for _, host := range []string{"", "0.0.0.0", "::", "10.1.2.3", "example.org"} {
+		err := secret.Guard(host, long[1:], "$FUQ_AUTH")
+		require.ErrorIs(t, err, secret.ErrWeak, host)
+		assert.ErrorContains(t, err, fmt.Sprintf("$FUQ_AUTH holds %d characters, and a server listening on %q needs at least %d", secret.MinLength-1, host, secret.MinLength))
+		assert.NoError(t, secret.Guard(host, long, "$FUQ_AUTH"), host)
+	}
+	assert.NoError(t, secret.Guard("0.0.0.0", secret.New(), "made"), "a token New makes")
 }

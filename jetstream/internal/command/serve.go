@@ -180,6 +180,10 @@ func (c *common) embedded(data, listen string) (*jetstream.Embedded, int) {
 	if path == "" {
 		path = "$LABORO_TOKEN"
 	}
+	if err := secret.Guard(host, tok, path); err != nil {
+		c.log.Error("the clients' token", zap.Error(err))
+		return nil, exitFailed
+	}
 	srv, err := jetstream.StartEmbedded(data, host, port, jetstream.WithToken(tok))
 	if err != nil {
 		c.log.Error("embedded NATS server", zap.Error(err))
