@@ -3,6 +3,7 @@
 package laboro
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +34,9 @@ const (
 	// StderrToOutput sends standard error into the output file with
 	// standard output, as a terminal shows them. Like StderrDiscard, it
 	// needs no reader while the job runs, which makes spawning slightly
-	// faster (see BENCHMARKS.md).
+	// faster (see BENCHMARKS.md). A job that does not succeed has the end
+	// of its output file (ProcessRunner.StderrTail bytes at most) in
+	// Result.Stderr, so that it still says why.
 	StderrToOutput
 	// StderrDiscard sends standard error to /dev/null.
 	StderrDiscard
@@ -226,6 +229,9 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		res.Status = StatusSucceeded
 	default:
 		res.Status, res.Err = StatusFailed, err
+	}
+	if r.Stderr == StderrToOutput && res.Status != StatusSucceeded && res.Output != nil {
+		res.Stderr = fileTail(res.Output.path, cmp.Or(max(r.StderrTail, 0), DefaultStderrTail))
 	}
 	if r.Logger != nil {
 		r.Logger.Debug("process ended", zap.String("job", job.ID), zap.Int("pid", res.PID),

@@ -158,6 +158,16 @@ func TestStderr(t *testing.T) {
 			assert.Equal(t, tt.out, output(t, res))
 		})
 	}
+	// With standard error in the output, a failed job's Stderr is the end
+	// of its output, from a line's start: it still says why.
+	t.Run("StderrToOutput/failed", func(t *testing.T) {
+		ex := newExecutor(t, laboro.WithRunner(&laboro.ProcessRunner{Dir: t.TempDir(), Stderr: laboro.StderrToOutput, StderrTail: 64}))
+		res := wait(t, submit(t, ex, laboro.Job{Args: []string{"sh", "-c", "seq 1000; echo no such input >&2; exit 3"}}))
+		assert.Equal(t, laboro.StatusFailed, res.Status)
+		assert.Equal(t, 3, res.ExitCode)
+		assert.Equal(t, "989\n990\n991\n992\n993\n994\n995\n996\n997\n998\n999\n1000\nno such input\n", string(res.Stderr))
+		assert.True(t, strings.HasSuffix(output(t, res), "1000\nno such input\n"), "the output is whole")
+	})
 }
 
 func TestJobEnvironmentDirAndStdin(t *testing.T) {

@@ -4,6 +4,7 @@ package laboro
 
 import (
 	"bytes"
+	"os"
 	"time"
 )
 
@@ -31,6 +32,25 @@ func (t *tailBuf) keep(p []byte) {
 		t.cut = true
 	}
 	t.buf = append(t.buf, p...)
+}
+
+// fileTail returns the last n bytes of the file at path, cut as tailBuf
+// cuts them; nil if there are none or it cannot be read.
+func fileTail(path string, n int) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	off := max(fi.Size()-int64(n), 0)
+	buf := make([]byte, fi.Size()-off)
+	read, _ := f.ReadAt(buf, off)
+	t := tailBuf{max: n, buf: buf[:read], cut: off > 0}
+	return t.bytes()
 }
 
 // bytes returns the tail, or nil when nothing was written. When its start
