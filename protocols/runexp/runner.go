@@ -776,13 +776,20 @@ func (s *runnerSession) run(t *runnerJob) *runnerOutcome {
 		return s.judge(t.name, nil, res)
 	}
 	argv := append(slices.Clip(interp), t.script)
-	return s.judge(t.name, argv, s.execute(argv))
+	return s.judge(t.name, argv, s.execute(t.name, argv))
 }
 
 // execute runs argv through the executor and waits for it. Only the
-// session's failure, which closes the executor, can cut it short.
-func (s *runnerSession) execute(argv []string) laboro.Result {
-	h, err := s.exec.Submit(context.Background(), laboro.Job{Args: argv})
+// session's failure, which closes the executor, can cut it short. The job
+// runs under its name, so that the log lines name it as the manager does;
+// under an id of its own should that name run here already.
+func (s *runnerSession) execute(name string, argv []string) laboro.Result {
+	job := laboro.Job{ID: name, Args: argv}
+	h, err := s.exec.Submit(context.Background(), job)
+	if errors.Is(err, laboro.ErrDuplicateID) {
+		job.ID = ""
+		h, err = s.exec.Submit(context.Background(), job)
+	}
 	if err != nil {
 		now := time.Now()
 		return laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Started: now, Ended: now, Err: err}

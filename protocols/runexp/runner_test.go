@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // The job of the captured session: 43 bytes, like the wire notes' okjob.
@@ -362,6 +363,29 @@ func TestRunnerStatusRules(t *testing.T) {
 			assert.Equal(t, tc.output, h.output)
 			requireEmptyDir(t, r.Dir)
 		})
+	}
+}
+
+// Every log line about a job names it as the manager does, its own lines
+// and the local Executor's alike.
+func TestRunnerLogsNameTheJob(t *testing.T) {
+	m := newFakeManager(t)
+	r := testRunner(t, m)
+	core, logs := observer.New(zap.DebugLevel)
+	r.Logger, r.UseExitStatus = zap.New(core), true
+	x := launchRunner(t, r)
+	p := m.accept(t)
+	p.handshake()
+	p.give("sweep/a-7", ".sh", "echo why >&2\nexit 4\n")
+	status, _ := p.collect("sweep/a-7")
+	p.finish()
+	require.NoError(t, x.wait(t))
+	assert.Equal(t, "failure", status)
+	failed := logs.FilterMessage("job failed").All()
+	require.Len(t, failed, 1)
+	assert.Equal(t, "sweep/a-7", failed[0].ContextMap()["job"])
+	for _, e := range logs.FilterFieldKey("job").All() {
+		assert.Equal(t, "sweep/a-7", e.ContextMap()["job"], "%q", e.Message)
 	}
 }
 
