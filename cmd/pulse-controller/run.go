@@ -85,7 +85,8 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 			}
 			return save(res.Output, filepath.Join(out, job.ID))
 		},
-		Workers: func() int { return len(c.Workers()) },
+		Workers: func() int { return c.Stats().Workers },
+		Out:     func() (int, int) { st := c.Stats(); return st.Out, st.Pending },
 		Command: func(job laboro.Job) string { return filepath.Join(in, job.ID) },
 	}
 	sum, err := batch.Run(work, ex, jobs)

@@ -236,6 +236,22 @@ func (c *Controller) Workers() []uint64 {
 	return ids
 }
 
+// Stats are a Controller's counters, for progress displays.
+type Stats struct {
+	Workers int // live workers
+	Pending int // tasks waiting for a worker
+	Out     int // tasks given to workers, their results awaited
+}
+
+// Stats returns the Controller's counters.
+func (c *Controller) Stats() Stats {
+	c.init()
+	d := c.d.Stats()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{Workers: len(c.workers), Pending: d.Waiting, Out: d.Held}
+}
+
 // Serve is Listen, then ServeListener: it serves on <Dir>/main.sock until
 // ctx ends. It returns at once with Listen's error when it cannot listen.
 func (c *Controller) Serve(ctx context.Context) error {

@@ -209,9 +209,14 @@ func TestControllerTaskFlow(t *testing.T) {
 				return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_FAILED}, nil
 			})
 			h := tc.submit(t, "solve me")
+			// Waiting for a worker until the worker has pulsed: Stats
+			// tells the two apart, where the Executor counts both running.
+			require.Eventually(t, func() bool { return tc.c.Stats().Pending == 1 }, 10*time.Second, time.Millisecond)
+			assert.Equal(t, Stats{Workers: 1, Pending: 1}, tc.c.Stats())
 			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
 			m := w.received()
 			assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, m.Type)
+			assert.Equal(t, Stats{Workers: 1, Out: 1}, tc.c.Stats())
 			assert.Equal(t, uint64(1), m.GetTaskId())
 			assert.Equal(t, "solve me", string(task))
 			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 1).Error)
@@ -220,6 +225,7 @@ func TestControllerTaskFlow(t *testing.T) {
 			res, out := result(t, h)
 			assert.Equal(t, laboro.StatusSucceeded, res.Status)
 			assert.Equal(t, "SOLVE ME", out)
+			assert.Equal(t, Stats{Workers: 1}, tc.c.Stats())
 			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_SHUTDOWN, 0).Error)
 			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error, "removed after SHUTDOWN")
 		})
