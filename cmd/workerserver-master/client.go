@@ -17,6 +17,7 @@ import (
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/workerserver"
+	"github.com/laboro-go/laboro/transport"
 )
 
 // urlFlag defines -url, the master's base URL ($WORKERSERVER_URL, else the
@@ -121,6 +122,9 @@ func cancelCommand(c *cli.Command) func(context.Context, []string) error {
 	}
 }
 
+// waitMaster is how long follow waits for a master that went away.
+const waitMaster = 5 * time.Minute
+
 // unofferedWarning is how long follow waits before it warns that no
 // worker offers the job's code: long enough for a worker that is starting
 // to come Online.
@@ -130,12 +134,36 @@ const unofferedWarning = 3 * time.Second
 // that does not end Done ends the command with ExitFailed, after its
 // error. A job that no worker offers to run still after unofferedWarning
 // gets a warning, once.
+//
+// A master that goes away meanwhile (a crash, a restart) is waited for, up
+// to waitMaster: started again, it has the job in its table, and the
+// following goes on.
 func follow(ctx context.Context, api api, id string) error {
 	last, start, warned := "", time.Now(), false
+	backoff := transport.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	var gone time.Time
 	for {
 		var rec workerserver.JobRecord
 		if err := api.do(ctx, "GET", "/api/jobs/"+url.PathEscape(id), nil, &rec); err != nil {
-			return err
+			var ue *url.Error // no answer: the master is not there
+			if ctx.Err() != nil || !errors.As(err, &ue) {
+				return err
+			}
+			if gone.IsZero() {
+				gone = time.Now()
+				fmt.Fprintf(os.Stderr, "the master went away (%v); waiting for it to come back\n", err)
+			} else if time.Since(gone) > waitMaster {
+				return fmt.Errorf("the master has been away for %v: %w", waitMaster, err)
+			}
+			if err := backoff.Wait(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if !gone.IsZero() {
+			fmt.Fprintln(os.Stderr, "the master is back")
+			gone = time.Time{}
+			backoff.Reset()
 		}
 		if l := line(rec); l != last {
 			fmt.Fprintln(os.Stderr, l)

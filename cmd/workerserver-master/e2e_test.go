@@ -209,9 +209,14 @@ func TestMasterKilledAndRestarted(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		workers = append(workers, s.startWorker(fmt.Sprintf("w%d", i), "GATE="+gate, fmt.Sprint("GATE_FROM=", half)))
 	}
-	for i := range n {
+	for i := range n - 1 {
 		s.submit(fmt.Sprintf("job-%d", i), i)
 	}
+	// The last one by a user who waits for it: across the master's restart.
+	masterBin, _ := build(t)
+	follower := e2e.Start(t, nil, masterBin, "submit", "-url", "http://"+s.addr, "-worker", "echo",
+		"-id", fmt.Sprint("job-", n-1), "-params", fmt.Sprintf(`{"n": %d}`, n-1), "-wait")
+	follower.Await(t, regexp.MustCompile(`job job-299`), 20*time.Second)
 	// Jobs go out about in order: most of the first half end, then jobs of
 	// the second half wait at the gate in every slot of the workers.
 	require.Eventually(t, func() bool { p, all := s.gated(half); return p == slots && all },
@@ -229,10 +234,15 @@ func TestMasterKilledAndRestarted(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return cachedWhileDown() == slots }, 30*time.Second, 20*time.Millisecond,
 		"the statuses of the jobs that ended while the master was down wait in the workers' caches: %d", cachedWhileDown())
+	follower.Await(t, regexp.MustCompile(`the master went away`), 30*time.Second)
 	s.startMaster()
 	require.Eventually(t, func() bool { return s.done() == n }, 120*time.Second, 50*time.Millisecond,
 		"done %d of %d\n%s", s.done(), n, s.master.Log())
 	checkJobs(t, s.jobs(), n)
+	assert.Equal(t, 0, follower.Wait(t, 30*time.Second), follower.Log())
+	assert.Contains(t, follower.Log(), "the master went away")
+	assert.Contains(t, follower.Log(), "the master is back")
+	assert.Contains(t, follower.Stdout.String(), "299")
 	// The results are in the table: the files the master's Runs handed
 	// them in are gone, not left in its temp dir, one a job.
 	left := func() []string {
