@@ -24,6 +24,10 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 port_a=${FUQ_PORT_A:-7790}
 port_b=${FUQ_PORT_B:-7791}
 work=$(mktemp -d)
+# The foreman's journal (and any token) in this run's own state directory:
+# jobs left in the user's journal by an earlier run would be resumed, and
+# take the job ids this script names.
+export LABORO_STATE_DIR="$work/state"
 pids=()
 failed=0
 cleanup() {
