@@ -290,7 +290,7 @@ func TestWeb(t *testing.T) {
 		out, err := weak.CombinedOutput()
 		require.ErrorAs(t, err, &ee, "%v: %s", args, out)
 		assert.Equal(t, 1, ee.ExitCode(), "%v", args)
-		assert.Contains(t, string(out), "$FUQ_AUTH holds 1 characters", "%v", args)
+		assert.Contains(t, string(out), "$FUQ_AUTH holds 1 character; a server listening on ", "%v", args)
 	}
 
 	require.NoError(t, exec.Command(foremanBin, "stop", "-control", control, "0").Run())

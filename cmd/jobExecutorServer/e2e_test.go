@@ -690,7 +690,7 @@ func TestToken(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "%s", shortOut)
 	assert.Equal(t, 1, ee.ExitCode())
-	assert.Contains(t, string(shortOut), `$LABORO_TOKEN holds 6 characters, and a server listening on "0.0.0.0" needs at least 16`)
+	assert.Contains(t, string(shortOut), `$LABORO_TOKEN holds 6 characters; a server listening on 0.0.0.0 needs at least 16`)
 	t.Setenv("LABORO_TOKEN", "s3cret-s3cret-s3cret")
 	s = startServer(t, "0", "4", "1", "-listen", "0.0.0.0")
 	out, _, code = s.run(t, "issueJob", "env")

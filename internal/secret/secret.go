@@ -240,8 +240,15 @@ func Guard(host, tok, from string) error {
 	if len(tok) >= MinLength || Loopback(host) {
 		return nil
 	}
-	return fmt.Errorf("%w: %s holds %d characters, and a server listening on %q needs at least %d (make one with: head -c 32 /dev/urandom | base64)",
-		ErrWeak, from, len(tok), host, MinLength)
+	on, chars := host, "characters"
+	if host == "" {
+		on = "every interface"
+	}
+	if len(tok) == 1 {
+		chars = "character"
+	}
+	return fmt.Errorf("%w: %s holds %d %s; a server listening on %s needs at least %d (make one with: head -c 32 /dev/urandom | base64)",
+		ErrWeak, from, len(tok), chars, on, MinLength)
 }
 
 // Loopback reports whether host, as a listening address's host, is the

@@ -117,8 +117,13 @@ func TestGuard(t *testing.T) {
 	for _, host := range []string{"", "0.0.0.0", "::", "10.1.2.3", "example.org"} {
 		err := secret.Guard(host, long[1:], "$FUQ_AUTH")
 		require.ErrorIs(t, err, secret.ErrWeak, host)
-		assert.ErrorContains(t, err, fmt.Sprintf("$FUQ_AUTH holds %d characters, and a server listening on %q needs at least %d", secret.MinLength-1, host, secret.MinLength))
+		on := host
+		if host == "" {
+			on = "every interface"
+		}
+		assert.ErrorContains(t, err, fmt.Sprintf("$FUQ_AUTH holds %d characters; a server listening on %s needs at least %d", secret.MinLength-1, on, secret.MinLength))
 		assert.NoError(t, secret.Guard(host, long, "$FUQ_AUTH"), host)
 	}
 	assert.NoError(t, secret.Guard("0.0.0.0", secret.New(), "made"), "a token New makes")
+	assert.ErrorContains(t, secret.Guard("0.0.0.0", "x", "$FUQ_AUTH"), "$FUQ_AUTH holds 1 character;")
 }

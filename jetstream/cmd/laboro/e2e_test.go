@@ -290,7 +290,7 @@ func TestToken(t *testing.T) {
 	p = e2e.Start(t, []string{"LABORO_NATS=", "LABORO_TOKEN=s3cret"}, other.bin,
 		"serve", "-data", t.TempDir(), "-listen", "0.0.0.0:0")
 	assert.Equal(t, 1, p.Wait(t, 30*time.Second), p.Log())
-	assert.Contains(t, p.Log(), `$LABORO_TOKEN holds 6 characters, and a server listening on \"0.0.0.0\" needs at least 16`)
+	assert.Contains(t, p.Log(), `$LABORO_TOKEN holds 6 characters; a server listening on 0.0.0.0 needs at least 16`)
 
 	// run needs no server: the user's token does not reach its jobs.
 	p = e2e.Start(t, []string{"LABORO_TOKEN=s3cret"}, s.bin, "run", "env")
