@@ -45,13 +45,13 @@ func ExampleExecutor_Stats() {
 		res.Output.Close()
 	}
 	st := ex.Stats()
-	fmt.Println(st.Finished(), "ended:", st.Ended[laboro.StatusSucceeded], "succeeded,", st.Ended[laboro.StatusFailed], "failed;",
+	fmt.Println(st.Started, "started,", st.Finished(), "ended:", st.Ended[laboro.StatusSucceeded], "succeeded,", st.Ended[laboro.StatusFailed], "failed;",
 		st.OutputBytes, "bytes of output;", st.Runs.Count, "runs timed")
 	for _, f := range ex.Recent(2) { // newest first
 		fmt.Println(f.Job.Script, "→", f.Result.Status, f.Result.ExitCode)
 	}
 	// Output:
-	// 3 ended: 2 succeeded, 1 failed; 8 bytes of output; 3 runs timed
+	// 3 started, 3 ended: 2 succeeded, 1 failed; 8 bytes of output; 3 runs timed
 	// exit 3 → failed 3
 	// echo two → succeeded 0
 }
