@@ -291,6 +291,14 @@ func TestToken(t *testing.T) {
 		"serve", "-data", t.TempDir(), "-listen", "0.0.0.0:0")
 	assert.Equal(t, 1, p.Wait(t, 30*time.Second), p.Log())
 	assert.Contains(t, p.Log(), `$LABORO_TOKEN holds 6 characters; a server listening on 0.0.0.0 needs at least 16`)
+	p = e2e.Start(t, []string{"LABORO_NATS=", "LABORO_TOKEN=s3cret"}, other.bin,
+		"serve", "-data", t.TempDir(), "-listen", "127.0.0.1:0", "-http", "0.0.0.0:0", "-http-public")
+	assert.Equal(t, 1, p.Wait(t, 30*time.Second), p.Log())
+	assert.Contains(t, p.Log(), `the console`)
+	assert.Contains(t, p.Log(), `holds 6 characters; a server listening on 0.0.0.0 needs at least 16`)
+	p = e2e.Start(t, []string{"LABORO_TOKEN=s3cret"}, s.bin, "run", "-http", "0.0.0.0:0", "-http-public", "true")
+	assert.Equal(t, 1, p.Wait(t, 30*time.Second), p.Log())
+	assert.Contains(t, p.Log(), `laboro run: the console: secret too short for a server beyond this machine: $LABORO_TOKEN holds 6 characters`)
 
 	// run needs no server: the user's token does not reach its jobs.
 	p = e2e.Start(t, []string{"LABORO_TOKEN=s3cret"}, s.bin, "run", "env")

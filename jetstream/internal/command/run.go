@@ -113,6 +113,11 @@ func runJobs(args []string) int {
 		if path != "" {
 			tokenFrom = path
 		}
+		host, _, _ := net.SplitHostPort(*httpAddr) // checked by web.CheckAddr
+		if err := secret.Guard(host, tok, tokenFrom); err != nil {
+			fmt.Fprintln(os.Stderr, "laboro run: the console:", err)
+			return exitFailed
+		}
 		if consoleLn, err = web.Listen(*httpAddr); err != nil {
 			fmt.Fprintln(os.Stderr, "laboro run:", err)
 			return exitFailed

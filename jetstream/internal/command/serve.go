@@ -95,6 +95,11 @@ func serve(args []string) int {
 			c.log.Error("the console needs laboro's token (laboro.token, or $LABORO_TOKEN)", zap.Error(c.tokenErr))
 			return exitFailed
 		}
+		host, _, _ := net.SplitHostPort(*httpAddr) // checked by web.CheckAddr
+		if err := secret.Guard(host, c.token, "laboro's token (laboro.token, or $LABORO_TOKEN)"); err != nil {
+			c.log.Error("the console", zap.Error(err))
+			return exitFailed
+		}
 		ln, err := web.Listen(*httpAddr)
 		if err != nil {
 			c.log.Error("console", zap.Error(err))
