@@ -3,7 +3,6 @@
 package laboro
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -161,11 +160,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	}
 	var tail *stderrTail
 	if r.Stderr == StderrTail {
-		size := r.StderrTail
-		if size <= 0 {
-			size = DefaultStderrTail
-		}
-		if tail, err = newStderrTail(size); err != nil {
+		if tail, err = newStderrTail(r.tailSize()); err != nil {
 			dropTemp()
 			return fail(fmt.Errorf("laboro: create standard error pipe: %w", err))
 		}
@@ -231,13 +226,22 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		res.Status, res.Err = StatusFailed, err
 	}
 	if r.Stderr == StderrToOutput && res.Status != StatusSucceeded && res.Output != nil {
-		res.Stderr = fileTail(res.Output.path, cmp.Or(max(r.StderrTail, 0), DefaultStderrTail))
+		res.Stderr = fileTail(res.Output.path, r.tailSize())
 	}
 	if r.Logger != nil {
 		r.Logger.Debug("process ended", zap.String("job", job.ID), zap.Int("pid", res.PID),
 			zap.Int("exit", res.ExitCode), zap.Stringer("status", res.Status), zap.Error(res.Err))
 	}
 	return res
+}
+
+// tailSize is how much of standard error a Result keeps: StderrTail or its
+// default.
+func (r *ProcessRunner) tailSize() int {
+	if r.StderrTail <= 0 {
+		return DefaultStderrTail
+	}
+	return r.StderrTail
 }
 
 func (r *ProcessRunner) dir() string {

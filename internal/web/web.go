@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +19,7 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/console"
 	"github.com/laboro-go/laboro/internal/cli"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/metrics"
 )
 
@@ -69,10 +69,7 @@ func CheckAddr(addr string, beyond bool) error {
 		return err
 	}
 	host, _, _ := net.SplitHostPort(addr)
-	if host == "localhost" || beyond {
-		return nil
-	}
-	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+	if beyond || secret.Loopback(host) {
 		return nil
 	}
 	return fmt.Errorf("-http %q reaches beyond this machine: add -http-public to mean it (the console still needs the token)", addr)
