@@ -93,6 +93,7 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 	select {
 	case <-m.Idle():
 	case <-ctx.Done():
+		sum.Write(os.Stdout) // every job ended: interrupted while runners said goodbye
 		return ctx.Err()
 	}
 	sum.Write(os.Stdout)

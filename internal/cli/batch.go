@@ -333,8 +333,9 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		waits    sync.WaitGroup
 	)
 	var (
-		drained bool  // every job of jobs came
-		srcErr  error // the error jobs gave
+		drained     bool  // every job of jobs came
+		srcErr      error // the error jobs gave
+		interrupted bool  // a job's wait ended with ctx, not with its result (mu)
 	)
 	// end waits for the goroutines (which return once ctx ends) before the
 	// summary is read.
@@ -436,6 +437,10 @@ reading:
 			res, err := h.Wait(ctx)
 			if err == nil {
 				report(h.Job(), res)
+			} else {
+				mu.Lock()
+				interrupted = true
+				mu.Unlock()
 			}
 			settled()
 		})
@@ -453,8 +458,13 @@ reading:
 	defer tick.Stop()
 	for {
 		mu.Lock()
-		left := read - ended
+		left, cut := read-ended, interrupted
 		mu.Unlock()
+		if cut {
+			// The last waits may have ended with ctx before this loop saw
+			// it: the batch is interrupted all the same.
+			return end(ctx.Err())
+		}
 		if left == 0 {
 			break
 		}

@@ -336,3 +336,42 @@ func TestReadAheadEndsWithContext(t *testing.T) {
 	close(gate)
 	<-left
 }
+
+// A batch interrupted while its jobs run ends with ctx's error, whatever
+// the order in which the jobs' waits and the batch see ctx end (each round
+// lets the scheduler pick one): the caller then says the batch was
+// interrupted and what is not done.
+func TestBatchInterruptedWhileJobsRun(t *testing.T) {
+	for range 20 {
+		ex, err := laboro.New(laboro.WithConcurrency(4), laboro.WithPoolSize(4))
+		require.NoError(t, err)
+		started, release := make(chan struct{}, 4), make(chan struct{})
+		var jobs []laboro.Job
+		for range 4 {
+			jobs = append(jobs, laboro.Job{Func: func(context.Context) error {
+				started <- struct{}{}
+				<-release
+				return nil
+			}})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		type outcome struct {
+			sum Summary
+			err error
+		}
+		done := make(chan outcome, 1)
+		go func() {
+			sum, err := (&Batch{}).Run(ctx, ex, jobs)
+			done <- outcome{sum, err}
+		}()
+		for range 4 {
+			<-started
+		}
+		cancel()
+		o := <-done
+		require.ErrorIs(t, o.err, context.Canceled)
+		assert.Equal(t, Counts{Total: 4}, o.sum.Counts, "nothing done, nothing failed")
+		close(release)
+		ex.Close()
+	}
+}
