@@ -576,3 +576,29 @@ func TestEveryJobEndsOnce(t *testing.T) {
 		assert.Contains(t, []laboro.Status{laboro.StatusSucceeded, laboro.StatusStopped, laboro.StatusTerminated}, res.Status)
 	}
 }
+
+// Every waiter of a job, however its Done or Wait call falls against the
+// job's end, is woken with the final result: waiters arrive before, while
+// and after the job ends.
+func TestWaitersRaceTheEnd(t *testing.T) {
+	ex := newExecutor(t, laboro.WithPoolSize(2), laboro.WithConcurrency(2))
+	var seen sync.WaitGroup
+	for range 2000 {
+		h := submit(t, ex, laboro.Job{Func: func(context.Context) error { return nil }})
+		for w := range 3 {
+			seen.Go(func() {
+				if w == 0 {
+					<-h.Done()
+				} else {
+					_, err := h.Wait(context.Background())
+					assert.NoError(t, err)
+				}
+				res, ok := h.Result()
+				assert.True(t, ok, "woken before the result was final")
+				assert.Equal(t, laboro.StatusSucceeded, res.Status)
+				assert.Equal(t, h.ID(), res.ID)
+			})
+		}
+	}
+	seen.Wait()
+}

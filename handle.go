@@ -15,18 +15,23 @@ type Handle struct {
 	state   jobState // guarded by the Executor's lock
 	indexed bool     // in the Executor's live map; guarded by its lock
 
-	// finished is set, under mu, once res is final; a reader that sees it
-	// set may read res without the lock, as res never changes again. res
-	// is written once, under the Executor's lock, before finished is set.
+	// finished is set once res is final; a reader that sees it set may
+	// read res without a lock, as res never changes again. res is written
+	// once, under the Executor's lock, before finished is set.
 	finished atomic.Bool
-	mu       sync.Mutex
-	done     chan struct{} // made on demand: most results are read after the fact
-	res      Result
+	// waited is set once done is made: only then does the job's end take
+	// mu, to close it. (Each of finished and waited is set before the
+	// other is read, so one side at least sees both; closed, under mu,
+	// has done closed once.)
+	waited atomic.Bool
+	mu     sync.Mutex
+	done   chan struct{} // made on demand, under mu: most results are read after the fact
+	closed bool          // done is closed; guarded by mu
+	res    Result
 
-	// stop ends the running job's context; cause is an interruption asked
-	// for before stop was set. Both are guarded by mu.
-	stop  context.CancelCauseFunc
-	cause error
+	// stop ends the running job's context; set as the job starts, guarded
+	// by the Executor's lock.
+	stop context.CancelCauseFunc
 
 	// When the job entered the buffer, on the Executor's monotonic clock
 	// (since its epoch), and, with an observer, when a worker took it;
@@ -128,10 +133,14 @@ func (h *Handle) Done() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.done == nil {
-		if h.finished.Load() {
-			return closedChan
-		}
 		h.done = make(chan struct{})
+		h.waited.Store(true)
+		if h.finished.Load() && !h.closed {
+			// The job ended meanwhile, and complete may not have seen
+			// waited set.
+			h.closed = true
+			close(h.done)
+		}
 	}
 	return h.done
 }
@@ -160,38 +169,22 @@ func (h *Handle) Wait(ctx context.Context) (Result, error) {
 	}
 }
 
-// interrupt ends the job's context with cause, or has it end with cause as
-// soon as it exists; the first cause wins. It is called with the
-// Executor's lock held, while the job is running.
-func (h *Handle) interrupt(cause error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stop != nil {
-		h.stop(cause)
-	} else if h.cause == nil {
-		h.cause = cause
-	}
-}
-
-// bind makes stop the way to end the job's context, and applies an
-// interruption asked for before. It is called once the job has its
-// context, before its runner.
-func (h *Handle) bind(stop context.CancelCauseFunc) {
-	h.mu.Lock()
-	h.stop = stop
-	if h.cause != nil {
-		stop(h.cause)
-	}
-	h.mu.Unlock()
-}
+// interrupt ends the running job's context with cause; the first cause
+// wins. It is called with the Executor's lock held, while the job is
+// running (start gave it its context).
+func (h *Handle) interrupt(cause error) { h.stop(cause) }
 
 // complete makes the result that retire kept final and wakes the waiters.
 // It is called once per job, after retire, without the Executor's lock.
+// Without waiters (a result read after the fact) it takes no lock.
 func (h *Handle) complete() {
-	h.mu.Lock()
 	h.finished.Store(true)
-	if h.done != nil {
-		close(h.done)
+	if h.waited.Load() {
+		h.mu.Lock()
+		if !h.closed {
+			h.closed = true
+			close(h.done)
+		}
+		h.mu.Unlock()
 	}
-	h.mu.Unlock()
 }

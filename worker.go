@@ -14,14 +14,14 @@ import (
 // job and fewer than min(concurrency, pool size) jobs run, runs the job,
 // delivers its result, and repeats until the Executor drains.
 func (e *Executor) worker(i int) {
-	var ctx jobContext
-	defer ctx.release()
+	var jc jobContext
+	defer jc.release()
 	e.mu.Lock()
-	h := e.take(i)
+	h := e.take(i, &jc)
 	e.mu.Unlock()
 	var chained time.Time // the last job's end, when the next follows it at once
 	for h != nil {
-		res := e.run(&ctx, h, chained)
+		res := e.run(&jc, h, chained)
 		var now time.Time // the next job's start, read before the lock
 		if e.ownRunner && h.j.Func != nil && !res.Ended.IsZero() {
 			// A function's end, read as it returned: a job taken next, in
@@ -37,7 +37,7 @@ func (e *Executor) worker(i int) {
 		e.retire(h, &res)
 		// While jobs wait, take the next one in the same critical section:
 		// one lock per job instead of two.
-		next := e.start(i, now)
+		next := e.start(i, &jc, now)
 		e.mu.Unlock()
 		// Deliver without the lock: whoever waits may call us at once.
 		h.complete()
@@ -45,7 +45,7 @@ func (e *Executor) worker(i int) {
 		if next == nil {
 			chained = time.Time{}
 			e.mu.Lock()
-			next = e.take(i)
+			next = e.take(i, &jc)
 			e.mu.Unlock()
 		}
 		h = next
@@ -59,12 +59,12 @@ func (e *Executor) worker(i int) {
 	}
 }
 
-// take returns the next job worker i may start, waiting as long as
-// needed, or nil when the Executor is draining and nothing is left to
-// start. e.mu is held.
-func (e *Executor) take(i int) *Handle {
+// take returns the next job worker i, whose jobs run with jc's context,
+// may start, waiting as long as needed, or nil when the Executor is
+// draining and nothing is left to start. e.mu is held.
+func (e *Executor) take(i int, jc *jobContext) *Handle {
 	for {
-		if h := e.start(i, time.Time{}); h != nil {
+		if h := e.start(i, jc, time.Time{}); h != nil {
 			return h
 		}
 		if e.state != stateOpen {
@@ -76,15 +76,18 @@ func (e *Executor) take(i int) *Handle {
 	}
 }
 
-// start pops the next job and marks it running on worker i if one may
-// start now, or returns nil. now, if set, is the time to report for its
-// start (with an observer). e.mu is held.
-func (e *Executor) start(i int, now time.Time) *Handle {
+// start pops the next job and marks it running on worker i, with jc's
+// context, if one may start now, or returns nil. now, if set, is the time
+// to report for its start (with an observer). e.mu is held.
+func (e *Executor) start(i int, jc *jobContext, now time.Time) *Handle {
 	if e.running >= e.parallelism() || e.queue.Len() == 0 {
 		return nil
 	}
 	h := e.queue.Pop()
 	h.state = stateRunning
+	// From here on Cancel and Close (under e.mu) end the job through its
+	// context: it has one before it is seen running.
+	h.stop = jc.next()
 	e.current[i] = h
 	e.running++
 	e.started++
@@ -123,13 +126,16 @@ type jobContext struct {
 // jobContextKey finds a job's jobContext from its context.
 type jobContextKey struct{}
 
-// get returns the context for the next job, new if the last one ended.
-func (c *jobContext) get() (context.Context, context.CancelCauseFunc) {
+// next makes ready the context for the next job, new if the last one
+// ended, and returns how to end it. It is called under the Executor's
+// lock as the job starts, once the job before it is off the books: only
+// the job it is for can end it from then on.
+func (c *jobContext) next() context.CancelCauseFunc {
 	if c.ctx == nil || c.ctx.Err() != nil {
 		c.release()
 		c.ctx, c.stop = context.WithCancelCause(context.WithValue(context.Background(), jobContextKey{}, c))
 	}
-	return c.ctx, c.stop
+	return c.stop
 }
 
 // ReportProcess tells the Executor that runs the job of ctx (the context
@@ -167,8 +173,7 @@ func (c *jobContext) release() {
 // end of the job before it on this worker, which it follows at once) costs
 // one clock read, at its end.
 func (e *Executor) run(jc *jobContext, h *Handle, started time.Time) (res Result) {
-	ctx, stop := jc.get()
-	h.bind(stop)
+	ctx := jc.ctx // made ready by start; ended by Cancel or Close since, if they came
 	jc.cur.Store(h)
 	defer jc.cur.Store(nil)
 	if h.j.Timeout > 0 {

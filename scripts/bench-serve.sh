@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # bench-serve.sh runs N trivial jobs (`true`) through `laboro serve` (its
-# embedded NATS server, no local slots) and one `laboro worker -c 4` on this
+# embedded NATS server, no local slots) and W `laboro worker -c C` on this
 # machine, submitted as one batch with `laboro submit -wait`, and prints the
 # wall time from submit to the last result, the jobs per second, the peak
-# RSS of serve, of the worker and of the submitting client, and the disk
+# RSS of serve, of the workers and of the submitting client, and the disk
 # the server's data directory uses at the end.
 #
-#   scripts/bench-serve.sh [N]     (default: 100000)
+#   scripts/bench-serve.sh [N [W [C]]]     (defaults: 100000 jobs, 1 worker of 4 slots)
 set -euo pipefail
 n=${1:-100000}
+nworkers=${2:-1}
+slots=${3:-4}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 pids=()
@@ -21,7 +23,7 @@ trap cleanup EXIT
 go build -o "$tmp/laboro" ./jetstream/cmd/laboro
 awk -v n="$n" 'BEGIN { for (i = 0; i < n; i++) print "true" }' > "$tmp/jobs"
 export LABORO_STATE_DIR=$tmp/state XDG_RUNTIME_DIR=$tmp/run
-mkdir -p "$LABORO_STATE_DIR" "$XDG_RUNTIME_DIR" "$tmp/out"
+mkdir -p "$LABORO_STATE_DIR" "$XDG_RUNTIME_DIR"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 nats=nats://127.0.0.1:$port
 "$tmp/laboro" serve -data "$tmp/data" -listen "127.0.0.1:$port" -workers 0 2> "$tmp/serve.log" &
@@ -31,9 +33,13 @@ until "$tmp/laboro" status -nats "$nats" > /dev/null 2>&1; do
 	kill -0 "$serve" 2>/dev/null || { cat "$tmp/serve.log"; exit 1; }
 	sleep 0.2
 done
-"$tmp/laboro" worker -nats "$nats" -c 4 -dir "$tmp/out" 2> "$tmp/worker.log" &
-worker=$!
-pids+=("$worker")
+workers=()
+for ((i = 0; i < nworkers; i++)); do
+	mkdir -p "$tmp/out$i"
+	"$tmp/laboro" worker -nats "$nats" -c "$slots" -dir "$tmp/out$i" 2> "$tmp/worker$i.log" &
+	workers+=($!)
+	pids+=($!)
+done
 start=$(date +%s.%N)
 # Its peak RSS is read from the kernel's account of the children of a
 # small wrapper, once it has ended.
@@ -47,9 +53,10 @@ sys.exit(code)' "$tmp/submit.rss" \
 }
 end=$(date +%s.%N)
 hwm() { awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$1/status"; }
-echo "jobs:          $n"
+echo "jobs:          $n, $nworkers worker(s) of $slots slot(s)"
 echo "wall time:     $(echo "$end - $start" | bc) s (submit to the last result)"
 echo "jobs/s:        $(echo "$n / ($end - $start)" | bc)"
-echo "peak RSS:      serve $(hwm "$serve"), worker $(hwm "$worker"), submit -wait $(awk '{ printf "%.0f MiB", $1 / 1024 }' "$tmp/submit.rss")"
+peaks=$(for w in "${workers[@]}"; do hwm "$w"; echo; done | paste -sd/ | sed 's|/| / |g')
+echo "peak RSS:      serve $(hwm "$serve"), workers $peaks, submit -wait $(awk '{ printf "%.0f MiB", $1 / 1024 }' "$tmp/submit.rss")"
 echo "disk:          $(du -sh "$tmp/data" | cut -f1) in the server's data directory"
 tail -1 "$tmp/submit.out"
