@@ -14,7 +14,6 @@ import (
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/fuq"
-	"github.com/laboro-go/laboro/transport"
 )
 
 func submitCommand(c *cli.Command) func(context.Context, []string) error {
@@ -228,24 +227,18 @@ func or(s, def string) string {
 // crash, a restart) is waited for, up to waitForeman: started again, it
 // resumes its jobs from its journal, and the wait goes on.
 func waitJob(ctx context.Context, cl fuq.ControlClient, id string) (fuq.JobReport, error) {
-	backoff := transport.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
-	var gone time.Time
+	away := cli.NewAway("fuq-foreman submit: the foreman", waitForeman, os.Stderr)
 	for {
 		var st fuq.JobReport
 		err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(id)+"?wait=1", nil, &st)
 		if err == nil {
+			away.Back()
 			return st, nil
 		}
 		if ctx.Err() != nil || !fuq.Unreachable(err) {
 			return st, err
 		}
-		if gone.IsZero() {
-			gone = time.Now()
-			fmt.Fprintf(os.Stderr, "fuq-foreman submit: the foreman went away (%v); waiting for it to come back\n", err)
-		} else if time.Since(gone) > waitForeman {
-			return st, fmt.Errorf("the foreman has been away for %v: %w", waitForeman, err)
-		}
-		if err := backoff.Wait(ctx); err != nil {
+		if err := away.Lost(ctx, err); err != nil {
 			return st, err
 		}
 	}

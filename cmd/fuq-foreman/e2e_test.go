@@ -345,6 +345,7 @@ func TestForemanKilledResumes(t *testing.T) {
 	require.Equal(t, 0, submit.Wait(t, 120*time.Second), "submit -wait: %s\n%s\nforeman:\n%s", submit.Stdout.String(), submit.Log(), foreman.Log())
 	assert.Contains(t, submit.Stdout.String(), "succeeded\tdone 40/40")
 	assert.Contains(t, submit.Log(), "the foreman went away")
+	assert.Contains(t, submit.Log(), "the foreman is back")
 	n := ran()
 	assert.Len(t, n, 40, "every task ran")
 	again := 0

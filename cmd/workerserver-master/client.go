@@ -17,7 +17,6 @@ import (
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/workerserver"
-	"github.com/laboro-go/laboro/transport"
 )
 
 // urlFlag defines -url, the master's base URL ($WORKERSERVER_URL, else the
@@ -140,8 +139,7 @@ const unofferedWarning = 3 * time.Second
 // following goes on.
 func follow(ctx context.Context, api api, id string) error {
 	last, start, warned := "", time.Now(), false
-	backoff := transport.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
-	var gone time.Time
+	away := cli.NewAway("the master", waitMaster, os.Stderr)
 	for {
 		var rec workerserver.JobRecord
 		if err := api.do(ctx, "GET", "/api/jobs/"+url.PathEscape(id), nil, &rec); err != nil {
@@ -149,22 +147,12 @@ func follow(ctx context.Context, api api, id string) error {
 			if ctx.Err() != nil || !errors.As(err, &ue) {
 				return err
 			}
-			if gone.IsZero() {
-				gone = time.Now()
-				fmt.Fprintf(os.Stderr, "the master went away (%v); waiting for it to come back\n", err)
-			} else if time.Since(gone) > waitMaster {
-				return fmt.Errorf("the master has been away for %v: %w", waitMaster, err)
-			}
-			if err := backoff.Wait(ctx); err != nil {
+			if err := away.Lost(ctx, err); err != nil {
 				return err
 			}
 			continue
 		}
-		if !gone.IsZero() {
-			fmt.Fprintln(os.Stderr, "the master is back")
-			gone = time.Time{}
-			backoff.Reset()
-		}
+		away.Back()
 		if l := line(rec); l != last {
 			fmt.Fprintln(os.Stderr, l)
 			last = l
