@@ -3,6 +3,7 @@
 package laboro
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -139,9 +140,10 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrInvalidJob, err))
 	}
+	var inMemory string // the path the shell reads an in-memory script by
 	if job.Script != "" {
 		var cleanup func()
-		argv, cleanup, err = writeScript(dir, job)
+		argv, inMemory, cleanup, err = writeScript(dir, job)
 		if err != nil {
 			return fail(err)
 		}
@@ -227,6 +229,12 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	}
 	if r.Stderr == StderrToOutput && res.Status != StatusSucceeded && res.Output != nil {
 		res.Stderr = fileTail(res.Output.path, r.tailSize())
+	}
+	if inMemory != "" {
+		// The shell names the script by its path in its messages
+		// ("/proc/12/fd/9: 1: x: not found"), a path the job's reader
+		// never saw: they read as those of sh -c ("sh: 1: x: not found").
+		res.Stderr = bytes.ReplaceAll(res.Stderr, []byte(inMemory), []byte("sh"))
 	}
 	if r.Logger != nil {
 		r.Logger.Debug("process ended", zap.String("job", job.ID), zap.Int("pid", res.PID),
@@ -334,23 +342,23 @@ func renameNew(tmp, path string) error {
 
 // writeScript writes job.Script to a file in dir and returns the argv that
 // runs it, and a function that removes the file. A script for /bin/sh is
-// kept in memory where the system allows it (scriptInMemory).
-func writeScript(dir string, job Job) ([]string, func(), error) {
+// kept in memory where the system allows it (scriptInMemory); inMemory is
+// then the path the shell reads it by.
+func writeScript(dir string, job Job) (argv []string, inMemory string, cleanup func(), err error) {
 	if len(job.Interpreter) == 0 && !strings.HasPrefix(job.Script, "#!") {
 		if path, close, ok := scriptInMemory(job.Script); ok {
-			return append([]string{"/bin/sh", path}, job.Args...), close, nil
+			return append([]string{"/bin/sh", path}, job.Args...), path, close, nil
 		}
 	}
 	f, err := os.CreateTemp(dir, ".laboro-*.script")
 	if err != nil {
-		return nil, nil, fmt.Errorf("laboro: create script file: %w", err)
+		return nil, "", nil, fmt.Errorf("laboro: create script file: %w", err)
 	}
-	cleanup := func() { os.Remove(f.Name()) }
+	cleanup = func() { os.Remove(f.Name()) }
 	_, err = f.WriteString(job.Script)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	var argv []string
 	switch {
 	case err != nil:
 	case len(job.Interpreter) > 0:
@@ -363,7 +371,7 @@ func writeScript(dir string, job Job) ([]string, func(), error) {
 	}
 	if err != nil {
 		cleanup()
-		return nil, nil, fmt.Errorf("laboro: write script file: %w", err)
+		return nil, "", nil, fmt.Errorf("laboro: write script file: %w", err)
 	}
-	return argv, cleanup, nil
+	return argv, "", cleanup, nil
 }

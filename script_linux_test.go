@@ -23,3 +23,18 @@ func TestShellScriptInMemory(t *testing.T) {
 	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v %s", res.Err, res.Stderr)
 	assert.Equal(t, "0\nin memory\n1\n0\n", output(t, res), "no script file; $0 reads as the script; no memfd open in the job")
 }
+
+// A failed script's standard error reads as the shell's own, not naming the
+// descriptor its script is read through: what an operator sees of why the
+// job failed.
+func TestShellScriptErrorsNameTheShell(t *testing.T) {
+	ex, err := laboro.New(laboro.WithRunner(&laboro.ProcessRunner{Dir: t.TempDir()}))
+	require.NoError(t, err)
+	t.Cleanup(func() { ex.Close() })
+	res := wait(t, submit(t, ex, laboro.Job{Script: "echo fine\nno-such-command-here --x\n"}))
+	require.Equal(t, laboro.StatusFailed, res.Status)
+	assert.Equal(t, 127, res.ExitCode)
+	// dash: "sh: 2: …: not found"; bash as sh: "sh: line 2: …: command not found".
+	assert.Regexp(t, `(?m)^sh: (line )?2: no-such-command-here: (command )?not found$`, string(res.Stderr))
+	assert.NotContains(t, string(res.Stderr), "/proc/")
+}
