@@ -1,9 +1,11 @@
 package transport
 
 import (
+	"context"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -49,4 +51,58 @@ func SaveOutput(dir, pattern string, r io.Reader) (*laboro.Output, error) {
 		return nil, err
 	}
 	return laboro.NewOutput(f.Name(), n), nil
+}
+
+// Interruptible returns conn wrapped so that the end of ctx interrupts
+// its reads and writes under way and fails every later one at once: a
+// deadline its user sets after ctx has ended, even one set in the same
+// moment (clearing the deadline before a long wait), cannot undo the
+// interruption. stop stops watching ctx, as context.AfterFunc's stop
+// does; call it when done with the connection.
+func Interruptible(ctx context.Context, conn net.Conn) (c net.Conn, stop func() bool) {
+	ic := &interruptible{Conn: conn}
+	return ic, context.AfterFunc(ctx, ic.interrupt)
+}
+
+// past is a deadline that has passed: the calls it applies to fail at once.
+var past = time.Unix(1, 0)
+
+type interruptible struct {
+	net.Conn
+	mu    sync.Mutex // orders interrupt against the deadlines set
+	ended bool
+}
+
+func (c *interruptible) interrupt() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	c.Conn.SetDeadline(past)
+}
+
+// deadline returns t, or past once the connection has been interrupted.
+// c.mu is held.
+func (c *interruptible) deadline(t time.Time) time.Time {
+	if c.ended {
+		return past
+	}
+	return t
+}
+
+func (c *interruptible) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.SetDeadline(c.deadline(t))
+}
+
+func (c *interruptible) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.SetReadDeadline(c.deadline(t))
+}
+
+func (c *interruptible) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(c.deadline(t))
 }

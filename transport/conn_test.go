@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -41,6 +42,77 @@ func TestDeadlinedConn(t *testing.T) {
 	var ne net.Error
 	require.ErrorAs(t, err, &ne)
 	assert.True(t, ne.Timeout())
+}
+
+// The end of the context interrupts a read under way without a deadline,
+// and no deadline set afterwards, not even one that clears it for a long
+// wait as a session waiting for its peer does, brings the connection
+// back: a session cut off by a server's shutdown cannot outlive it.
+func TestInterruptibleConn(t *testing.T) {
+	tcpPair := func(t *testing.T) (net.Conn, net.Conn) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		peer, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { peer.Close() })
+		raw, err := ln.Accept()
+		require.NoError(t, err)
+		t.Cleanup(func() { raw.Close() })
+		return raw, peer
+	}
+	timedOut := func(t *testing.T, err error) {
+		t.Helper()
+		var ne net.Error
+		require.ErrorAs(t, err, &ne)
+		assert.True(t, ne.Timeout(), "%v", err)
+	}
+	buf := make([]byte, 1)
+
+	t.Run("while it waits", func(t *testing.T) {
+		raw, peer := tcpPair(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		conn, stop := transport.Interruptible(ctx, raw)
+		defer stop()
+		require.NoError(t, conn.SetReadDeadline(time.Time{}))
+		read := make(chan error, 1)
+		go func() { _, err := conn.Read(buf); read <- err }()
+		cancel()
+		timedOut(t, <-read)
+		_, err := peer.Write([]byte("a"))
+		require.NoError(t, err)
+		require.NoError(t, conn.SetReadDeadline(time.Time{}))
+		_, err = conn.Read(buf)
+		timedOut(t, err)
+		require.NoError(t, conn.SetWriteDeadline(time.Now().Add(time.Hour)))
+		_, err = conn.Write([]byte("b"))
+		timedOut(t, err)
+	})
+
+	t.Run("deadline cleared as it ends", func(t *testing.T) {
+		for range 1000 {
+			raw, _ := tcpPair(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			conn, stop := transport.Interruptible(ctx, raw)
+			cancel() // its watch runs now, in a goroutine of its own
+			require.NoError(t, conn.SetDeadline(time.Time{}))
+			_, err := conn.Read(buf)
+			timedOut(t, err)
+			stop()
+		}
+	})
+
+	t.Run("stopped", func(t *testing.T) {
+		raw, peer := tcpPair(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		conn, stop := transport.Interruptible(ctx, raw)
+		require.True(t, stop())
+		cancel()
+		_, err := peer.Write([]byte("a"))
+		require.NoError(t, err)
+		_, err = conn.Read(buf)
+		require.NoError(t, err, "once stopped, the context's end does not reach the connection")
+	})
 }
 
 func TestSaveOutput(t *testing.T) {

@@ -671,13 +671,13 @@ func (c *Controller) exchange(ctx context.Context, w *cworker, msg *pulsepb.Cont
 	path := filepath.Join(c.dir(), strconv.FormatUint(w.id, 10)+".sock")
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, c.timeout())
-	conn, err := d.DialContext(dctx, "unix", path)
+	raw, err := d.DialContext(dctx, "unix", path)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer raw.Close()
+	conn, stop := transport.Interruptible(ctx, raw)
 	defer stop()
 	conn.SetDeadline(time.Now().Add(c.timeout()))
 	if err := c.Codec.writeWithExtra(transport.Deadlined(conn, c.timeout()), msg, body, int64(msg.ExtraSize)); err != nil {

@@ -364,12 +364,14 @@ func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
 		m.Logger.Warn("connection refused: the address is not allowed (-allow)", zap.Stringer("peer", raw.RemoteAddr()))
 		return
 	}
-	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Now()) })
+	// The end of ctx cuts the session, even as it clears the read
+	// deadline to wait for the runner's next message.
+	rw, stop := transport.Interruptible(ctx, raw)
 	defer stop()
 	s := &remote{
 		// Any SIZE is read: take keeps MaxSize bytes of an output and
 		// drops the rest.
-		c:    &conn{rw: raw, maxSize: math.MaxInt64, timeout: m.timeout(), pause: cmp.Or(m.Pause, DefaultPause)},
+		c:    &conn{rw: rw, maxSize: math.MaxInt64, timeout: m.timeout(), pause: cmp.Or(m.Pause, DefaultPause)},
 		raw:  raw,
 		log:  m.Logger.With(zap.Stringer("peer", raw.RemoteAddr())),
 		sent: map[string]struct{}{},
