@@ -312,7 +312,6 @@ func (m *Manager) Serve(ctx context.Context, ln net.Listener) error {
 // connection's goroutine uses it, except w.
 type remote struct {
 	c    *conn
-	raw  net.Conn
 	host string
 	log  *zap.Logger
 	w    *transport.Worker[string, laboro.Job]
@@ -372,7 +371,6 @@ func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
 		// Any SIZE is read: take keeps MaxSize bytes of an output and
 		// drops the rest.
 		c:    &conn{rw: rw, maxSize: math.MaxInt64, timeout: m.timeout(), pause: cmp.Or(m.Pause, DefaultPause)},
-		raw:  raw,
 		log:  m.Logger.With(zap.Stringer("peer", raw.RemoteAddr())),
 		sent: map[string]struct{}{},
 	}
