@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,10 +129,22 @@ func (b *batch) requireResults(nc *nats.Conn) uint64 {
 	require.NoError(b.t, err)
 	results, err := js.Stream(testCtx(b.t, 10*time.Second), "LABORO_RESULTS")
 	require.NoError(b.t, err)
-	info, err := results.Info(testCtx(b.t, 10*time.Second), natsjs.WithSubjectFilter("LABORO.results.>"))
-	require.NoError(b.t, err)
-	for i := range b.handles {
-		require.NotZero(b.t, info.State.Subjects[fmt.Sprintf("LABORO.results.m%d", i)], "no result for job %d", i)
+	// In a cluster the stream's leader, which answers, may store the last
+	// results a moment after a replica delivered them to the Manager: the
+	// stream is waited for until it holds every one.
+	var info *natsjs.StreamInfo
+	ctx := testCtx(b.t, 30*time.Second)
+	for {
+		info, err = results.Info(ctx, natsjs.WithSubjectFilter("LABORO.results.>"))
+		require.NoError(b.t, err)
+		missing := slices.IndexFunc(b.handles, func(h *laboro.Handle) bool {
+			return info.State.Subjects["LABORO.results."+h.ID()] == 0
+		})
+		if missing < 0 {
+			break
+		}
+		require.NoError(b.t, ctx.Err(), "no result for job %d", missing)
+		time.Sleep(50 * time.Millisecond)
 	}
 	require.Len(b.t, info.State.Subjects, len(b.handles))
 	if !assert.Eventually(b.t, func() bool { return streamMsgs(b.t, nc, "LABORO_JOBS") == 0 },
