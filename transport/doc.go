@@ -1,7 +1,8 @@
 // Package transport is what every remote manager of the project shares,
 // whatever its wire: the Dispatcher that hands jobs to workers, the
-// accept loop of its server (Serve), and the Backoff of everything that
-// retries. Its subpackage link is the other end: a worker's link to its
+// accept loop of its server (Serve), its connections' deadlines (Deadlined)
+// and their cut when the server ends (Interruptible), and the Backoff of
+// everything that retries. Its subpackage link is the other end: a worker's link to its
 // master (connect and reconnect, a spool on disk while the master is
 // away, per-job ordering, pinging).
 //
