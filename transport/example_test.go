@@ -2,7 +2,10 @@ package transport_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"os"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -36,4 +39,34 @@ func ExampleDispatcher() {
 	// Output:
 	// succeeded 4
 	// succeeded 9
+}
+
+// A session that waits for its peer's next message clears its read
+// deadline; a server that ends cuts it all the same, even when the cut
+// comes just before the deadline is cleared.
+func ExampleInterruptible() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		panic(err)
+	}
+	defer peer.Close()
+	raw, err := ln.Accept()
+	if err != nil {
+		panic(err)
+	}
+	defer raw.Close()
+
+	ctx, shutdown := context.WithCancel(context.Background())
+	conn, stop := transport.Interruptible(ctx, raw)
+	defer stop()
+	shutdown()                        // the server ends
+	conn.SetReadDeadline(time.Time{}) // the session waits for the next message
+	_, err = conn.Read(make([]byte, 1))
+	fmt.Println("cut:", errors.Is(err, os.ErrDeadlineExceeded))
+	// Output: cut: true
 }
