@@ -92,7 +92,7 @@ func (sys *runexpSystem) loseRunner() {
 	}
 	m.mu.Unlock()
 	require.NotNil(sys.t, victim, "no runner has a job")
-	assert.NoError(sys.t, victim.raw.Close())
+	assert.NoError(sys.t, victim.c.rw.(net.Conn).Close())
 	select {
 	case err := <-sys.ran[victim.host]:
 		require.Error(sys.t, err)
