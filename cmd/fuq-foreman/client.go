@@ -227,7 +227,7 @@ func or(s, def string) string {
 // crash, a restart) is waited for, up to waitForeman: started again, it
 // resumes its jobs from its journal, and the wait goes on.
 func waitJob(ctx context.Context, cl fuq.ControlClient, id string) (fuq.JobReport, error) {
-	away := cli.NewAway("fuq-foreman submit: the foreman", waitForeman, os.Stderr)
+	away := cli.NewAway("the foreman", waitForeman, os.Stderr)
 	for {
 		var st fuq.JobReport
 		err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(id)+"?wait=1", nil, &st)
