@@ -502,15 +502,15 @@ func (r *workerRun) exchange(ctx context.Context, p *pulsepb.WorkerPulse) (*puls
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", filepath.Join(r.dir, "main.sock"))
+	raw, err := d.DialContext(ctx, "unix", filepath.Join(r.dir, "main.sock"))
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
+	defer raw.Close()
+	conn, stop := transport.Interruptible(ctx, raw)
+	defer stop()
 	deadline, _ := ctx.Deadline()
 	conn.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	if err := r.codec.WriteMessage(conn, p); err != nil {
 		return nil, fmt.Errorf("send %v: %w", p.GetType(), err)
 	}
