@@ -32,6 +32,7 @@ package main
 import (
 	"context"
 	"os"
+	"time"
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/fuq"
@@ -66,6 +67,9 @@ func main() {
 type limits struct {
 	tasks                 int // of one job
 	endedTasks, endedJobs int // remembered once ended
+	// control replaces the control socket's read and idle timeouts when
+	// not 0 (tests).
+	control time.Duration
 }
 
 func (l limits) check() error {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -15,8 +14,10 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
+	"github.com/laboro-go/laboro/internal/web"
 	"github.com/laboro-go/laboro/protocols/fuq"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -63,21 +64,25 @@ func (w webFlags) config(auth []byte) (fuq.WebConfig, error) {
 	return fuq.WebConfig{Auth: auth, TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}, nil
 }
 
+// maxControlConns bounds the connections the control socket serves at
+// once; its HTTP server has the binaries' limits (web.Server).
+const maxControlConns = 64
+
 // serve runs the foreman until ctx ends.
-func serve(ctx context.Context, listen, control, journal string, grace time.Duration, lim limits, web webFlags, log *zap.Logger) error {
-	auth, authFrom, err := web.secret()
+func serve(ctx context.Context, listen, control, journal string, grace time.Duration, lim limits, wf webFlags, log *zap.Logger) error {
+	auth, authFrom, err := wf.secret()
 	if err != nil {
 		return fmt.Errorf("the workers' shared secret: %w", err)
 	}
-	for _, addr := range []string{listen, web.listen} {
+	for _, addr := range []string{listen, wf.listen} {
 		host, _, _ := net.SplitHostPort(addr) // checked by cli.CheckAddr
 		if err := secret.Guard(host, string(auth), authFrom); addr != "" && err != nil {
 			return err
 		}
 	}
 	var wcfg fuq.WebConfig
-	if web.listen != "" {
-		if wcfg, err = web.config(auth); err != nil {
+	if wf.listen != "" {
+		if wcfg, err = wf.config(auth); err != nil {
 			return err
 		}
 	}
@@ -115,8 +120,8 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 		return err
 	}
 	var wln net.Listener
-	if web.listen != "" {
-		if wln, err = net.Listen("tcp", web.listen); err != nil {
+	if wf.listen != "" {
+		if wln, err = net.Listen("tcp", wf.listen); err != nil {
 			ln.Close()
 			return err
 		}
@@ -136,9 +141,12 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 		fields = append(fields, zap.String("web", "https://"+wln.Addr().String()))
 	}
 	log.Info("serving", fields...)
-	hs := &http.Server{Handler: ctl.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := web.Server(ctl.Handler(), log.Named("control"))
+	if lim.control != 0 {
+		hs.ReadHeaderTimeout, hs.ReadTimeout, hs.IdleTimeout = lim.control, lim.control, lim.control
+	}
 	controlled := make(chan error, 1)
-	go func() { controlled <- hs.Serve(cl) }()
+	go func() { controlled <- hs.Serve(netutil.LimitListener(cl, maxControlConns)) }()
 	defer func() { hs.Close(); <-controlled }()
 	// The listeners serve until ctx ends, or until one of them fails,
 	// which ends the other.

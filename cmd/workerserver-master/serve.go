@@ -15,23 +15,18 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/secret"
+	"github.com/laboro-go/laboro/internal/web"
 	"github.com/laboro-go/laboro/protocols/workerserver"
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
 )
 
-// The limits of the master's HTTP server: no request (a worker's status
-// with its data, a user's submission) takes longer than a minute to
-// arrive, and no answer longer to leave; an idle connection is closed
-// after two.
-const (
-	defaultMaxConns   = 1024
-	readHeaderTimeout = 10 * time.Second
-	readTimeout       = time.Minute
-	writeTimeout      = time.Minute
-	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 64 << 10
-)
+// defaultMaxConns bounds the connections the master serves at once
+// (-max-conns). Its HTTP server has the binaries' limits (web.Server): no
+// request (a worker's status with its data, a user's submission) takes
+// longer than a minute to arrive, and no answer longer to leave; an idle
+// connection is closed after two.
+const defaultMaxConns = 1024
 
 // config is serve's flags.
 type config struct {
@@ -41,8 +36,8 @@ type config struct {
 	maxConns            int
 	keepEnded           int // Master.MaxEndedJobs
 	tlsCert, tlsKey     string
-	// read and idle replace readTimeout (and readHeaderTimeout) and
-	// idleTimeout when not 0 (tests).
+	// read and idle replace the HTTP server's read timeouts and idle
+	// timeout when not 0 (tests).
 	read, idle time.Duration
 }
 
@@ -128,9 +123,10 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 	ln = netutil.LimitListener(ln, cfg.maxConns)
 	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("db", db), zap.String("api token", tokenFile),
 		zap.Int("unfinished jobs", len(m.Unfinished())))
-	hs := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: cmp.Or(cfg.read, readHeaderTimeout), ReadTimeout: cmp.Or(cfg.read, readTimeout),
-		WriteTimeout: writeTimeout, IdleTimeout: cmp.Or(cfg.idle, idleTimeout), MaxHeaderBytes: maxHeaderBytes,
-		ErrorLog: zap.NewStdLog(log.Named("http"))}
+	hs := web.Server(m.Handler(), log.Named("http"))
+	hs.ReadHeaderTimeout = cmp.Or(cfg.read, hs.ReadHeaderTimeout)
+	hs.ReadTimeout = cmp.Or(cfg.read, hs.ReadTimeout)
+	hs.IdleTimeout = cmp.Or(cfg.idle, hs.IdleTimeout)
 	hs.RegisterOnShutdown(m.Release) // the pings held for a job answer now
 	stop := context.AfterFunc(ctx, func() {
 		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -84,6 +84,26 @@ func Listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// The limits of every HTTP server of the binaries (Server): a request's
+// header must arrive within 10 s and the whole request within a minute, an
+// answer must leave within a minute, an idle connection is closed after
+// two, and a request's header is at most 64 KiB.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = time.Minute
+	WriteTimeout      = time.Minute
+	IdleTimeout       = 2 * time.Minute
+	MaxHeaderBytes    = 64 << 10
+)
+
+// Server returns an HTTP server of h with the limits above; the server's
+// own errors (a client's bad request, a failed handshake) go to log.
+func Server(h http.Handler, log *zap.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
+		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, MaxHeaderBytes: MaxHeaderBytes,
+		ErrorLog: zap.NewStdLog(log)}
+}
+
 // Serve attaches ex and serves on ln until ctx ends. tokenFrom tells the
 // operator where the token is, for the log line that gives the URL (the
 // token itself is never logged).
@@ -92,8 +112,8 @@ func (w *Web) Serve(ctx context.Context, ln net.Listener, ex *laboro.Executor, t
 	w.Collector.Attach(ex)
 	log.Info("console", zap.String("url", "http://"+ln.Addr().String()+"/?token=…"), zap.String("token", tokenFrom),
 		zap.String("metrics", "http://"+ln.Addr().String()+"/metrics"))
-	srv := &http.Server{Handler: w.Console, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
-		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: zap.NewStdLog(log)}
+	srv := Server(w.Console, log)
+	srv.WriteTimeout = 0 // the live streams set a deadline for each write
 	stop := context.AfterFunc(ctx, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

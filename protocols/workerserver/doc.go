@@ -19,7 +19,10 @@
 //	m := &workerserver.Master{Servers: map[string]string{"w1": "secret"}}
 //	m.Open("jobs.db")
 //	ex, _ := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(256), laboro.WithConcurrency(256))
-//	go http.ListenAndServe("127.0.0.1:8080", m.Handler())
+//	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second,
+//		ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute} // above Master.Hold
+//	srv.RegisterOnShutdown(m.Release) // held pings answer at once
+//	go srv.ListenAndServe()
 //	id, _ := m.NewID() // "1", "2", …: ids that any worker takes
 //	h, _ := ex.Submit(ctx, workerserver.NewJob(id, "resize", params))
 //
