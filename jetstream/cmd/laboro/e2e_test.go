@@ -305,6 +305,18 @@ func TestToken(t *testing.T) {
 	assert.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
 	assert.Contains(t, p.Stdout.String(), "PATH=")
 	assert.NotContains(t, p.Stdout.String(), "s3cret")
+
+	// Credentials in a NATS URL reach no job and no log line: the jobs see
+	// the address alone.
+	withCreds := "nats://someone:hunter2@" + other.listen
+	p = e2e.Start(t, []string{"LABORO_NATS=" + withCreds}, s.bin, "run", "env")
+	assert.Equal(t, 0, p.Wait(t, time.Minute), p.Log())
+	assert.Contains(t, p.Stdout.String(), "LABORO_NATS="+other.url+"\n")
+	assert.NotContains(t, p.Stdout.String(), "hunter2")
+	p = e2e.Start(t, []string{"LABORO_NATS=" + withCreds, "LABORO_TOKEN=s3cret"}, s.bin, "worker")
+	p.Await(t, regexp.MustCompile(`refused`), 30*time.Second)
+	assert.Contains(t, p.Log(), other.url)
+	assert.NotContains(t, p.Log(), "hunter2")
 }
 
 // A machine that only runs workers, or only submits, holds a token made

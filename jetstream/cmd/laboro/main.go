@@ -59,7 +59,9 @@
 // no job sees it. Each command connects with its role's rights only (a
 // worker's, or a client's for submit, status, output and cancel); token
 // prints the token of a role, for a machine that is to have only that.
-// -creds gives a credentials file for a cluster that wants one. Logs go to
+// -creds gives a credentials file for a cluster that wants one; a user and
+// password or a token written in a NATS URL are used, but shown nowhere
+// (logs, errors) and left out of the jobs' $LABORO_NATS. Logs go to
 // standard error. Exit status: 0 on success, 1 when a job failed (or, for
 // status and cancel, is unknown) or NATS or the service cannot be reached,
 // 2 for a usage error, 130 when interrupted.

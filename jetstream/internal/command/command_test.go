@@ -43,6 +43,21 @@ func TestSplitHostPort(t *testing.T) {
 	}
 }
 
+// A NATS URL is shown without the credentials it may carry.
+func TestShownURLs(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                               "",
+		"nats://127.0.0.1:4222":          "nats://127.0.0.1:4222",
+		"nats://tok@10.0.0.1:4222":       "nats://10.0.0.1:4222",
+		"nats://u:p@a:1,tls://u:p@b:2":   "nats://a:1,tls://b:2",
+		"u:p@host:4222":                  "host:4222",
+		"nats://host:4222/x@y":           "nats://host:4222/x@y",
+		"nats://u:p@w@host:4222?q=a@b#c": "nats://host:4222?q=a@b#c",
+	} {
+		assert.Equal(t, want, shown(in), in)
+	}
+}
+
 func TestReadJobs(t *testing.T) {
 	name := filepath.Join(t.TempDir(), "jobs.txt")
 	require.NoError(t, os.WriteFile(name, []byte("# comment\n\n  echo a  \n\t\necho 'b c'\n  # indented comment\n"), 0o600))

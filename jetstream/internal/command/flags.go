@@ -37,6 +37,7 @@ type common struct {
 
 func newCommon(name, synopsis string) *common {
 	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), level: zap.InfoLevel, format: "console"}
+	nats := natsEnv() // scrubbed for every command: each may start jobs
 	// Parse's messages are parse's to print: help on standard output,
 	// errors on standard error.
 	c.fs.SetOutput(io.Discard)
@@ -50,7 +51,7 @@ func newCommon(name, synopsis string) *common {
 		c.fs.StringVar(&c.url, "nats", "", "NATS server URLs, comma-separated (default: an embedded server)")
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	default:
-		c.fs.StringVar(&c.url, "nats", os.Getenv("LABORO_NATS"), "NATS server URLs, comma-separated ($LABORO_NATS)")
+		c.fs.StringVar(&c.url, "nats", nats, "NATS server URLs, comma-separated ($LABORO_NATS)")
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	}
 	c.fs.StringVar(&c.stream, "stream", jetstream.DefaultStream, "name of the streams to use")
@@ -58,6 +59,17 @@ func newCommon(name, synopsis string) *common {
 	c.fs.Var(&c.format, "log-format", "log `format`: console (lines for people) or json (one object per line)")
 	c.fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	return c
+}
+
+// natsEnv returns $LABORO_NATS, and leaves it in the environment without
+// the credentials its URLs may carry: the jobs this process starts (and
+// the commands they run) inherit the address, never a secret.
+func natsEnv() string {
+	v := os.Getenv("LABORO_NATS")
+	if s := shown(v); s != v {
+		os.Setenv("LABORO_NATS", s)
+	}
+	return v
 }
 
 // deliveryFlags adds the flags that the service and the workers must agree on.

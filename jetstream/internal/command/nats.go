@@ -19,6 +19,32 @@ import (
 // address of serve's embedded server.
 const defaultURL = "nats://127.0.0.1:4222"
 
+// shown is urls (comma-separated, as -nats takes them) as a log line, an
+// error or a job's environment may show them: without the user, password
+// or token that a NATS URL may carry before its host.
+func shown(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		scheme, rest, ok := strings.Cut(p, "://")
+		if !ok {
+			scheme, rest = "", p
+		}
+		host := rest
+		if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+			host = rest[:end]
+		}
+		at := strings.LastIndex(host, "@")
+		if at < 0 {
+			continue
+		}
+		if ok {
+			scheme += "://"
+		}
+		parts[i] = scheme + rest[at+1:]
+	}
+	return strings.Join(parts, ",")
+}
+
 // connect connects to url (or defaultURL), for good: the connection
 // reconnects whenever the server goes away, and logs it. A worker waits
 // for a server that is not up yet (waitForServer); the other commands fail
@@ -35,7 +61,7 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	refusedToken := func() {
 		said.once("refused", func() {
 			c.log.Error("NATS refused the token (from $LABORO_TOKEN or laboro.token): it is not the server's, nor derived from it (see laboro token)",
-				zap.String("url", url))
+				zap.String("url", shown(url)))
 		})
 	}
 	opts := []nats.Option{
@@ -47,7 +73,7 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			c.log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrl()))
+			c.log.Info("reconnected to NATS", zap.String("url", shown(nc.ConnectedUrl())))
 		}),
 		// A refused token is said once, as soon as it is: at a connection
 		// attempt that a worker waiting for its server retries, or as the
@@ -177,12 +203,12 @@ func refused(err error) bool {
 func (c *common) connected(url string, nc *nats.Conn, err error) (*nats.Conn, error) {
 	if refused(err) {
 		if c.token == "" && c.tokenErr != nil {
-			return nil, fmt.Errorf("NATS at %s wants a token: %w (copy laboro.token from the machine of laboro serve, or set LABORO_TOKEN)", url, c.tokenErr)
+			return nil, fmt.Errorf("NATS at %s wants a token: %w (copy laboro.token from the machine of laboro serve, or set LABORO_TOKEN)", shown(url), c.tokenErr)
 		}
-		return nil, fmt.Errorf("NATS at %s refused the token (from $LABORO_TOKEN or laboro.token): it is wrong", url)
+		return nil, fmt.Errorf("NATS at %s refused the token (from $LABORO_TOKEN or laboro.token): it is wrong", shown(url))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS at %s (is `laboro serve` running?): %w", url, err)
+		return nil, fmt.Errorf("cannot reach NATS at %s (is `laboro serve` running?): %w", shown(url), err)
 	}
 	return nc, nil
 }

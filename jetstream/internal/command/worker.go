@@ -51,7 +51,7 @@ func worker(args []string) int {
 	if url == "" {
 		url = defaultURL
 	}
-	c.log.Info("worker", zap.String("nats", url), zap.Int("concurrency", *n))
+	c.log.Info("worker", zap.String("nats", shown(url)), zap.Int("concurrency", *n))
 	if err := w.Run(ctx); err != nil {
 		c.log.Error("worker stopped", zap.Error(err))
 		return exitFailed
