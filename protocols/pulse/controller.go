@@ -2,6 +2,7 @@ package pulse
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,11 @@ import (
 // DefaultAttempts is how many times a task is given to a worker before it
 // fails.
 const DefaultAttempts = 3
+
+// DefaultMaxConns bounds the connections a Controller (on main.sock) or a
+// Worker (on its own socket) serves at once unless its MaxConns says
+// otherwise.
+const DefaultMaxConns = 1024
 
 // ErrTaskFailed is matched by the error of a task that failed
 // (TASK_FAILED) on its last attempt; the last worker's words follow it.
@@ -122,10 +128,15 @@ type Controller struct {
 	Attempts int
 	// OutputDir receives the results as files; "" means os.TempDir.
 	OutputDir string
+	// MaxConns bounds the connections main.sock serves at once (each a
+	// pulse); one more is closed at once, unanswered. 0 means
+	// DefaultMaxConns.
+	MaxConns int
 	// Logger; nil means none.
 	Logger *zap.Logger
 
 	once   sync.Once
+	conns  atomic.Int64 // main.sock's connections being served
 	log    *zap.Logger
 	d      *transport.Dispatcher[uint64, Task] // keyed by task_id
 	tasks  atomic.Uint64                       // the last task_id given
@@ -408,6 +419,11 @@ func (l *mainListener) Close() error {
 // PulseResponse.
 func (c *Controller) servePulse(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
+	defer c.conns.Add(-1)
+	if c.conns.Add(1) > int64(cmp.Or(c.MaxConns, DefaultMaxConns)) {
+		c.log.Warn("connection refused: too many connections (Controller.MaxConns)")
+		return
+	}
 	conn.SetDeadline(time.Now().Add(c.timeout()))
 	br := newReader(conn)
 	p, err := c.Codec.ReadPulse(br)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -667,4 +668,63 @@ func TestEarlierWorkerJoinsNextController(t *testing.T) {
 	res, out := result(t, h)
 	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 	assert.Equal(t, "AGAIN", out)
+}
+
+// Beyond MaxConns, a connection to main.sock is closed unanswered; once
+// one ends, workers are served again (one registers). So is a connection
+// to a worker's socket beyond its MaxConns, which answers again afterwards.
+func TestMaxConns(t *testing.T) {
+	tc := startController(t, Codec{}, func(c *Controller) { c.MaxConns, c.Timeout = 1, time.Minute })
+	// twoSilent dials path twice and says nothing: one connection is
+	// served (until the server's Timeout, a minute), the other is beyond
+	// MaxConns. It reports whether the first to end ended unanswered, and
+	// closes both.
+	twoSilent := func(path string) bool {
+		ended := make(chan bool, 2)
+		var conns []net.Conn
+		for range 2 {
+			conn, err := net.Dial("unix", path)
+			require.NoError(t, err)
+			defer conn.Close()
+			conns = append(conns, conn)
+		}
+		for _, conn := range conns {
+			go func() {
+				n, err := conn.Read(make([]byte, 1))
+				ended <- n == 0 && errors.Is(err, io.EOF)
+			}()
+		}
+		unanswered := <-ended
+		for _, conn := range conns {
+			conn.Close()
+		}
+		<-ended
+		return unanswered
+	}
+	assert.True(t, twoSilent(filepath.Join(tc.c.Dir, "main.sock")), "a connection beyond MaxConns was served")
+	tc.logged(t, "connection refused: too many connections (Controller.MaxConns)", 1)
+	require.Eventually(t, func() bool { return tc.c.conns.Load() == 0 }, 10*time.Second, time.Millisecond)
+
+	core, logs := observer.New(zap.InfoLevel)
+	w := &Worker{Dir: tc.c.Dir, Command: []string{"cat"}, NextPulse: 10 * time.Minute, Timeout: time.Minute,
+		MaxConns: 1, Logger: zap.New(core)}
+	runWorker(t, w)
+	require.Eventually(t, func() bool { return logs.FilterMessage("listening").Len() == 1 }, 20*time.Second, time.Millisecond)
+	assert.True(t, twoSilent(filepath.Join(tc.c.Dir, strconv.FormatUint(w.ID(), 10)+".sock")),
+		"a connection beyond the worker's MaxConns was served")
+	assert.Equal(t, 1, logs.FilterMessage("connection refused: too many connections (Worker.MaxConns)").Len())
+	// Once the served one has ended, the socket answers again.
+	require.Eventually(t, func() bool {
+		conn, err := net.Dial("unix", filepath.Join(tc.c.Dir, strconv.FormatUint(w.ID(), 10)+".sock"))
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(waitLong))
+		if tc.c.Codec.WriteMessage(conn, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_GET_STATUS}) != nil {
+			return false
+		}
+		_, err = tc.c.Codec.ReadWorkerResponse(conn)
+		return err == nil
+	}, waitLong, time.Millisecond, "the worker's socket does not answer after a refusal")
 }

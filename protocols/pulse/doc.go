@@ -27,8 +27,9 @@
 // request and one response, then closes. Every protobuf message is
 // preceded by its length as a u64, little-endian; a ControlMsg or a
 // WorkerResponse is followed by exactly extra_size raw bytes. Lengths are
-// checked against Codec.Limits before anything is allocated, and every
-// read and write has a deadline. The messages are those of the spec
+// checked against Codec.Limits before anything is allocated, every read
+// and write has a deadline, and each socket serves at most MaxConns
+// connections at once (DefaultMaxConns). The messages are those of the spec
 // (pulsepb, generated from pulse.proto). Numbering selects the enum
 // numbers on the wire: the spec's (PULSE_REGISTER = 0, …) by default, or
 // the reference's later renumbering, where 0 is INVALID everywhere and

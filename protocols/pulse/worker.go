@@ -2,6 +2,7 @@ package pulse
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,6 +127,9 @@ type Worker struct {
 	// kept; it is created if needed. "" means a temporary directory,
 	// removed when Run returns.
 	OutputDir string
+	// MaxConns bounds the connections the worker's socket serves at once;
+	// one more is closed at once, unanswered. 0 means DefaultMaxConns.
+	MaxConns int
 	// Logger receives the worker's log; nil means none.
 	Logger *zap.Logger
 
@@ -199,8 +203,9 @@ type workerRun struct {
 	registered bool
 	hinted     bool
 
-	wg   sync.WaitGroup // the socket's accept loop and connections, task waiters
-	kick chan struct{}  // a task ended: pulse FETCH_ME now
+	wg    sync.WaitGroup // the socket's accept loop and connections, task waiters
+	conns atomic.Int64   // the socket's connections being served
+	kick  chan struct{}  // a task ended: pulse FETCH_ME now
 
 	mu   sync.Mutex
 	task workerTask
@@ -543,6 +548,11 @@ func (r *workerRun) shutdown() {
 // told to restart.
 func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- struct{}) {
 	defer c.Close()
+	defer r.conns.Add(-1)
+	if r.conns.Add(1) > int64(cmp.Or(r.w.MaxConns, DefaultMaxConns)) {
+		r.log.Warn("connection refused: too many connections (Worker.MaxConns)")
+		return
+	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	c.SetDeadline(time.Now().Add(r.timeout)) // the whole ControlMsg
