@@ -233,7 +233,10 @@ func waitJob(ctx context.Context, cl fuq.ControlClient, id string) (fuq.JobRepor
 		err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(id)+"?wait=1", nil, &st)
 		if err == nil {
 			away.Back()
-			return st, nil
+			if st.Ended() {
+				return st, nil
+			}
+			continue // the foreman's wait is bounded (Control.MaxWait): ask again
 		}
 		if ctx.Err() != nil || !fuq.Unreachable(err) {
 			return st, err

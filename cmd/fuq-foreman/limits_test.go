@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laboro-go/laboro/protocols/fuq"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -65,4 +66,17 @@ func TestControlLimits(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.True(t, closed(idle, br), "an idle connection was kept open")
+
+	// A wait for a job's end outlasts those limits: the foreman answers
+	// as the job stands before they cut the request, and a client that
+	// follows the job asks again.
+	cl := fuq.ControlClient{Socket: control}
+	var sub map[string]string
+	require.NoError(t, cl.Do(ctx, "POST", "/jobs", fuq.Submission{Name: "j", Command: "/bin/true", Tasks: 1}, &sub))
+	for range 3 { // no worker: it never ends
+		var st fuq.JobReport
+		require.NoError(t, cl.Do(ctx, "GET", "/jobs/"+sub["id"]+"?wait=1", nil, &st))
+		assert.Equal(t, sub["id"], st.ID)
+		assert.False(t, st.Ended(), "state %s", st.State)
+	}
 }

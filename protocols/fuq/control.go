@@ -2,6 +2,7 @@ package fuq
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/laboro-go/laboro"
 )
@@ -22,7 +24,7 @@ import (
 //
 //	POST /jobs                           Submission → {"id": "job_1"}
 //	GET  /jobs[?tasks=all]               → [JobReport…]
-//	GET  /jobs/{id}[?wait=1][&tasks=all] → JobReport (with wait: once the job has ended)
+//	GET  /jobs/{id}[?wait=1][&tasks=all] → JobReport (with wait: once the job has ended, or after Control.MaxWait)
 //	POST /jobs/{id}/cancel
 //	POST /workers/stop?n=N               STOP(N) to every worker; n=now: STOP(immediate)
 //
@@ -47,6 +49,13 @@ type JobReport struct {
 	Job   *JobInfo `json:"job,omitempty"` // once the foreman has it
 }
 
+// Ended reports whether the job has ended (its State is the Executor's
+// status).
+func (r JobReport) Ended() bool { return r.State != "queued" && r.State != "running" }
+
+// DefaultMaxWait is Control.MaxWait's default.
+const DefaultMaxWait = 20 * time.Second
+
 // Control serves the control API for a Foreman and the Executor that runs
 // its jobs. It names jobs job_1, job_2, … With a Journal (the Foreman's
 // own), it records each job as it is submitted and as it ends, and Resume
@@ -56,6 +65,11 @@ type Control struct {
 	Foreman  *Foreman
 	Executor *laboro.Executor
 	Journal  *Journal
+	// MaxWait bounds how long a GET of a job with wait=1 waits for the
+	// job's end; then it answers as the job stands, and the client asks
+	// again. It must stay under the HTTP server's read and write
+	// timeouts. 0 means DefaultMaxWait.
+	MaxWait time.Duration
 
 	mu      sync.Mutex
 	handles map[string]*laboro.Handle
@@ -213,8 +227,11 @@ func (c *Control) get(w http.ResponseWriter, r *http.Request) {
 	h := c.handles[id]
 	c.mu.Unlock()
 	if h != nil && r.URL.Query().Get("wait") != "" {
+		wait := time.NewTimer(cmp.Or(c.MaxWait, DefaultMaxWait))
+		defer wait.Stop()
 		select {
 		case <-h.Done():
+		case <-wait.C:
 		case <-r.Context().Done():
 			return
 		}
@@ -333,14 +350,21 @@ type ControlClient struct {
 	Socket string
 	// MaxAnswer bounds the answer Do decodes (DefaultMaxAnswer if 0).
 	MaxAnswer int64
+	// Timeout bounds each request, its answer included; 0 means
+	// DefaultControlTimeout.
+	Timeout time.Duration
 }
+
+// DefaultControlTimeout is ControlClient.Timeout's default: above
+// DefaultMaxWait, with room for the largest answer.
+const DefaultControlTimeout = 2 * time.Minute
 
 // DefaultMaxAnswer is ControlClient.MaxAnswer's default: room for the
 // tasks of a job of a million tasks (tasks=all).
 const DefaultMaxAnswer = 256 << 20
 
 func (c ControlClient) http() *http.Client {
-	return &http.Client{Transport: &http.Transport{
+	return &http.Client{Timeout: cmp.Or(c.Timeout, DefaultControlTimeout), Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", c.Socket)
