@@ -67,8 +67,7 @@ func main() {
 type limits struct {
 	tasks                 int // of one job
 	endedTasks, endedJobs int // remembered once ended
-	// control replaces the control socket's read and idle timeouts when
-	// not 0 (tests).
+	// control replaces the control socket's timeouts when not 0 (tests).
 	control time.Duration
 }
 

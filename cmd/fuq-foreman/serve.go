@@ -143,7 +143,7 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 	log.Info("serving", fields...)
 	hs := web.Server(ctl.Handler(), log.Named("control"))
 	if lim.control != 0 {
-		hs.ReadHeaderTimeout, hs.ReadTimeout, hs.IdleTimeout = lim.control, lim.control, lim.control
+		hs.ReadHeaderTimeout, hs.ReadTimeout, hs.IdleTimeout, hs.WriteTimeout = lim.control, lim.control, lim.control, lim.control
 		ctl.MaxWait = lim.control / 2 // under them, as fuq.DefaultMaxWait is under web.Server's
 	}
 	controlled := make(chan error, 1)

@@ -67,8 +67,8 @@ type Control struct {
 	Journal  *Journal
 	// MaxWait bounds how long a GET of a job with wait=1 waits for the
 	// job's end; then it answers as the job stands, and the client asks
-	// again. It must stay under the HTTP server's read and write
-	// timeouts. 0 means DefaultMaxWait.
+	// again. It must stay under the HTTP server's write timeout, which
+	// would cut the answer. 0 means DefaultMaxWait.
 	MaxWait time.Duration
 
 	mu      sync.Mutex
