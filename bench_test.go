@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -278,6 +279,11 @@ func BenchmarkProcess(b *testing.B) {
 // waits for each Handle in order, reads the result and closes its Output,
 // which removes the file. runner nil means the Executor's default runner.
 func benchProcessLaboro(b *testing.B, c int, runner *laboro.ProcessRunner) {
+	benchProcessJobs(b, c, runner, laboro.Job{Args: []string{benchTrue}})
+}
+
+// benchProcessJobs is benchProcessLaboro of job.
+func benchProcessJobs(b *testing.B, c int, runner *laboro.ProcessRunner, job laboro.Job) {
 	b.ReportAllocs()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -295,7 +301,19 @@ func benchProcessLaboro(b *testing.B, c int, runner *laboro.ProcessRunner) {
 	}
 	defer ex.Close()
 
-	submitAndCollect(b, ctx, ex, laboro.Job{Args: []string{benchTrue}})
+	submitAndCollect(b, ctx, ex, job)
+}
+
+// BenchmarkBareName runs `true` named as commands usually are, without
+// its directory ("grep …"), so that its program is looked for in $PATH:
+// by laboro (which keeps what it found for a second), and by os/exec for
+// every process, c=2 at a time.
+func BenchmarkBareName(b *testing.B) {
+	name := filepath.Base(benchTrue)
+	b.Run("laboro/c=2", func(b *testing.B) { benchProcessJobs(b, 2, nil, laboro.Job{Command: name}) })
+	b.Run("os-exec/c=2", func(b *testing.B) {
+		benchProcessLoop(b, 2, func(ctx context.Context, dir string) error { return benchExecName(ctx, dir, name) })
+	})
 }
 
 // submitAndCollect submits job b.N times from this goroutine and hands each
@@ -399,12 +417,15 @@ func benchProcessLoop(b *testing.B, c int, once func(ctx context.Context, dir st
 	}
 }
 
-func benchExecOnce(ctx context.Context, dir string) error {
+func benchExecOnce(ctx context.Context, dir string) error { return benchExecName(ctx, dir, benchTrue) }
+
+// benchExecName is benchExecOnce of the program name.
+func benchExecName(ctx context.Context, dir, name string) error {
 	f, err := os.CreateTemp(dir, "*.output")
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, benchTrue)
+	cmd := exec.CommandContext(ctx, name)
 	cmd.Stdout = f
 	err = cmd.Run()
 	if cerr := f.Close(); err == nil {

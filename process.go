@@ -265,8 +265,10 @@ func (r *ProcessRunner) dir() string {
 // child's exec closes it. The retry window is short and bounded.
 func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *os.File, tail *stderrTail) (*exec.Cmd, error) {
 	delay := time.Millisecond
+	file := programs.find(argv[0])
 	for attempt := 0; ; attempt++ {
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd := exec.CommandContext(ctx, file, argv[1:]...)
+		cmd.Args[0] = argv[0] // as the job named it, as exec.Command would
 		cmd.Dir, cmd.Env, cmd.Stdin, cmd.Stdout = job.Dir, job.Env, job.Stdin, out
 		switch r.Stderr {
 		case StderrToOutput:

@@ -167,3 +167,27 @@ func requireSameJob(t *testing.T, want Job, what string) {
 	want.Func, got.Func = nil, nil
 	require.True(t, reflect.DeepEqual(want, got), "%s: got %+v, want %+v", what, got, want)
 }
+
+// A program's place in $PATH is looked up again once its time is up: a
+// program installed meanwhile in an earlier directory of $PATH is run from
+// then on.
+func TestProgramPlaceExpires(t *testing.T) {
+	early, late := t.TempDir(), t.TempDir()
+	for _, dir := range []string{early, late} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "laboro-test-prog"), []byte("#!/bin/sh\n"), 0o755))
+	}
+	require.NoError(t, os.Remove(filepath.Join(early, "laboro-test-prog")))
+	t.Setenv("PATH", early+string(os.PathListSeparator)+late)
+	var c programCache
+	assert.Equal(t, filepath.Join(late, "laboro-test-prog"), c.find("laboro-test-prog"))
+	require.NoError(t, os.WriteFile(filepath.Join(early, "laboro-test-prog"), []byte("#!/bin/sh\n"), 0o755))
+	assert.Equal(t, filepath.Join(late, "laboro-test-prog"), c.find("laboro-test-prog"), "looked up again within its time")
+	c.mu.Lock()
+	p := c.found["laboro-test-prog"]
+	p.until = p.until.Add(-programTTL)
+	c.found["laboro-test-prog"] = p
+	c.mu.Unlock()
+	assert.Equal(t, filepath.Join(early, "laboro-test-prog"), c.find("laboro-test-prog"))
+	assert.Equal(t, "./x", c.find("./x"))
+	assert.Equal(t, "laboro-no-such-program", c.find("laboro-no-such-program"))
+}
