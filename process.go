@@ -57,6 +57,11 @@ const (
 // output is named <pid>_2.output, <pid>_3.output and so on; nothing is
 // overwritten.
 //
+// A program named without a slash ("grep") is found in $PATH as
+// exec.Command finds it; where it was found is kept for a second (all is
+// forgotten when $PATH changes), so that jobs running the same programs do
+// not each search $PATH again.
+//
 // Each job runs in a process group of its own. When its context ends (a
 // timeout, or the Executor's Close) the whole group is killed with SIGKILL,
 // so the job's own children die with it. On Linux the direct child also gets
