@@ -331,6 +331,7 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		ended    int // of those, the ones reported
 		progress = make(chan struct{}, 1)
 		waits    sync.WaitGroup
+		order    endOrder // the jobs submitted and not reported (mu)
 	)
 	var (
 		drained     bool  // every job of jobs came
@@ -357,10 +358,10 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		default:
 		}
 	}
-	report := func(job laboro.Job, res laboro.Result) {
+	// report hands a result to OnResult and counts it; mu is held.
+	report := func(h *laboro.Handle, res laboro.Result) {
 		defer res.Output.Close()
-		mu.Lock()
-		defer mu.Unlock()
+		job := h.Job()
 		var err error
 		if b.OnResult != nil {
 			err = b.OnResult(job, res)
@@ -433,15 +434,18 @@ reading:
 		if err != nil {
 			return end(fmt.Errorf("submit %s: %w", job.String(), err))
 		}
+		mu.Lock()
+		place := order.add(h)
+		mu.Unlock()
 		waits.Go(func() {
-			res, err := h.Wait(ctx)
+			_, err := h.Wait(ctx)
+			mu.Lock()
 			if err == nil {
-				report(h.Job(), res)
+				order.ended(place, report)
 			} else {
-				mu.Lock()
 				interrupted = true
-				mu.Unlock()
 			}
+			mu.Unlock()
 			settled()
 		})
 		update()
