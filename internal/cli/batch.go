@@ -263,8 +263,8 @@ type Batch struct {
 	// Progress, if not nil, is updated as jobs end.
 	Progress *Progress
 	// OnResult, if not nil, is called with each job's result, one at a
-	// time, before its output is closed (to save it); its error fails the
-	// job in the summary.
+	// time and in the order the jobs ended, before its output is closed
+	// (to save it); its error fails the job in the summary.
 	OnResult func(job laboro.Job, res laboro.Result) error
 	// Submitted, if not nil, is called once every job is in the Executor
 	// (for a Runner that wants to know no more will come).
