@@ -1,5 +1,6 @@
 // Package web serves the console and the Prometheus metrics of a binary's
-// Executor (the -http flag of jobExecutorServer and laboro run).
+// Executor (the -http flag of jobExecutorServer and laboro run), and makes
+// every HTTP server of the binaries, with the same limits (Server).
 package web
 
 import (
