@@ -2,7 +2,8 @@ package jetstream
 
 import (
 	"fmt"
-	"net"
+	neturl "net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,16 +13,6 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	return port
-}
-
 // TestServerRestart shuts the NATS server down in the middle of a batch and
 // starts it again on the same port and data directory: the Manager and the
 // Workers reconnect, and every job ends with its own output, none lost.
@@ -30,11 +21,15 @@ func TestServerRestart(t *testing.T) {
 		t.Skip("restarts a NATS server")
 	}
 	begin := time.Now()
-	dir, port := t.TempDir(), freePort(t)
-	srv, err := StartEmbedded(dir, "127.0.0.1", port)
+	dir := t.TempDir()
+	srv, err := StartEmbedded(dir, "127.0.0.1", -1) // a free port, kept for the restart
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Shutdown() }) // the server of the moment
 	url := srv.URL()
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
 
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	cfg := Config{AckWait: 2 * time.Second, Logger: log}
