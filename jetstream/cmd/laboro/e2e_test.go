@@ -35,7 +35,8 @@ func build(t testing.TB) string {
 var urlLine = regexp.MustCompile(`embedded NATS server.*"url": "(nats://[^"]+)"`)
 
 // system is `laboro serve` with its embedded server, on an address and a
-// data directory that stay the same across its restarts.
+// data directory that stay the same across its restarts: its first start
+// takes a free port (url is known from then on), the next ones that port.
 type system struct {
 	t      *testing.T
 	bin    string
@@ -46,11 +47,17 @@ type system struct {
 }
 
 func newSystem(t *testing.T) *system {
+	return &system{t: t, bin: build(t), data: t.TempDir(), listen: "127.0.0.1:0"}
+}
+
+// reserve picks the system's port before its first start, for a client
+// that must know the address before the server is up: a port that was
+// free a moment ago.
+func (s *system) reserve() {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	listen := ln.Addr().String()
+	require.NoError(s.t, err)
+	s.listen, s.url = ln.Addr().String(), "nats://"+ln.Addr().String()
 	ln.Close()
-	return &system{t: t, bin: build(t), data: t.TempDir(), listen: listen, url: "nats://" + listen}
 }
 
 // start runs `laboro serve` with args and waits for it to serve.
@@ -58,7 +65,18 @@ func (s *system) start(args ...string) {
 	s.t.Helper()
 	args = append([]string{"serve", "-data", s.data, "-listen", s.listen}, args...)
 	s.serve = e2e.Start(s.t, []string{"LABORO_NATS="}, s.bin, args...)
-	require.Equal(s.t, s.url, s.serve.Await(s.t, urlLine, 20*time.Second))
+	s.served()
+}
+
+// served waits until s.serve serves, and learns its address at its first
+// start.
+func (s *system) served() {
+	s.t.Helper()
+	url := s.serve.Await(s.t, urlLine, 20*time.Second)
+	if s.url == "" {
+		s.url, s.listen = url, strings.TrimPrefix(url, "nats://")
+	}
+	require.Equal(s.t, s.url, url)
 	s.serve.Await(s.t, regexp.MustCompile(`serving`), 20*time.Second)
 }
 
@@ -282,7 +300,7 @@ func TestToken(t *testing.T) {
 	other := newSystem(t)
 	other.serve = e2e.Start(t, []string{"LABORO_NATS=", "LABORO_TOKEN=s3cret"}, other.bin,
 		"serve", "-data", other.data, "-listen", other.listen, "-workers", "1")
-	other.serve.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+	other.served()
 	p = e2e.Start(t, []string{"LABORO_NATS=" + other.url, "LABORO_TOKEN=s3cret"}, other.bin, "submit", "-wait", "env")
 	assert.Equal(t, 0, p.Wait(t, 30*time.Second), p.Log())
 	assert.NotContains(t, p.Stdout.String(), "s3cret")
@@ -510,6 +528,8 @@ func TestUsage(t *testing.T) {
 // token, waits for it, and then runs its jobs.
 func TestWorkerWaitsForServer(t *testing.T) {
 	s := newSystem(t)
+	// The worker is told the address before the server is up.
+	s.reserve()
 	state := []string{"LABORO_STATE_DIR=" + t.TempDir()} // no token there yet
 	w := e2e.Start(t, append(state, "LABORO_NATS="+s.url), s.bin, "worker", "-c", "1")
 	w.Await(t, regexp.MustCompile(`waiting for the NATS server`), 30*time.Second)
