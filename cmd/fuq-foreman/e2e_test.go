@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) { e2e.Main(m) }
+
+// servingAddr finds, in a foreman's log, the address it serves workers on.
+var servingAddr = regexp.MustCompile(`serving.*"addr": "([^"]+)"`)
 
 func build(t testing.TB) (foreman, worker string) {
 	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-foreman"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-worker")
@@ -313,13 +315,10 @@ func TestForemanKilledResumes(t *testing.T) {
 	task := filepath.Join(dir, "task.sh")
 	require.NoError(t, os.WriteFile(task, fmt.Appendf(nil, "#!/bin/sh\necho $1 >> %s\nsleep 0.1\n", runs), 0o755))
 	control := filepath.Join(dir, "control.sock")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := "127.0.0.1:0" // a free port at the first start, that one at the next
 	start := func() *e2e.Process {
 		p := e2e.Start(t, nil, foremanBin, "-listen", addr, "-control", control, "-grace", "1s", "-journal", filepath.Join(dir, "journal"))
-		p.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+		addr = p.Await(t, servingAddr, 20*time.Second)
 		return p
 	}
 	ran := func() map[string]int {
@@ -409,13 +408,10 @@ func TestForemanForgetsOldJobs(t *testing.T) {
 	foremanBin, workerBin := build(t)
 	dir := t.TempDir()
 	control, journal := filepath.Join(dir, "control.sock"), filepath.Join(dir, "journal")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := "127.0.0.1:0" // a free port at the first start, that one at the next
 	start := func() *e2e.Process {
 		p := e2e.Start(t, nil, foremanBin, "-listen", addr, "-control", control, "-journal", journal, "-keep-jobs", "2")
-		p.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+		addr = p.Await(t, servingAddr, 20*time.Second)
 		return p
 	}
 	foreman := start()

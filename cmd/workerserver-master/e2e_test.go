@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -72,12 +71,13 @@ fi
 echo "{\"got\": $p}"
 `
 
+// servingAddr finds, in a master's log, the address it serves on.
+var servingAddr = regexp.MustCompile(`serving.*"addr": "([^"]+)"`)
+
+// newSystem makes a system whose master takes a free port at its first
+// start, and that port at the next.
 func newSystem(t testing.TB) *system {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
-	s := &system{t: t, dir: t.TempDir(), addr: addr, password: "pw-secret"}
+	s := &system{t: t, dir: t.TempDir(), addr: "127.0.0.1:0", password: "pw-secret"}
 	s.codes = filepath.Join(s.dir, "codes")
 	require.NoError(t, os.MkdirAll(s.codes, 0o755))
 	// echo: the params back, as the job's result. With STARTED set, a job
@@ -96,6 +96,7 @@ func (s *system) startMaster() {
 	masterBin, _ := build(s.t)
 	s.master = e2e.Start(s.t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers", filepath.Join(s.dir, "servers"),
 		"-lease", "3s")
+	s.addr = s.master.Await(s.t, servingAddr, 20*time.Second)
 	require.Eventually(s.t, func() bool {
 		resp, err := apiGet(s.t, "http://"+s.addr+"/api/jobs")
 		if err == nil {
@@ -469,7 +470,7 @@ func TestTLS(t *testing.T) {
 	masterBin, workerBin := build(t)
 	master := e2e.Start(t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers",
 		filepath.Join(s.dir, "servers"), "-tls-cert", filepath.Join(pki.Dir, "fuq.crt"), "-tls-key", filepath.Join(pki.Dir, "fuq.key"))
-	master.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+	s.addr = master.Await(t, servingAddr, 20*time.Second)
 	url := "https://" + s.addr
 	e2e.Start(t, []string{"WORKERSERVER_PASSWORD=" + s.password}, workerBin, "-url", url, "-ca", filepath.Join(pki.Dir, "ca.crt"),
 		"-id", "w1", "-codes", s.codes, "-cache", s.cache("w1"), "-c", "1", "-ping", "200ms")
