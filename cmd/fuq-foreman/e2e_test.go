@@ -22,9 +22,6 @@ import (
 
 func TestMain(m *testing.M) { e2e.Main(m) }
 
-// servingAddr finds, in a foreman's log, the address it serves workers on.
-var servingAddr = regexp.MustCompile(`serving.*"addr": "([^"]+)"`)
-
 func build(t testing.TB) (foreman, worker string) {
 	return e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-foreman"), e2e.Build(t, "github.com/laboro-go/laboro/cmd/fuq-worker")
 }
@@ -318,7 +315,7 @@ func TestForemanKilledResumes(t *testing.T) {
 	addr := "127.0.0.1:0" // a free port at the first start, that one at the next
 	start := func() *e2e.Process {
 		p := e2e.Start(t, nil, foremanBin, "-listen", addr, "-control", control, "-grace", "1s", "-journal", filepath.Join(dir, "journal"))
-		addr = p.Await(t, servingAddr, 20*time.Second)
+		addr = p.Await(t, e2e.ServingAddr, 20*time.Second)
 		return p
 	}
 	ran := func() map[string]int {
@@ -411,7 +408,7 @@ func TestForemanForgetsOldJobs(t *testing.T) {
 	addr := "127.0.0.1:0" // a free port at the first start, that one at the next
 	start := func() *e2e.Process {
 		p := e2e.Start(t, nil, foremanBin, "-listen", addr, "-control", control, "-journal", journal, "-keep-jobs", "2")
-		addr = p.Await(t, servingAddr, 20*time.Second)
+		addr = p.Await(t, e2e.ServingAddr, 20*time.Second)
 		return p
 	}
 	foreman := start()

@@ -71,9 +71,6 @@ fi
 echo "{\"got\": $p}"
 `
 
-// servingAddr finds, in a master's log, the address it serves on.
-var servingAddr = regexp.MustCompile(`serving.*"addr": "([^"]+)"`)
-
 // newSystem makes a system whose master takes a free port at its first
 // start, and that port at the next.
 func newSystem(t testing.TB) *system {
@@ -96,7 +93,7 @@ func (s *system) startMaster() {
 	masterBin, _ := build(s.t)
 	s.master = e2e.Start(s.t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers", filepath.Join(s.dir, "servers"),
 		"-lease", "3s")
-	s.addr = s.master.Await(s.t, servingAddr, 20*time.Second)
+	s.addr = s.master.Await(s.t, e2e.ServingAddr, 20*time.Second)
 	require.Eventually(s.t, func() bool {
 		resp, err := apiGet(s.t, "http://"+s.addr+"/api/jobs")
 		if err == nil {
@@ -470,7 +467,7 @@ func TestTLS(t *testing.T) {
 	masterBin, workerBin := build(t)
 	master := e2e.Start(t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers",
 		filepath.Join(s.dir, "servers"), "-tls-cert", filepath.Join(pki.Dir, "fuq.crt"), "-tls-key", filepath.Join(pki.Dir, "fuq.key"))
-	s.addr = master.Await(t, servingAddr, 20*time.Second)
+	s.addr = master.Await(t, e2e.ServingAddr, 20*time.Second)
 	url := "https://" + s.addr
 	e2e.Start(t, []string{"WORKERSERVER_PASSWORD=" + s.password}, workerBin, "-url", url, "-ca", filepath.Join(pki.Dir, "ca.crt"),
 		"-id", "w1", "-codes", s.codes, "-cache", s.cache("w1"), "-c", "1", "-ping", "200ms")

@@ -163,6 +163,11 @@ func (p *Process) Wait(t testing.TB, within time.Duration) int {
 	return 0
 }
 
+// ServingAddr matches the line a server of the project logs as it starts
+// serving; Await with it returns the address it serves on (the port it
+// took, when told port 0).
+var ServingAddr = regexp.MustCompile(`serving.*"addr": "([^"]+)"`)
+
 // Await waits at most within for a line of standard error that re
 // matches, and returns its first submatch (or the whole match).
 func (p *Process) Await(t testing.TB, re *regexp.Regexp, within time.Duration) string {
