@@ -90,18 +90,18 @@ func Listen(addr string) (net.Listener, error) {
 // answer must leave within a minute, an idle connection is closed after
 // two, and a request's header is at most 64 KiB.
 const (
-	ReadHeaderTimeout = 10 * time.Second
-	ReadTimeout       = time.Minute
-	WriteTimeout      = time.Minute
-	IdleTimeout       = 2 * time.Minute
-	MaxHeaderBytes    = 64 << 10
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = time.Minute
+	writeTimeout      = time.Minute
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
 )
 
 // Server returns an HTTP server of h with the limits above; the server's
 // own errors (a client's bad request, a failed handshake) go to log.
 func Server(h http.Handler, log *zap.Logger) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
-		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, MaxHeaderBytes: MaxHeaderBytes,
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog: zap.NewStdLog(log)}
 }
 
