@@ -527,14 +527,12 @@ func (e *Executor) Running() []Running {
 		if h.started != nil {
 			r.Started = *h.started
 		}
-		h.mu.Lock()
 		if p := h.proc; p != nil {
 			r.PID, r.Output = p.pid, p.output
 			if r.Started.IsZero() {
 				r.Started = p.at
 			}
 		}
-		h.mu.Unlock()
 		out = append(out, r)
 	}
 	return out

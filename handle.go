@@ -40,7 +40,7 @@ type Handle struct {
 	// allocation.)
 	queued  time.Duration
 	started *time.Time
-	proc    *reported // guarded by mu
+	proc    *reported // guarded by the Executor's lock
 }
 
 // storedJob is a Job as its Handle keeps it: the fields most jobs use

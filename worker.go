@@ -4,7 +4,6 @@ import (
 	"context"
 	"runtime/debug"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,7 +13,7 @@ import (
 // job and fewer than min(concurrency, pool size) jobs run, runs the job,
 // delivers its result, and repeats until the Executor drains.
 func (e *Executor) worker(i int) {
-	var jc jobContext
+	jc := jobContext{e: e, worker: i}
 	defer jc.release()
 	e.mu.Lock()
 	h := e.take(i, &jc)
@@ -120,7 +119,10 @@ func (e *Executor) start(i int, jc *jobContext, now time.Time) *Handle {
 type jobContext struct {
 	ctx  context.Context
 	stop context.CancelCauseFunc
-	cur  atomic.Pointer[Handle] // the job it runs, for ReportProcess
+	// The worker that runs the jobs, for ReportProcess: its job is
+	// e.current[worker], under e.mu.
+	e      *Executor
+	worker int
 }
 
 // jobContextKey finds a job's jobContext from its context.
@@ -142,19 +144,19 @@ func (c *jobContext) next() context.CancelCauseFunc {
 // its Runner was given) which process runs it and where its output is
 // being written, so that Executor.Running shows them, for example to
 // follow a running job's output. ProcessRunner reports its processes; a
-// Runner of one's own may report its own. Outside an Executor's job it
-// does nothing.
+// Runner of one's own may report its own, before its Run returns. Outside
+// an Executor's job it does nothing.
 func ReportProcess(ctx context.Context, pid int, output string) {
 	c, ok := ctx.Value(jobContextKey{}).(*jobContext)
 	if !ok {
 		return
 	}
-	if h := c.cur.Load(); h != nil {
-		p := &reported{pid: pid, output: output, at: time.Now()}
-		h.mu.Lock()
+	p := &reported{pid: pid, output: output, at: time.Now()}
+	c.e.mu.Lock()
+	if h := c.e.current[c.worker]; h != nil {
 		h.proc = p
-		h.mu.Unlock()
 	}
+	c.e.mu.Unlock()
 }
 
 func (c *jobContext) release() {
@@ -174,8 +176,6 @@ func (c *jobContext) release() {
 // one clock read, at its end.
 func (e *Executor) run(jc *jobContext, h *Handle, started time.Time) (res Result) {
 	ctx := jc.ctx // made ready by start; ended by Cancel or Close since, if they came
-	jc.cur.Store(h)
-	defer jc.cur.Store(nil)
 	if h.j.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, h.j.Timeout, ErrTimeout)
