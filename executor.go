@@ -44,7 +44,8 @@ type Executor struct {
 	live        map[string]*Handle
 	ownIDs      bool
 	ids         idSource
-	current     []*Handle // the job each worker runs, nil while idle
+	current     []*Handle    // the job each worker runs, nil while idle
+	contexts    []jobContext // the context each worker runs its jobs with
 	concurrency int
 	running     int
 	workers     int           // worker goroutines still alive
@@ -90,6 +91,7 @@ func New(opts ...Option) (*Executor, error) {
 		concurrency: cfg.concurrency,
 		live:        make(map[string]*Handle),
 		current:     make([]*Handle, cfg.poolSize),
+		contexts:    make([]jobContext, cfg.poolSize),
 		done:        make(chan struct{}),
 		epoch:       time.Now(),
 		history:     history{ring: make([]*Handle, cfg.history)},
@@ -122,6 +124,7 @@ func New(opts ...Option) (*Executor, error) {
 	}
 	e.workers = e.poolSize
 	for i := range e.poolSize {
+		e.contexts[i] = jobContext{e: e, worker: i}
 		go e.worker(i)
 	}
 	e.log.Debug("executor started", zap.Int("pool", e.poolSize), zap.Int("buffer", e.capacity),
@@ -448,7 +451,7 @@ func (e *Executor) Cancel(id string) error {
 		e.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	case h.state == stateRunning:
-		h.interrupt(ErrCancelled)
+		e.interrupt(h, ErrCancelled)
 		e.mu.Unlock()
 		e.log.Debug("job cancelled", zap.String("job", id))
 		return nil
@@ -459,6 +462,17 @@ func (e *Executor) Cancel(id string) error {
 	e.mu.Unlock()
 	h.complete()
 	return nil
+}
+
+// interrupt ends running job h's context with cause; the first cause
+// wins. e.mu is held.
+func (e *Executor) interrupt(h *Handle, cause error) {
+	for i, r := range e.current {
+		if r == h {
+			e.contexts[i].stop(cause)
+			return
+		}
+	}
 }
 
 // retire takes a job that will not run (again) off the books, keeps res
@@ -524,11 +538,8 @@ func (e *Executor) Running() []Running {
 			continue
 		}
 		r := Running{Job: h.j.job()}
-		if h.started != nil {
-			r.Started = *h.started
-		}
-		if p := h.proc; p != nil {
-			r.PID, r.Output = p.pid, p.output
+		if p := h.run; p != nil {
+			r.Started, r.PID, r.Output = p.started, p.pid, p.output
 			if r.Started.IsZero() {
 				r.Started = p.at
 			}
@@ -632,9 +643,9 @@ func (e *Executor) begin(s execState) {
 		e.log.Debug("executor draining", zap.Int("terminated", len(terminated)), zap.Int("running", e.running))
 	}
 	if s == stateClosed {
-		for _, h := range e.current {
+		for i, h := range e.current {
 			if h != nil {
-				h.interrupt(ErrKilled)
+				e.contexts[i].stop(ErrKilled)
 			}
 		}
 	}

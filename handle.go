@@ -14,34 +14,36 @@ type Handle struct {
 	j       storedJob
 	state   jobState // guarded by the Executor's lock
 	indexed bool     // in the Executor's live map; guarded by its lock
+	closed  bool     // done is closed; guarded by mu
 
-	// finished is set once res is final; a reader that sees it set may
-	// read res without a lock, as res never changes again. res is written
-	// once, under the Executor's lock, before finished is set.
-	finished atomic.Bool
-	// waited is set once done is made: only then does the job's end take
-	// mu, to close it. (Each of finished and waited is set before the
-	// other is read, so one side at least sees both; closed, under mu,
-	// has done closed once.)
-	waited atomic.Bool
-	mu     sync.Mutex
-	done   chan struct{} // made on demand, under mu: most results are read after the fact
-	closed bool          // done is closed; guarded by mu
-	res    Result
-
-	// stop ends the running job's context; set as the job starts, guarded
-	// by the Executor's lock.
-	stop context.CancelCauseFunc
+	// flags holds finished, set once res is final (a reader that sees it
+	// may read res without a lock, as res never changes again: res is
+	// written once, under the Executor's lock, before), and waited, set
+	// once done is made (only then does the job's end take mu, to close
+	// it). Each side sets its bit and reads the other's in one operation,
+	// so one side at least sees both; closed, under mu, has done closed
+	// once.
+	flags atomic.Uint32
+	mu    sync.Mutex
+	done  chan struct{} // made on demand, under mu: most results are read after the fact
+	res   Result
 
 	// When the job entered the buffer, on the Executor's monotonic clock
-	// (since its epoch), and, with an observer, when a worker took it;
-	// guarded by the Executor's lock. (The rarely set ones are apart, so
-	// that a Handle fits a smaller size class: it is a job's one
-	// allocation.)
-	queued  time.Duration
-	started *time.Time
-	proc    *reported // guarded by the Executor's lock
+	// (since its epoch); guarded by the Executor's lock.
+	queued time.Duration
+	// run is what Executor.Running shows beyond the job: set as the job
+	// starts with an observer, or as its Runner reports its process;
+	// guarded by the Executor's lock. (Fields of a Handle that most jobs
+	// leave unset stay apart: 256 bytes is a size class, and the Handle is
+	// a job's one allocation.)
+	run *runInfo
 }
+
+// Bits of Handle.flags.
+const (
+	flagFinished uint32 = 1 << iota
+	flagWaited
+)
 
 // storedJob is a Job as its Handle keeps it: the fields most jobs use
 // inline, the others behind a pointer set only when one of them is set.
@@ -90,12 +92,14 @@ func (s *storedJob) job() Job {
 	return j
 }
 
-// reported is what a Runner reported of a job's process (ReportProcess):
-// its pid, its output file, and when.
-type reported struct {
-	pid    int
-	output string
-	at     time.Time
+// runInfo is what Executor.Running shows of a running job beyond the job:
+// when a worker took it (with an observer), and what its Runner reported of
+// its process (ReportProcess): its pid, its output file, and when.
+type runInfo struct {
+	started time.Time
+	pid     int
+	output  string
+	at      time.Time
 }
 
 type jobState uint8
@@ -127,15 +131,14 @@ func (h *Handle) Job() Job { return h.j.job() }
 
 // Done returns a channel that is closed when the job's result is ready.
 func (h *Handle) Done() <-chan struct{} {
-	if h.finished.Load() {
+	if h.flags.Load()&flagFinished != 0 {
 		return closedChan
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.done == nil {
 		h.done = make(chan struct{})
-		h.waited.Store(true)
-		if h.finished.Load() && !h.closed {
+		if h.flags.Or(flagWaited)&flagFinished != 0 && !h.closed {
 			// The job ended meanwhile, and complete may not have seen
 			// waited set.
 			h.closed = true
@@ -148,7 +151,7 @@ func (h *Handle) Done() <-chan struct{} {
 // Result returns the job's result and true once the job has ended, or a
 // zero Result and false before.
 func (h *Handle) Result() (Result, bool) {
-	if !h.finished.Load() {
+	if h.flags.Load()&flagFinished == 0 {
 		return Result{}, false
 	}
 	return h.res, true
@@ -158,7 +161,7 @@ func (h *Handle) Result() (Result, bool) {
 // ctx.Err() if ctx ends first (the job goes on). A job that failed is not
 // an error of Wait: read Result.Status and Result.Err.
 func (h *Handle) Wait(ctx context.Context) (Result, error) {
-	if h.finished.Load() {
+	if h.flags.Load()&flagFinished != 0 {
 		return h.res, nil
 	}
 	select {
@@ -169,17 +172,11 @@ func (h *Handle) Wait(ctx context.Context) (Result, error) {
 	}
 }
 
-// interrupt ends the running job's context with cause; the first cause
-// wins. It is called with the Executor's lock held, while the job is
-// running (start gave it its context).
-func (h *Handle) interrupt(cause error) { h.stop(cause) }
-
 // complete makes the result that retire kept final and wakes the waiters.
 // It is called once per job, after retire, without the Executor's lock.
 // Without waiters (a result read after the fact) it takes no lock.
 func (h *Handle) complete() {
-	h.finished.Store(true)
-	if h.waited.Load() {
+	if h.flags.Or(flagFinished)&flagWaited != 0 {
 		h.mu.Lock()
 		if !h.closed {
 			h.closed = true

@@ -13,14 +13,14 @@ import (
 // job and fewer than min(concurrency, pool size) jobs run, runs the job,
 // delivers its result, and repeats until the Executor drains.
 func (e *Executor) worker(i int) {
-	jc := jobContext{e: e, worker: i}
+	jc := &e.contexts[i]
 	defer jc.release()
 	e.mu.Lock()
-	h := e.take(i, &jc)
+	h := e.take(i)
 	e.mu.Unlock()
 	var chained time.Time // the last job's end, when the next follows it at once
 	for h != nil {
-		res := e.run(&jc, h, chained)
+		res := e.run(jc, h, chained)
 		var now time.Time // the next job's start, read before the lock
 		if e.ownRunner && h.j.Func != nil && !res.Ended.IsZero() {
 			// A function's end, read as it returned: a job taken next, in
@@ -36,7 +36,7 @@ func (e *Executor) worker(i int) {
 		e.retire(h, &res)
 		// While jobs wait, take the next one in the same critical section:
 		// one lock per job instead of two.
-		next := e.start(i, &jc, now)
+		next := e.start(i, now)
 		e.mu.Unlock()
 		// Deliver without the lock: whoever waits may call us at once.
 		h.complete()
@@ -44,7 +44,7 @@ func (e *Executor) worker(i int) {
 		if next == nil {
 			chained = time.Time{}
 			e.mu.Lock()
-			next = e.take(i, &jc)
+			next = e.take(i)
 			e.mu.Unlock()
 		}
 		h = next
@@ -58,12 +58,12 @@ func (e *Executor) worker(i int) {
 	}
 }
 
-// take returns the next job worker i, whose jobs run with jc's context,
-// may start, waiting as long as needed, or nil when the Executor is
-// draining and nothing is left to start. e.mu is held.
-func (e *Executor) take(i int, jc *jobContext) *Handle {
+// take returns the next job worker i may start, waiting as long as
+// needed, or nil when the Executor is draining and nothing is left to
+// start. e.mu is held.
+func (e *Executor) take(i int) *Handle {
 	for {
-		if h := e.start(i, jc, time.Time{}); h != nil {
+		if h := e.start(i, time.Time{}); h != nil {
 			return h
 		}
 		if e.state != stateOpen {
@@ -75,18 +75,18 @@ func (e *Executor) take(i int, jc *jobContext) *Handle {
 	}
 }
 
-// start pops the next job and marks it running on worker i, with jc's
-// context, if one may start now, or returns nil. now, if set, is the time
-// to report for its start (with an observer). e.mu is held.
-func (e *Executor) start(i int, jc *jobContext, now time.Time) *Handle {
+// start pops the next job and marks it running on worker i, with the
+// worker's context, if one may start now, or returns nil. now, if set, is
+// the time to report for its start (with an observer). e.mu is held.
+func (e *Executor) start(i int, now time.Time) *Handle {
 	if e.running >= e.parallelism() || e.queue.Len() == 0 {
 		return nil
 	}
 	h := e.queue.Pop()
 	h.state = stateRunning
 	// From here on Cancel and Close (under e.mu) end the job through its
-	// context: it has one before it is seen running.
-	h.stop = jc.next()
+	// worker's context: it is ready before the job is seen running.
+	e.contexts[i].next()
 	e.current[i] = h
 	e.running++
 	e.started++
@@ -102,8 +102,7 @@ func (e *Executor) start(i int, jc *jobContext, now time.Time) *Handle {
 		} else if now.Before(queued) {
 			now = queued // it came in after the caller's reading
 		}
-		h.started = new(time.Time)
-		*h.started = now
+		h.run = &runInfo{started: now}
 		e.events.push(eventRecord{kind: EventStarted, h: h, time: now, waited: now.Sub(queued)})
 	}
 	if e.running < e.parallelism() && e.queue.Len() > 0 {
@@ -129,15 +128,14 @@ type jobContext struct {
 type jobContextKey struct{}
 
 // next makes ready the context for the next job, new if the last one
-// ended, and returns how to end it. It is called under the Executor's
-// lock as the job starts, once the job before it is off the books: only
-// the job it is for can end it from then on.
-func (c *jobContext) next() context.CancelCauseFunc {
+// ended. It is called under the Executor's lock as the job starts, once
+// the job before it is off the books: only the job it is for can end it
+// from then on.
+func (c *jobContext) next() {
 	if c.ctx == nil || c.ctx.Err() != nil {
 		c.release()
 		c.ctx, c.stop = context.WithCancelCause(context.WithValue(context.Background(), jobContextKey{}, c))
 	}
-	return c.stop
 }
 
 // ReportProcess tells the Executor that runs the job of ctx (the context
@@ -151,10 +149,13 @@ func ReportProcess(ctx context.Context, pid int, output string) {
 	if !ok {
 		return
 	}
-	p := &reported{pid: pid, output: output, at: time.Now()}
+	r := &runInfo{pid: pid, output: output, at: time.Now()}
 	c.e.mu.Lock()
 	if h := c.e.current[c.worker]; h != nil {
-		h.proc = p
+		if h.run != nil {
+			r.started = h.run.started
+		}
+		h.run = r
 	}
 	c.e.mu.Unlock()
 }
