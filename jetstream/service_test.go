@@ -3,7 +3,6 @@ package jetstream
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/freeport"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -310,10 +310,7 @@ func TestCoreOverManager(t *testing.T) {
 // A worker still waiting for its server (none there yet, or one that
 // refuses its token) has no job to finish: Drain ends its Run.
 func TestWorkerDrainWhileWaitingForServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there
+	addr := freeport.Addr(t) // nothing listens there
 	nc, err := nats.Connect("nats://"+addr, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
 	require.NoError(t, err)
 	defer nc.Close()

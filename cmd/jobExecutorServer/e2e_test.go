@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/internal/freeport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -760,10 +761,7 @@ func TestCommanderUsage(t *testing.T) {
 		assert.Contains(t, string(out), "\nusage: jobCommander [-ack-timeout D] serverName portNum", "%v", args)
 	}
 	// No server there: status 1 and a reason.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
+	port := strconv.Itoa(freeport.Port(t)) // nothing listens there
 	out, err := exec.Command(commander, "127.0.0.1", port, "poll").CombinedOutput()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)

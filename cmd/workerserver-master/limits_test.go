@@ -11,16 +11,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/laboro-go/laboro/internal/freeport"
 	"go.uber.org/zap"
 )
 
 // The master cuts off a client that sends its request too slowly, and
 // closes an idle connection.
 func TestHTTPLimits(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeport.Addr(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
@@ -30,6 +29,7 @@ func TestHTTPLimits(t *testing.T) {
 	}()
 	defer func() { cancel(); <-served }()
 	var c net.Conn
+	var err error
 	require.Eventually(t, func() bool { c, err = net.Dial("tcp", addr); return err == nil }, 10*time.Second, 10*time.Millisecond)
 	defer c.Close()
 

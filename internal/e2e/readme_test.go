@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/internal/freeport"
 )
 
 func TestMain(m *testing.M) { e2e.Main(m) }
@@ -175,7 +176,7 @@ func runBlock(t *testing.T, root, bin string, b block, skipped map[string]bool) 
 
 	ports := map[string]string{}
 	for _, p := range []string{"7856", "7227", "7720", "5429", "8080", "8081", "4222"} {
-		ports[p] = freePort(t)
+		ports[p] = strconv.Itoa(freeport.Port(t))
 	}
 
 	var script strings.Builder
@@ -337,11 +338,4 @@ func given(t *testing.T, dir, home string) {
 
 func link(t *testing.T, target, name string) {
 	require.NoError(t, os.Symlink(target, name))
-}
-
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/freeport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -910,10 +911,7 @@ func TestRunnerConfig(t *testing.T) {
 	// Nothing listens there: the dial fails, the directory goes.
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeport.Addr(t) // nothing listens there
 	assert.Error(t, (&Runner{Addr: addr, Workers: 2}).Run(context.Background()))
 	requireEmptyDir(t, tmp)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/internal/freeport"
 	"github.com/laboro-go/laboro/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,13 +51,10 @@ func newSystem(t *testing.T) *system {
 }
 
 // reserve picks the system's port before its first start, for a client
-// that must know the address before the server is up: a port that was
-// free a moment ago.
+// that must know the address before the server is up.
 func (s *system) reserve() {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(s.t, err)
-	s.listen, s.url = ln.Addr().String(), "nats://"+ln.Addr().String()
-	ln.Close()
+	s.listen = freeport.Addr(s.t)
+	s.url = "nats://" + s.listen
 }
 
 // start runs `laboro serve` with args and waits for it to serve.
@@ -585,10 +582,7 @@ func TestUserSeesWhy(t *testing.T) {
 
 func TestNoServer(t *testing.T) {
 	bin := build(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	url := "nats://" + ln.Addr().String()
-	ln.Close()
+	url := "nats://" + freeport.Addr(t) // nothing listens there
 	for _, args := range [][]string{{"submit", "echo", "x"}, {"status"}, {"output", "x"}, {"cancel", "x"}} {
 		p := e2e.Start(t, []string{"LABORO_NATS=" + url}, bin, args...)
 		assert.Equal(t, 1, p.Wait(t, 30*time.Second), "laboro %q", args)
