@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/laboro-go/laboro/internal/freeport"
-	"go.uber.org/zap"
 )
 
 // The master cuts off a client that sends its request too slowly, and
