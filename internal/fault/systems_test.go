@@ -5,7 +5,6 @@ package fault_test
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,19 +15,10 @@ import (
 	"testing"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/internal/freeport"
 )
 
 var systems = []system{runexpSystem, pulseSystem, fuqSystem, workerserverSystem, jetstreamSystem}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-}
 
 func write(t *testing.T, path, text string, mode os.FileMode) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -80,7 +70,7 @@ var runexpSystem = system{
 		for _, id := range h.jobs {
 			write(t, filepath.Join(base, "runs", id+".sh"), h.script(id)+"\necho RES:ok\n", 0o644)
 		}
-		port := freePort(t)
+		port := strconv.Itoa(freeport.Port(t))
 		h.manager = h.keep("manager", nil, exitedWith(0, 1), mgr, "--listen", "127.0.0.1", "-p", port, "--sort", base)
 		for i := range 2 {
 			h.workers = append(h.workers, h.keep(fmt.Sprintf("runner%d", i), nil, nil, runner, "2", "-c", "127.0.0.1:"+port, "-h", fmt.Sprintf("w%d", i)))
@@ -143,7 +133,7 @@ var fuqSystem = system{
 			write(t, filepath.Join(h.dir, "tasks", id+".sh"), h.script(id)+"\n", 0o644)
 		}
 		write(t, filepath.Join(h.dir, "task"), "#!/bin/sh\nexec sh "+filepath.Join(h.dir, "tasks")+"/$1.sh\n", 0o755)
-		port := freePort(t)
+		port := strconv.Itoa(freeport.Port(t))
 		sock := filepath.Join(h.dir, "control.sock")
 		h.manager = h.keep("foreman", nil, nil, foreman, "serve", "-listen", "127.0.0.1:"+port, "-control", sock)
 		for i := range 2 {
@@ -191,7 +181,7 @@ var workerserverSystem = system{
 		write(t, filepath.Join(h.dir, "codes", "sh"), "#!/bin/sh\nid=$(sed 's/.*\"id\":\"\\([^\"]*\\)\".*/\\1/')\nsh "+
 			filepath.Join(h.dir, "tasks")+"/$id.sh >&2\necho '{\"ok\":true}'\n", 0o755)
 		write(t, filepath.Join(h.dir, "servers"), "w0 pw0\nw1 pw1\n", 0o600)
-		port := freePort(t)
+		port := strconv.Itoa(freeport.Port(t))
 		h.url = "http://127.0.0.1:" + port
 		h.manager = h.keep("master", nil, nil, master, "serve", "-listen", "127.0.0.1:"+port, "-db", filepath.Join(h.dir, "jobs.db"),
 			"-servers", filepath.Join(h.dir, "servers"), "-lease", "3s")
@@ -244,7 +234,7 @@ var jetstreamSystem = system{
 			fmt.Fprintf(&lines, "sh %s\n", filepath.Join(h.dir, "tasks", id+".sh"))
 		}
 		write(t, filepath.Join(h.dir, "jobs.txt"), lines.String(), 0o644)
-		port := freePort(t)
+		port := strconv.Itoa(freeport.Port(t))
 		h.url = "nats://127.0.0.1:" + port
 		h.manager = h.keep("serve", nil, nil, laboro, "serve", "-data", filepath.Join(h.dir, "data"), "-listen", "127.0.0.1:"+port, "-workers", "0")
 		for i := range 2 {
