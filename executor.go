@@ -538,10 +538,13 @@ func (e *Executor) Running() []Running {
 			continue
 		}
 		r := Running{Job: h.j.job()}
-		if p := h.run; p != nil {
-			r.Started, r.PID, r.Output = p.started, p.pid, p.output
-			if r.Started.IsZero() {
-				r.Started = p.at
+		if ri := h.run; ri != nil {
+			r.Started = ri.started
+			if p := ri.proc; p != nil {
+				r.PID, r.Output = p.pid, p.output
+				if r.Started.IsZero() {
+					r.Started = p.at
+				}
 			}
 		}
 		out = append(out, r)

@@ -94,12 +94,18 @@ func (s *storedJob) job() Job {
 
 // runInfo is what Executor.Running shows of a running job beyond the job:
 // when a worker took it (with an observer), and what its Runner reported of
-// its process (ReportProcess): its pid, its output file, and when.
+// its process.
 type runInfo struct {
 	started time.Time
-	pid     int
-	output  string
-	at      time.Time
+	proc    *reported
+}
+
+// reported is what a Runner reported of a job's process (ReportProcess):
+// its pid, its output file, and when.
+type reported struct {
+	pid    int
+	output string
+	at     time.Time
 }
 
 type jobState uint8

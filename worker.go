@@ -149,13 +149,15 @@ func ReportProcess(ctx context.Context, pid int, output string) {
 	if !ok {
 		return
 	}
-	r := &runInfo{pid: pid, output: output, at: time.Now()}
+	p := &reported{pid: pid, output: output, at: time.Now()}
+	r := &runInfo{proc: p} // made before the lock, in case the job has none
 	c.e.mu.Lock()
 	if h := c.e.current[c.worker]; h != nil {
 		if h.run != nil {
-			r.started = h.run.started
+			h.run.proc = p
+		} else {
+			h.run = r
 		}
-		h.run = r
 	}
 	c.e.mu.Unlock()
 }
