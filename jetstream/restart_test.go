@@ -2,8 +2,6 @@ package jetstream
 
 import (
 	"fmt"
-	neturl "net/url"
-	"strconv"
 	"testing"
 	"time"
 
@@ -11,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/laboro-go/laboro/internal/freeport"
 )
 
 // TestServerRestart shuts the NATS server down in the middle of a batch and
@@ -22,14 +22,14 @@ func TestServerRestart(t *testing.T) {
 	}
 	begin := time.Now()
 	dir := t.TempDir()
-	srv, err := StartEmbedded(dir, "127.0.0.1", -1) // a free port, kept for the restart
+	// A port below the ephemeral range, kept for the restart: the clients
+	// retrying meanwhile can never be given it as their own, and so
+	// connect to themselves.
+	port := freeport.Port(t)
+	srv, err := StartEmbedded(dir, "127.0.0.1", port)
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Shutdown() }) // the server of the moment
 	url := srv.URL()
-	u, err := neturl.Parse(url)
-	require.NoError(t, err)
-	port, err := strconv.Atoi(u.Port())
-	require.NoError(t, err)
 
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	cfg := Config{AckWait: 2 * time.Second, Logger: log}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/internal/freeport"
 	"github.com/laboro-go/laboro/protocols/fuq"
 	"github.com/laboro-go/laboro/protocols/fuq/fuqtest"
 	"github.com/stretchr/testify/assert"
@@ -312,10 +313,10 @@ func TestForemanKilledResumes(t *testing.T) {
 	task := filepath.Join(dir, "task.sh")
 	require.NoError(t, os.WriteFile(task, fmt.Appendf(nil, "#!/bin/sh\necho $1 >> %s\nsleep 0.1\n", runs), 0o755))
 	control := filepath.Join(dir, "control.sock")
-	addr := "127.0.0.1:0" // a free port at the first start, that one at the next
+	addr := freeport.Addr(t) // the same at every start; a retrying worker can never be given it as its own
 	start := func() *e2e.Process {
 		p := e2e.Start(t, nil, foremanBin, "-listen", addr, "-control", control, "-grace", "1s", "-journal", filepath.Join(dir, "journal"))
-		addr = p.Await(t, e2e.ServingAddr, 20*time.Second)
+		require.Equal(t, addr, p.Await(t, e2e.ServingAddr, 20*time.Second))
 		return p
 	}
 	ran := func() map[string]int {
@@ -405,10 +406,10 @@ func TestForemanForgetsOldJobs(t *testing.T) {
 	foremanBin, workerBin := build(t)
 	dir := t.TempDir()
 	control, journal := filepath.Join(dir, "control.sock"), filepath.Join(dir, "journal")
-	addr := "127.0.0.1:0" // a free port at the first start, that one at the next
+	addr := freeport.Addr(t) // the same at every start; a retrying worker can never be given it as its own
 	start := func() *e2e.Process {
 		p := e2e.Start(t, nil, foremanBin, "-listen", addr, "-control", control, "-journal", journal, "-keep-jobs", "2")
-		addr = p.Await(t, e2e.ServingAddr, 20*time.Second)
+		require.Equal(t, addr, p.Await(t, e2e.ServingAddr, 20*time.Second))
 		return p
 	}
 	foreman := start()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/internal/e2e"
+	"github.com/laboro-go/laboro/internal/freeport"
 	"github.com/laboro-go/laboro/protocols/fuq/fuqtest"
 	"github.com/laboro-go/laboro/protocols/workerserver"
 	"github.com/stretchr/testify/assert"
@@ -74,7 +75,9 @@ echo "{\"got\": $p}"
 // newSystem makes a system whose master takes a free port at its first
 // start, and that port at the next.
 func newSystem(t testing.TB) *system {
-	s := &system{t: t, dir: t.TempDir(), addr: "127.0.0.1:0", password: "pw-secret"}
+	// A port below the ephemeral range: the same at every start of the
+	// master, and one a retrying worker can never be given as its own.
+	s := &system{t: t, dir: t.TempDir(), addr: freeport.Addr(t), password: "pw-secret"}
 	s.codes = filepath.Join(s.dir, "codes")
 	require.NoError(t, os.MkdirAll(s.codes, 0o755))
 	// echo: the params back, as the job's result. With STARTED set, a job
@@ -93,7 +96,7 @@ func (s *system) startMaster() {
 	masterBin, _ := build(s.t)
 	s.master = e2e.Start(s.t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers", filepath.Join(s.dir, "servers"),
 		"-lease", "3s")
-	s.addr = s.master.Await(s.t, e2e.ServingAddr, 20*time.Second)
+	require.Equal(s.t, s.addr, s.master.Await(s.t, e2e.ServingAddr, 20*time.Second))
 	require.Eventually(s.t, func() bool {
 		resp, err := apiGet(s.t, "http://"+s.addr+"/api/jobs")
 		if err == nil {
@@ -467,7 +470,7 @@ func TestTLS(t *testing.T) {
 	masterBin, workerBin := build(t)
 	master := e2e.Start(t, nil, masterBin, "-listen", s.addr, "-db", filepath.Join(s.dir, "table.db"), "-servers",
 		filepath.Join(s.dir, "servers"), "-tls-cert", filepath.Join(pki.Dir, "fuq.crt"), "-tls-key", filepath.Join(pki.Dir, "fuq.key"))
-	s.addr = master.Await(t, e2e.ServingAddr, 20*time.Second)
+	require.Equal(t, s.addr, master.Await(t, e2e.ServingAddr, 20*time.Second))
 	url := "https://" + s.addr
 	e2e.Start(t, []string{"WORKERSERVER_PASSWORD=" + s.password}, workerBin, "-url", url, "-ca", filepath.Join(pki.Dir, "ca.crt"),
 		"-id", "w1", "-codes", s.codes, "-cache", s.cache("w1"), "-c", "1", "-ping", "200ms")

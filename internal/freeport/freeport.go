@@ -5,8 +5,12 @@
 // A port found by listening on port 0 and closing the listener does for
 // neither: until the test uses it, the kernel may hand the same port to any
 // other program of the machine that asks for port 0 (a test of another
-// package running meanwhile) or to an outgoing connection. Port takes one
-// below the kernel's range of such ports, where neither can land.
+// package running meanwhile) or to an outgoing connection. Worse, a client
+// that retries while nothing listens there (a server not up yet, or
+// restarting) may be given that very port as its own end and connect to
+// itself: TCP lets a connection from a port to the same port of the same
+// address succeed. Port takes one below the kernel's range of ephemeral
+// ports, where none of these can land.
 package freeport
 
 import (

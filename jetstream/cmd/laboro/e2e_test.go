@@ -47,14 +47,11 @@ type system struct {
 }
 
 func newSystem(t *testing.T) *system {
-	return &system{t: t, bin: build(t), data: t.TempDir(), listen: "127.0.0.1:0"}
-}
-
-// reserve picks the system's port before its first start, for a client
-// that must know the address before the server is up.
-func (s *system) reserve() {
-	s.listen = freeport.Addr(s.t)
-	s.url = "nats://" + s.listen
+	// A port below the ephemeral range: a client may know it before the
+	// server is up, and one that retries while the server restarts can
+	// never be given it as its own, and so connect to itself.
+	listen := freeport.Addr(t)
+	return &system{t: t, bin: build(t), data: t.TempDir(), listen: listen, url: "nats://" + listen}
 }
 
 // start runs `laboro serve` with args and waits for it to serve.
@@ -65,15 +62,10 @@ func (s *system) start(args ...string) {
 	s.served()
 }
 
-// served waits until s.serve serves, and learns its address at its first
-// start.
+// served waits until s.serve serves, on its address.
 func (s *system) served() {
 	s.t.Helper()
-	url := s.serve.Await(s.t, urlLine, 20*time.Second)
-	if s.url == "" {
-		s.url, s.listen = url, strings.TrimPrefix(url, "nats://")
-	}
-	require.Equal(s.t, s.url, url)
+	require.Equal(s.t, s.url, s.serve.Await(s.t, urlLine, 20*time.Second))
 	s.serve.Await(s.t, regexp.MustCompile(`serving`), 20*time.Second)
 }
 
@@ -526,7 +518,6 @@ func TestUsage(t *testing.T) {
 func TestWorkerWaitsForServer(t *testing.T) {
 	s := newSystem(t)
 	// The worker is told the address before the server is up.
-	s.reserve()
 	state := []string{"LABORO_STATE_DIR=" + t.TempDir()} // no token there yet
 	w := e2e.Start(t, append(state, "LABORO_NATS="+s.url), s.bin, "worker", "-c", "1")
 	w.Await(t, regexp.MustCompile(`waiting for the NATS server`), 30*time.Second)
