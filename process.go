@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -275,11 +276,20 @@ func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *
 		cmd := exec.CommandContext(ctx, file, argv[1:]...)
 		cmd.Args[0] = argv[0] // as the job named it, as exec.Command would
 		cmd.Dir, cmd.Env, cmd.Stdin, cmd.Stdout = job.Dir, job.Env, job.Stdin, out
+		if job.Stdin == nil {
+			if f := nullIn(); f != nil {
+				cmd.Stdin = f
+			}
+		}
 		switch r.Stderr {
 		case StderrToOutput:
 			cmd.Stderr = out
 		case StderrTail:
 			cmd.Stderr = tail.writer()
+		case StderrDiscard:
+			if f := nullOut(); f != nil {
+				cmd.Stderr = f
+			}
 		}
 		cmd.SysProcAttr = sysProcAttr()
 		cmd.Cancel = func() error {
@@ -305,6 +315,26 @@ func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *
 		time.Sleep(delay)
 		delay *= 2
 	}
+}
+
+// The null device, opened once for reading and once for writing: the
+// standard input of every process job that has none, and the standard error
+// StderrDiscard throws away. os/exec would open it for each process and
+// close it after the start: seven system calls a job, its trial on Go's
+// poller included.
+var (
+	nullIn  = sync.OnceValue(func() *os.File { return openNull(os.O_RDONLY) })
+	nullOut = sync.OnceValue(func() *os.File { return openNull(os.O_WRONLY) })
+)
+
+// openNull opens the null device with flag; nil if it cannot (os/exec
+// then opens it for each process, and says why it cannot).
+func openNull(flag int) *os.File {
+	f, err := os.OpenFile(os.DevNull, flag, 0)
+	if err != nil {
+		return nil
+	}
+	return f
 }
 
 // nameOutput names the output file <pid>.output in dir, or <pid>_N.output

@@ -185,6 +185,41 @@ func TestJobEnvironmentDirAndStdin(t *testing.T) {
 	assert.Equal(t, "hello from "+real+"\nFROM STDIN\n", output(t, res))
 }
 
+// A process job without a Stdin reads the null device: end of input at
+// once, and a standard input that cannot be written to; StderrDiscard's
+// standard error is the null device open for writing. So for every job of
+// many running at once.
+func TestJobWithoutStdinReadsNullDevice(t *testing.T) {
+	if _, err := os.Stat("/proc/self/fd/0"); err != nil {
+		t.Skip("no /proc/self/fd here")
+	}
+	const script = `cat; readlink /proc/self/fd/0 /proc/self/fd/2; echo x >&0 2>/dev/null || echo read-only; echo gone >&2`
+	for name, mode := range map[string]laboro.StderrMode{"StderrTail": laboro.StderrTail, "StderrDiscard": laboro.StderrDiscard} {
+		t.Run(name, func(t *testing.T) {
+			ex := newExecutor(t, laboro.WithConcurrency(4), laboro.WithPoolSize(4),
+				laboro.WithRunner(&laboro.ProcessRunner{Dir: t.TempDir(), Stderr: mode}))
+			hs := make([]*laboro.Handle, 12)
+			for i := range hs {
+				hs[i] = submit(t, ex, laboro.Job{Args: []string{"sh", "-c", script}})
+			}
+			for _, h := range hs {
+				res := wait(t, h)
+				require.Equal(t, laboro.StatusSucceeded, res.Status, "%v %s", res.Err, res.Stderr)
+				lines := strings.Split(output(t, res), "\n")
+				require.Len(t, lines, 4, "%q", lines)
+				assert.Equal(t, "/dev/null", lines[0], "standard input")
+				assert.Equal(t, "read-only", lines[2])
+				if mode == laboro.StderrDiscard {
+					assert.Equal(t, "/dev/null", lines[1], "standard error")
+					assert.Nil(t, res.Stderr)
+				} else {
+					assert.Equal(t, "gone\n", string(res.Stderr))
+				}
+			}
+		})
+	}
+}
+
 func TestScriptJobs(t *testing.T) {
 	ex := newExecutor(t, laboro.WithConcurrency(2), laboro.WithPoolSize(2))
 	tests := []struct {
