@@ -11,6 +11,10 @@
 // itself: TCP lets a connection from a port to the same port of the same
 // address succeed. Port takes one below the kernel's range of ephemeral
 // ports, where none of these can land.
+//
+// go test runs the tests of several packages at once, each in a process of
+// its own: a port given to one process is not given to another while the
+// first lives (on Linux; see claim).
 package freeport
 
 import (
@@ -32,10 +36,14 @@ var (
 	given = map[int]bool{}
 )
 
+// pick returns the port to try next, from lo to hi; tests replace it.
+var pick = func(lo, hi int) int { return lo + rand.IntN(hi-lo+1) }
+
 // Port returns a port of 127.0.0.1 that is free now, below the kernel's
 // range of ephemeral ports, and that Port has not returned before in this
-// process. Where that range starts too low to leave room below it, the
-// port is one the kernel picked, free now.
+// process, nor in another process that still runs. Where that range starts
+// too low to leave room below it, the port is one the kernel picked, free
+// now.
 func Port(t testing.TB) int {
 	t.Helper()
 	mu.Lock()
@@ -44,9 +52,13 @@ func Port(t testing.TB) int {
 	for range 1000 {
 		p := 0
 		if highest > lowest {
-			p = lowest + rand.IntN(highest-lowest+1)
+			p = pick(lowest, highest)
 			if given[p] {
 				continue
+			}
+			given[p] = true // whether another process has it or this one takes it
+			if !claim(p) {
+				continue // another process's
 			}
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
