@@ -46,10 +46,14 @@ const (
 )
 
 // record stores the end of job id's Run, with status st, on its cancel
-// subject, and purges the job from the JOBS stream.
-func record(ctx context.Context, js natsjs.JetStream, jobs natsjs.Stream, cfg Config, id string, st laboro.Status) error {
+// subject, and purges the job from the JOBS stream. sum is what the job
+// runs (jobSum); "" when not known.
+func record(ctx context.Context, js natsjs.JetStream, jobs natsjs.Stream, cfg Config, id, sum string, st laboro.Status) error {
 	msg := nats.NewMsg(cfg.cancelSubject(id))
 	msg.Header.Set(hdrJob, id)
+	if sum != "" {
+		msg.Header.Set(hdrSum, sum)
+	}
 	msg.Header.Set(hdrStatus, strconv.Itoa(int(st)))
 	msg.Header.Set(hdrExit, "-1")
 	msg.Header.Set(hdrChunk, "0")

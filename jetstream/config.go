@@ -3,6 +3,9 @@ package jetstream
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -387,6 +390,30 @@ func (w wireJob) job() laboro.Job {
 		Interpreter: w.Interpreter, Dir: w.Dir, Env: w.Env, Timeout: time.Duration(w.TimeoutNS)}
 }
 
+// jobSum sums up what job runs (its command, arguments, script,
+// interpreter, directory and environment) in 32 hex digits: two jobs
+// with the same sum run the same thing.
+func jobSum(job laboro.Job) string {
+	what, _ := json.Marshal(struct {
+		Command     string
+		Args        []string
+		Script      string
+		Interpreter []string
+		Dir         string
+		Env         []string
+	}{job.Command, job.Args, job.Script, job.Interpreter, job.Dir, job.Env})
+	sum := sha256.Sum256(what)
+	return hex.EncodeToString(sum[:16])
+}
+
+// sameJob reports whether the outcome or job message of headers h belongs
+// to a job whose sum is sum: yes when h has no sum (stored by a version
+// of laboro that did not say).
+func sameJob(h nats.Header, sum string) bool {
+	s := h.Get(hdrSum)
+	return s == "" || s == sum
+}
+
 // deadline returns w's deadline, and false when it has none.
 func (w wireJob) deadline() (time.Time, bool) {
 	if w.DeadlineNS == 0 {
@@ -409,6 +436,10 @@ const (
 	hdrStderr  = "Laboro-Stderr" // base64
 	hdrChunk   = "Laboro-Chunk"  // index of this chunk, from 0
 	hdrChunks  = "Laboro-Chunks" // number of chunks; 0: no output
+	// hdrSum is what the job runs (jobSum), on a job's message and on
+	// every outcome of it stored: an id that comes again with another job
+	// is told from a job submitted again.
+	hdrSum = "Laboro-Job-Sum"
 
 	reasonMaxDeliver = "max-deliver"
 )

@@ -5,7 +5,10 @@
 // laboro.WithRunner, and each job the Executor runs is published to the
 // JOBS work-queue stream (file storage; the job id as Nats-Msg-Id, so a
 // re-submitted job is not duplicated) while Run waits for its result on the
-// RESULTS stream. The Executor's buffer, Stop, Queued and concurrency keep
+// RESULTS stream. The id is the job's name in the streams, for good: a job
+// submitted again under its id gets its stored outcome, and another job
+// under that id (the Executor's job_1 of a program run again) is refused
+// with laboro.ErrDuplicateID. The Executor's buffer, Stop, Queued and concurrency keep
 // their meaning on top of it: a job reaches the stream only once the
 // Executor runs it. Workers, in any number of processes, pull jobs with one
 // durable consumer, run each through a local laboro.Executor as a process,

@@ -257,6 +257,12 @@ func TestMaxDeliverFails(t *testing.T) {
 	// The job is gone from the work queue.
 	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 0 },
 		5*time.Second, 50*time.Millisecond)
+	// Its failure is its outcome: the same job gets it again; another job
+	// under its id is refused.
+	res = m.Run(testCtx(t, 10*time.Second), laboro.Job{ID: "crasher", Command: "true"})
+	require.ErrorIs(t, res.Err, ErrMaxDeliver)
+	res = m.Run(testCtx(t, 10*time.Second), laboro.Job{ID: "crasher", Command: "false"})
+	require.ErrorIs(t, res.Err, laboro.ErrDuplicateID)
 }
 
 func TestLargeOutputInChunks(t *testing.T) {
@@ -315,6 +321,85 @@ func TestManagerRestart(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "x\n", string(b), "%s ran once", name)
 	}
+}
+
+// A program that gives its jobs the Executor's ids (job_1, job_2, …) and
+// runs again on the same streams gives job_1 to another job: that job is
+// refused, saying why, and is never given the first one's result; the same
+// job submitted again under its id still gets its stored result.
+func TestIDUsedByAnotherJob(t *testing.T) {
+	nc := setup(t)
+	startWorker(t, nc, Config{}, 1)
+	run := func(script string) laboro.Result {
+		t.Helper()
+		m, err := NewManager(testCtx(t, 10*time.Second), nc, Config{Dir: t.TempDir()})
+		require.NoError(t, err)
+		defer m.Close()
+		ex, err := laboro.New(laboro.WithRunner(m))
+		require.NoError(t, err)
+		defer ex.Close()
+		h, err := ex.Submit(testCtx(t, 10*time.Second), laboro.Job{Script: script})
+		require.NoError(t, err)
+		res, err := h.Wait(testCtx(t, 30*time.Second))
+		require.NoError(t, err)
+		require.Equal(t, "job_1", res.ID)
+		return res
+	}
+	res := run("echo first")
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.Equal(t, "first\n", string(output(t, res)))
+
+	res = run("echo second") // the program again: job_1 again
+	require.Equal(t, laboro.StatusFailed, res.Status)
+	require.ErrorIs(t, res.Err, laboro.ErrDuplicateID)
+	assert.ErrorContains(t, res.Err, `"job_1" was used by another job`)
+	assert.Nil(t, res.Output, "no output of the other job")
+
+	res = run("echo first")
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.Equal(t, "first\n", string(output(t, res)), "the stored result")
+}
+
+// So for what else the streams may keep under an id: a job still in the
+// work queue (its Manager stopped) and the record of a Run's end (a
+// failure past the delivery limit: TestMaxDeliverFails).
+func TestIDUsedByAnotherJobInTheStreams(t *testing.T) {
+	nc := setup(t)
+	refused := func(t *testing.T, m *Manager, job laboro.Job) {
+		t.Helper()
+		res := m.Run(testCtx(t, 10*time.Second), job)
+		require.Equal(t, laboro.StatusFailed, res.Status)
+		require.ErrorIs(t, res.Err, laboro.ErrDuplicateID)
+		assert.ErrorContains(t, res.Err, fmt.Sprintf("%q was used by another job", job.ID))
+	}
+	t.Run("queued", func(t *testing.T) {
+		m1 := newManager(t, nc, Config{})
+		waited := make(chan laboro.Result, 1)
+		go func() { waited <- m1.Run(testCtx(t, 30*time.Second), laboro.Job{ID: "q", Command: "echo one"}) }()
+		require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 1 }, 10*time.Second, 5*time.Millisecond)
+		require.NoError(t, m1.Close()) // the job stays in the work queue
+		require.Equal(t, laboro.StatusKilled, (<-waited).Status)
+		m2 := newManager(t, nc, Config{})
+		refused(t, m2, laboro.Job{ID: "q", Command: "echo two"})
+		assert.Equal(t, uint64(1), streamMsgs(t, nc, "LABORO_JOBS"), "the other job not published")
+		// The same job is waited for, not refused: a worker runs it now.
+		startWorker(t, nc, Config{}, 1)
+		res := m2.Run(testCtx(t, 30*time.Second), laboro.Job{ID: "q", Command: "echo one"})
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		assert.Equal(t, "one\n", string(output(t, res)))
+	})
+	t.Run("ended", func(t *testing.T) {
+		m1 := newManager(t, nc, Config{})
+		ctx, cancel := context.WithCancelCause(testCtx(t, 30*time.Second))
+		cancel(laboro.ErrCancelled) // the Run ends at once; its end is recorded
+		res := m1.Run(ctx, laboro.Job{ID: "e", Command: "echo one"})
+		require.Equal(t, laboro.StatusCancelled, res.Status)
+		require.NoError(t, m1.Close()) // once the record is stored
+		m2 := newManager(t, nc, Config{})
+		refused(t, m2, laboro.Job{ID: "e", Command: "echo two"})
+		res = m2.Run(testCtx(t, 10*time.Second), laboro.Job{ID: "e", Command: "echo one"})
+		assert.Equal(t, laboro.StatusCancelled, res.Status, "the same job: its recorded end")
+	})
 }
 
 // An output over MaxOutput is cut there, and its job fails, saying so:

@@ -23,7 +23,12 @@ import (
 // the JOBS stream and waits for its result on the RESULTS stream. A
 // Manager restarted on the same streams returns a finished job's stored
 // result at once, without running it again, and does not publish twice a
-// job re-submitted (same id) within DuplicateWindow.
+// job re-submitted (same id) within DuplicateWindow. A job is known by its
+// id: a Run of an id that the streams hold for another job (another
+// command, script, directory or environment: an Executor's job_1 when the
+// program runs again on the same streams) fails at once with an error
+// matching laboro.ErrDuplicateID, rather than get the other's outcome;
+// give each job an id of its own.
 //
 // A Run whose context ends first (Executor.Cancel, Job.Timeout, the
 // Executor's Close) returns at once with the status laboro.Interruption
@@ -221,6 +226,7 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	if m.ctx.Err() != nil {
 		return fail(laboro.ErrClosed)
 	}
+	sum := jobSum(job)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(m.ctx, func() { cancel(laboro.ErrKilled) })
@@ -266,9 +272,18 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		err = fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, err)
 	}
 	ended := <-endLookup
+	// What the streams hold under this id must be this job's: an id that
+	// comes again with another job (an Executor's job_1 after the
+	// program's restart) is refused, not given the other's outcome.
+	for _, found := range []*natsjs.RawStreamMsg{ended.msg, queued, stored} {
+		if found != nil && !sameJob(found.Header, sum) {
+			return fail(fmt.Errorf("%w: %q was used by another job, whose run the streams keep: give each job an id of its own",
+				laboro.ErrDuplicateID, job.ID))
+		}
+	}
 	switch {
 	case ended.err != nil:
-		return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, ended.err))
+		return m.interrupted(ctx, job, sum, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, ended.err))
 	case ended.msg != nil:
 		res := decodeResult(ended.msg.Header, nil)
 		res.ID = job.ID
@@ -276,15 +291,15 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	}
 	switch {
 	case err != nil:
-		return m.interrupted(ctx, job, err)
+		return m.interrupted(ctx, job, sum, err)
 	case stored != nil:
 		m.forget(job.ID, w)
-		return m.stored(ctx, job)
+		return m.stored(ctx, job, sum)
 	case queued != nil:
 		m.log.Debug("job already in the stream", zap.String("job", job.ID))
 	default:
-		if err := m.publish(ctx, job); err != nil {
-			return m.interrupted(ctx, job, err)
+		if err := m.publish(ctx, job, sum); err != nil {
+			return m.interrupted(ctx, job, sum, err)
 		}
 	}
 	for {
@@ -293,7 +308,7 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 			res.ID = job.ID
 			return res
 		case <-ctx.Done():
-			return m.interrupted(ctx, job, nil)
+			return m.interrupted(ctx, job, sum, nil)
 		case <-lost:
 			// The job may have gone with a deleted stream: published again,
 			// it runs (once: a copy still in the stream is the same
@@ -301,8 +316,8 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 			m.mu.Lock()
 			lost = m.lost
 			m.mu.Unlock()
-			if err := m.publish(ctx, job); err != nil {
-				return m.interrupted(ctx, job, err)
+			if err := m.publish(ctx, job, sum); err != nil {
+				return m.interrupted(ctx, job, sum, err)
 			}
 		}
 	}
@@ -384,10 +399,10 @@ func (m *Manager) dispatch() {
 }
 
 // stored reads the job's result that is already in the RESULTS stream.
-func (m *Manager) stored(ctx context.Context, job laboro.Job) laboro.Result {
+func (m *Manager) stored(ctx context.Context, job laboro.Job, sum string) laboro.Result {
 	res, err := readResult(ctx, m.js, m.results, m.cfg, job.ID)
 	if err != nil {
-		return m.interrupted(ctx, job, err)
+		return m.interrupted(ctx, job, sum, err)
 	}
 	return res
 }
@@ -476,7 +491,7 @@ func readResult(ctx context.Context, js natsjs.JetStream, results natsjs.Stream,
 // interrupted is Run's result when ctx ended, or else a failure with err.
 // A Run whose ctx ended, but not by Close, has its job ended in the
 // streams, in the background: Run returns at once.
-func (m *Manager) interrupted(ctx context.Context, job laboro.Job, err error) laboro.Result {
+func (m *Manager) interrupted(ctx context.Context, job laboro.Job, sum string, err error) laboro.Result {
 	if ctx.Err() == nil {
 		m.log.Warn("job failed in the manager", zap.String("job", job.ID), zap.Error(err))
 		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: err}
@@ -493,24 +508,25 @@ func (m *Manager) interrupted(ctx context.Context, job laboro.Job, err error) la
 	} else {
 		go func() {
 			defer m.ending.Done()
-			m.end(job.ID, st)
+			m.end(job.ID, sum, st)
 		}()
 	}
 	return laboro.Result{ID: job.ID, Status: st, ExitCode: -1, Err: cause}
 }
 
-// end records the end of job id's Run with status st (see record).
-func (m *Manager) end(id string, st laboro.Status) {
+// end records the end of job id's Run with status st (see record); sum is
+// what the job runs.
+func (m *Manager) end(id, sum string, st laboro.Status) {
 	ctx, cancel := context.WithTimeout(m.endCtx, endTimeout)
 	defer cancel()
-	if err := record(ctx, m.js, m.jobs, m.cfg, id, st); err != nil {
+	if err := record(ctx, m.js, m.jobs, m.cfg, id, sum, st); err != nil {
 		m.log.Warn("the job's worker may go on running it", zap.String("job", id), zap.Error(err))
 		return
 	}
 	m.log.Debug("job ended", zap.String("job", id), zap.Stringer("status", st))
 }
 
-func (m *Manager) publish(ctx context.Context, job laboro.Job) error {
+func (m *Manager) publish(ctx context.Context, job laboro.Job, sum string) error {
 	wj := toWire(job)
 	// The Executor applies Job.Timeout on this side, as ctx's deadline: the
 	// worker gets that deadline, not the timeout again, and as a timeout of
@@ -528,6 +544,7 @@ func (m *Manager) publish(ctx context.Context, job laboro.Job) error {
 	}
 	msg := nats.NewMsg(m.cfg.jobsSubject(job.ID))
 	msg.Header.Set(hdrJob, job.ID)
+	msg.Header.Set(hdrSum, sum)
 	msg.Data = data
 	ack, err := publish(ctx, m.js, msg, job.ID)
 	if err != nil {
@@ -778,6 +795,9 @@ func (m *Manager) maxDelivered(msg *nats.Msg) {
 	res.Header.Set(hdrStatus, strconv.Itoa(int(laboro.StatusFailed)))
 	res.Header.Set(hdrExit, "-1")
 	res.Header.Set(hdrReason, reasonMaxDeliver)
+	if sum := raw.Header.Get(hdrSum); sum != "" {
+		res.Header.Set(hdrSum, sum)
+	}
 	res.Header.Set(hdrError, fmt.Sprintf("delivered %d times", adv.Deliveries))
 	res.Header.Set(hdrChunk, "0")
 	res.Header.Set(hdrChunks, "0")

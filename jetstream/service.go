@@ -448,7 +448,9 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 func (sv *serving) cancel(ctx context.Context, id string) error {
 	// The record first: once it is stored, the job is cancelled whatever
 	// happens to this Service.
-	if err := record(ctx, sv.m.js, sv.m.jobs, sv.cfg, id, laboro.StatusCancelled); err != nil {
+	// (The job's sum is left out: a batch's ids are never given to other
+	// jobs.)
+	if err := record(ctx, sv.m.js, sv.m.jobs, sv.cfg, id, "", laboro.StatusCancelled); err != nil {
 		return err
 	}
 	if b, last := sv.t.cancel(id); last {

@@ -508,7 +508,7 @@ func (r *workerRun) finish(ctx context.Context, msg natsjs.Msg, log *zap.Logger,
 			}
 		}
 	}()
-	if err := r.publish(pubCtx, id, attempt, res); err != nil {
+	if err := r.publish(pubCtx, id, msg.Headers().Get(hdrSum), attempt, res); err != nil {
 		log.Warn("publishing the result; the job will be redelivered", zap.Error(err))
 		return
 	}
@@ -518,8 +518,9 @@ func (r *workerRun) finish(ctx context.Context, msg natsjs.Msg, log *zap.Logger,
 	log.Debug("job done", zap.Stringer("status", res.Status))
 }
 
-// publish sends res, its output in chunks, to the RESULTS stream.
-func (r *workerRun) publish(ctx context.Context, id string, attempt uint64, res laboro.Result) error {
+// publish sends res, its output in chunks, to the RESULTS stream; sum is
+// what the job runs, as its message says (none from an older Manager).
+func (r *workerRun) publish(ctx context.Context, id, sum string, attempt uint64, res laboro.Result) error {
 	var src io.Reader
 	var size int64
 	if res.Output != nil {
@@ -549,6 +550,9 @@ func (r *workerRun) publish(ctx context.Context, id string, attempt uint64, res 
 	for i := 0; i < max(chunks, 1); i++ {
 		msg := nats.NewMsg(r.cfg.resultsSubject(id))
 		setResultHeaders(msg.Header, id, attempt, res)
+		if sum != "" {
+			msg.Header.Set(hdrSum, sum)
+		}
 		msg.Header.Set(hdrChunk, strconv.Itoa(i))
 		msg.Header.Set(hdrChunks, strconv.Itoa(chunks))
 		if src != nil {
