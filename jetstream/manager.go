@@ -283,7 +283,7 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	}
 	switch {
 	case ended.err != nil:
-		return m.interrupted(ctx, job, sum, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, ended.err))
+		return m.interrupted(ctx, job, fmt.Errorf("jetstream: job %s in the stream: %w", job.ID, ended.err))
 	case ended.msg != nil:
 		res := decodeResult(ended.msg.Header, nil)
 		res.ID = job.ID
@@ -291,15 +291,15 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	}
 	switch {
 	case err != nil:
-		return m.interrupted(ctx, job, sum, err)
+		return m.interrupted(ctx, job, err)
 	case stored != nil:
 		m.forget(job.ID, w)
-		return m.stored(ctx, job, sum)
+		return m.stored(ctx, job)
 	case queued != nil:
 		m.log.Debug("job already in the stream", zap.String("job", job.ID))
 	default:
 		if err := m.publish(ctx, job, sum); err != nil {
-			return m.interrupted(ctx, job, sum, err)
+			return m.interrupted(ctx, job, err)
 		}
 	}
 	for {
@@ -308,7 +308,7 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 			res.ID = job.ID
 			return res
 		case <-ctx.Done():
-			return m.interrupted(ctx, job, sum, nil)
+			return m.interrupted(ctx, job, nil)
 		case <-lost:
 			// The job may have gone with a deleted stream: published again,
 			// it runs (once: a copy still in the stream is the same
@@ -317,7 +317,7 @@ func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
 			lost = m.lost
 			m.mu.Unlock()
 			if err := m.publish(ctx, job, sum); err != nil {
-				return m.interrupted(ctx, job, sum, err)
+				return m.interrupted(ctx, job, err)
 			}
 		}
 	}
@@ -399,10 +399,10 @@ func (m *Manager) dispatch() {
 }
 
 // stored reads the job's result that is already in the RESULTS stream.
-func (m *Manager) stored(ctx context.Context, job laboro.Job, sum string) laboro.Result {
+func (m *Manager) stored(ctx context.Context, job laboro.Job) laboro.Result {
 	res, err := readResult(ctx, m.js, m.results, m.cfg, job.ID)
 	if err != nil {
-		return m.interrupted(ctx, job, sum, err)
+		return m.interrupted(ctx, job, err)
 	}
 	return res
 }
@@ -491,7 +491,7 @@ func readResult(ctx context.Context, js natsjs.JetStream, results natsjs.Stream,
 // interrupted is Run's result when ctx ended, or else a failure with err.
 // A Run whose ctx ended, but not by Close, has its job ended in the
 // streams, in the background: Run returns at once.
-func (m *Manager) interrupted(ctx context.Context, job laboro.Job, sum string, err error) laboro.Result {
+func (m *Manager) interrupted(ctx context.Context, job laboro.Job, err error) laboro.Result {
 	if ctx.Err() == nil {
 		m.log.Warn("job failed in the manager", zap.String("job", job.ID), zap.Error(err))
 		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: err}
@@ -508,7 +508,7 @@ func (m *Manager) interrupted(ctx context.Context, job laboro.Job, sum string, e
 	} else {
 		go func() {
 			defer m.ending.Done()
-			m.end(job.ID, sum, st)
+			m.end(job.ID, jobSum(job), st)
 		}()
 	}
 	return laboro.Result{ID: job.ID, Status: st, ExitCode: -1, Err: cause}
