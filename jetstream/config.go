@@ -394,13 +394,13 @@ func (w wireJob) job() laboro.Job {
 // interpreter, directory and environment) in 32 hex digits: two jobs
 // with the same sum run the same thing.
 func jobSum(job laboro.Job) string {
-	what, _ := json.Marshal(struct {
-		Command     string
-		Args        []string
-		Script      string
-		Interpreter []string
-		Dir         string
-		Env         []string
+	what, _ := json.Marshal(struct { // a nil list and an empty one alike
+		Command     string   `json:",omitempty"`
+		Args        []string `json:",omitempty"`
+		Script      string   `json:",omitempty"`
+		Interpreter []string `json:",omitempty"`
+		Dir         string   `json:",omitempty"`
+		Env         []string `json:",omitempty"`
 	}{job.Command, job.Args, job.Script, job.Interpreter, job.Dir, job.Env})
 	sum := sha256.Sum256(what)
 	return hex.EncodeToString(sum[:16])

@@ -323,6 +323,29 @@ func TestManagerRestart(t *testing.T) {
 	}
 }
 
+// A job's sum tells what it runs: not its id nor its timeout, nor whether
+// an empty list is nil; each of its command, arguments, script,
+// interpreter, directory and environment.
+func TestJobSum(t *testing.T) {
+	base := laboro.Job{ID: "a", Command: "echo hi", Dir: "/tmp", Env: []string{"A=1"}}
+	same := base
+	same.ID, same.Timeout, same.Args, same.Interpreter = "b", time.Second, []string{}, []string{}
+	assert.Equal(t, jobSum(base), jobSum(same))
+	assert.Len(t, jobSum(base), 32)
+	others := []laboro.Job{
+		{Command: "echo ho", Dir: "/tmp", Env: []string{"A=1"}},
+		{Command: "echo hi", Args: []string{"x"}, Dir: "/tmp", Env: []string{"A=1"}},
+		{Script: "echo hi", Dir: "/tmp", Env: []string{"A=1"}},
+		{Command: "echo hi", Interpreter: []string{"bash"}, Dir: "/tmp", Env: []string{"A=1"}},
+		{Command: "echo hi", Dir: "/", Env: []string{"A=1"}},
+		{Command: "echo hi", Dir: "/tmp", Env: []string{"A=2"}},
+		{Command: "echo hi", Dir: "/tmp"},
+	}
+	for _, other := range others {
+		assert.NotEqual(t, jobSum(base), jobSum(other), "%+v", other)
+	}
+}
+
 // A program that gives its jobs the Executor's ids (job_1, job_2, …) and
 // runs again on the same streams gives job_1 to another job: that job is
 // refused, saying why, and is never given the first one's result; the same
