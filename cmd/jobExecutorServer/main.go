@@ -83,7 +83,9 @@ func main() {
 		}
 		log := logFlag.Logger()
 		// A first signal drains, a second kills.
-		drain, kill, stop := cli.Interrupts(context.Background())
+		drain, kill, stop := cli.Interrupts(context.Background(), func() {
+			log.Warn("interrupted: draining as exit does (interrupt again to kill the running jobs)")
+		}, nil)
 		defer stop()
 		err := serve(kill, drain, *listen, nums, *dir, *timeout, *maxConns, *httpAddr, log)
 		switch {
@@ -143,7 +145,6 @@ func serve(ctx, drain context.Context, host string, nums []int, dir string, time
 	context.AfterFunc(ctx, func() { ex.Close() })
 	context.AfterFunc(drain, func() {
 		if errors.Is(context.Cause(drain), cli.ErrInterrupted) {
-			log.Warn("interrupted: draining as exit does (interrupt again to kill the running jobs)")
 			srv.Terminate()
 		}
 	})

@@ -75,19 +75,12 @@ func main() {
 			return err
 		}
 		r.Workers, r.Logger = n, logFlag.Logger()
-		drain, kill, stop := cli.Interrupts(context.Background())
+		drain, kill, stop := cli.Interrupts(context.Background(), func() {
+			r.Logger.Warn("interrupted: finishing the running jobs (interrupt again to kill them and quit)")
+		}, func() {
+			r.Logger.Warn("interrupted again: killing the running jobs")
+		})
 		defer stop()
-		// stop ends both contexts too: only a signal is told.
-		context.AfterFunc(drain, func() {
-			if errors.Is(context.Cause(drain), cli.ErrInterrupted) {
-				r.Logger.Warn("interrupted: finishing the running jobs (interrupt again to kill them and quit)")
-			}
-		})
-		context.AfterFunc(kill, func() {
-			if errors.Is(context.Cause(kill), cli.ErrInterrupted) {
-				r.Logger.Warn("interrupted again: killing the running jobs")
-			}
-		})
 		switch err := r.RunDrain(kill, drain); {
 		case err == nil:
 			return nil

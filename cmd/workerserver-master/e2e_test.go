@@ -491,6 +491,26 @@ func TestTLS(t *testing.T) {
 // A job that fails is shown with what it ran and how it ended (its exit
 // status and the end of its standard error), by submit -wait and status;
 // status -json gives the records to programs.
+// A worker told to stop (SIGTERM) says so, lets its running job finish and
+// send its end, and exits 0.
+func TestWorkerInterruptedFinishesItsJob(t *testing.T) {
+	s := newSystem(t)
+	s.startMaster()
+	gate, started := filepath.Join(s.dir, "gate"), t.TempDir()
+	w := s.startWorker("w1", "GATE="+gate, "GATE_FROM=1", "STARTED="+started)
+	s.submit("job-1", 1)
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(started, "1"))
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the job did not start\n%s", w.Log())
+	require.NoError(t, w.Cmd.Process.Signal(syscall.SIGTERM))
+	w.Await(t, regexp.MustCompile(`interrupted: the running jobs finish`), 10*time.Second)
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	assert.Equal(t, 0, w.Wait(t, 30*time.Second), w.Log())
+	assert.Contains(t, w.Log(), "drained and stopped")
+	checkJobs(t, s.jobs(), 1)
+}
+
 func TestFailedJobShowsWhy(t *testing.T) {
 	s := newSystem(t)
 	require.NoError(t, os.WriteFile(filepath.Join(s.codes, "fail"), []byte("#!/bin/sh\necho 'no such image' >&2\necho 'second line' >&2\nexit 3\n"), 0o755))

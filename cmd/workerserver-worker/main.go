@@ -98,14 +98,11 @@ func main() {
 		w.Logger = logFlag.Logger()
 		// A first signal drains: the running jobs finish and are sent; a
 		// second kills them, and the master gives them to other workers.
-		drain, kill, stop := cli.Interrupts(context.Background())
+		_, kill, stop := cli.Interrupts(context.Background(), func() {
+			w.Drain()
+			w.Logger.Warn("interrupted: the running jobs finish (interrupt again to stop at once; the master gives them to others)")
+		}, nil)
 		defer stop()
-		context.AfterFunc(drain, func() {
-			if errors.Is(context.Cause(drain), cli.ErrInterrupted) {
-				w.Logger.Warn("interrupted: the running jobs finish (interrupt again to stop at once; the master gives them to others)")
-				w.Drain()
-			}
-		})
 		switch err := w.Run(kill); {
 		case err == nil:
 			w.Logger.Info("drained and stopped")

@@ -455,9 +455,12 @@ func Interruptible(parent context.Context) (ctx context.Context, stop context.Ca
 
 // Interrupts returns two contexts for a command that stops in two steps:
 // drain ends at the first SIGINT or SIGTERM (stop taking work, let the
-// running jobs finish), kill at the second (stop them now). stop releases
-// the signals and ends both; it may be called more than once.
-func Interrupts(parent context.Context) (drain, kill context.Context, stop func()) {
+// running jobs finish), kill at the second (stop them now). first and
+// second, when not nil, are called at the first and the second signal,
+// before the context ends: what they say is told before whatever the end
+// brings about (a process that exits at once). They must not block. stop
+// releases the signals and ends both; it may be called more than once.
+func Interrupts(parent context.Context, first, second func()) (drain, kill context.Context, stop func()) {
 	drain, endDrain := context.WithCancelCause(parent)
 	kill, endKill := context.WithCancelCause(parent)
 	signals := make(chan os.Signal, 2)
@@ -470,8 +473,14 @@ func Interrupts(parent context.Context) (drain, kill context.Context, stop func(
 			select {
 			case sig := <-signals:
 				if n == 0 {
+					if first != nil {
+						first()
+					}
 					endDrain(fmt.Errorf("%w: %v", ErrInterrupted, sig))
 				} else {
+					if second != nil {
+						second()
+					}
 					endKill(fmt.Errorf("%w again: %v", ErrInterrupted, sig))
 				}
 			case <-done:

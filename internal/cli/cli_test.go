@@ -165,24 +165,42 @@ func TestExitStatuses(t *testing.T) {
 	}
 }
 
+// The first signal ends drain, the second kill; each after its function
+// has returned, so that what it says comes before whatever the end brings
+// about.
 func TestInterruptsDrainThenKill(t *testing.T) {
-	drain, kill, stop := Interrupts(context.Background())
+	inFirst, inSecond, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	drain, kill, stop := Interrupts(context.Background(),
+		func() { close(inFirst); <-release },
+		func() { close(inSecond) })
 	defer stop()
 	defer stop() // twice is fine
 	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
-	select {
-	case <-drain.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first signal did not end drain")
-	}
+	<-inFirst
+	assert.NoError(t, drain.Err(), "drain ends once first has returned")
+	close(release)
+	<-drain.Done()
 	assert.ErrorIs(t, context.Cause(drain), ErrInterrupted)
 	assert.NoError(t, kill.Err(), "one signal only drains")
-	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
 	select {
-	case <-kill.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second signal did not end kill")
+	case <-inSecond:
+		t.Fatal("second called at the first signal")
+	default:
 	}
+	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+	<-inSecond
+	<-kill.Done()
+	assert.ErrorIs(t, context.Cause(kill), ErrInterrupted)
+}
+
+// stop ends both contexts, calling neither function.
+func TestInterruptsStop(t *testing.T) {
+	called := func() { t.Error("called without a signal") }
+	drain, kill, stop := Interrupts(context.Background(), called, called)
+	stop()
+	<-drain.Done()
+	<-kill.Done()
+	assert.NotErrorIs(t, context.Cause(drain), ErrInterrupted)
 }
 
 func TestMainContextEndsOnASignal(t *testing.T) {

@@ -12,18 +12,12 @@ func interruptible() (context.Context, context.CancelFunc) {
 }
 
 // interruptTwice returns a context that ends at the second SIGINT or
-// SIGTERM; first is called at the first one. Calling the CancelFunc ends
-// the context and stops listening.
+// SIGTERM; first is called at the first one (it must not block). Calling
+// the CancelFunc ends the context and stops listening.
 func interruptTwice(first func()) (context.Context, context.CancelFunc) {
-	drain, kill, stop := cli.Interrupts(context.Background())
-	stopFirst := context.AfterFunc(drain, func() {
-		if context.Cause(drain) != context.Canceled { // a signal, not stop
-			first()
-		}
-	})
+	_, kill, stop := cli.Interrupts(context.Background(), first, nil)
 	ctx, cancel := context.WithCancel(kill)
 	return ctx, func() {
-		stopFirst()
 		cancel()
 		stop()
 	}
