@@ -391,17 +391,13 @@ func (w wireJob) job() laboro.Job {
 }
 
 // jobSum sums up what job runs (its command, arguments, script,
-// interpreter, directory and environment) in 32 hex digits: two jobs
-// with the same sum run the same thing.
+// interpreter, directory and environment: its wire form without its id
+// and times, where a nil list and an empty one are alike) in 32 hex
+// digits: two jobs with the same sum run the same thing.
 func jobSum(job laboro.Job) string {
-	what, _ := json.Marshal(struct { // a nil list and an empty one alike
-		Command     string   `json:",omitempty"`
-		Args        []string `json:",omitempty"`
-		Script      string   `json:",omitempty"`
-		Interpreter []string `json:",omitempty"`
-		Dir         string   `json:",omitempty"`
-		Env         []string `json:",omitempty"`
-	}{job.Command, job.Args, job.Script, job.Interpreter, job.Dir, job.Env})
+	w := toWire(job)
+	w.ID, w.TimeoutNS, w.DeadlineNS = "", 0, 0
+	what, _ := json.Marshal(w)
 	sum := sha256.Sum256(what)
 	return hex.EncodeToString(sum[:16])
 }
