@@ -488,9 +488,6 @@ func TestTLS(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP was served")
 }
 
-// A job that fails is shown with what it ran and how it ended (its exit
-// status and the end of its standard error), by submit -wait and status;
-// status -json gives the records to programs.
 // A worker told to stop (SIGTERM) says so, lets its running job finish and
 // send its end, and exits 0.
 func TestWorkerInterruptedFinishesItsJob(t *testing.T) {
@@ -511,6 +508,9 @@ func TestWorkerInterruptedFinishesItsJob(t *testing.T) {
 	checkJobs(t, s.jobs(), 1)
 }
 
+// A job that fails is shown with what it ran and how it ended (its exit
+// status and the end of its standard error), by submit -wait and status;
+// status -json gives the records to programs.
 func TestFailedJobShowsWhy(t *testing.T) {
 	s := newSystem(t)
 	require.NoError(t, os.WriteFile(filepath.Join(s.codes, "fail"), []byte("#!/bin/sh\necho 'no such image' >&2\necho 'second line' >&2\nexit 3\n"), 0o755))
