@@ -96,12 +96,14 @@ type Process struct {
 
 // Start runs bin with args (and env added to this process's environment,
 // TMPDIR set to Process.TempDir unless env sets it); the process is killed
-// when the test ends.
+// when the test ends, and, on Linux, when the test process ends without
+// ending its tests (a timeout, a kill).
 func Start(t testing.TB, env []string, bin string, args ...string) *Process {
 	t.Helper()
 	p := &Process{Cmd: exec.Command(bin, args...), eof: make(chan struct{}), TempDir: t.TempDir()}
 	p.Cmd.Env = append(append(os.Environ(), "TMPDIR="+p.TempDir), env...)
 	p.Cmd.Stdout = &p.Stdout
+	p.Cmd.SysProcAttr = sysProcAttr()
 	stderr, err := p.Cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
