@@ -310,11 +310,36 @@ func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *
 			return cmd, nil
 		}
 		if !errors.Is(err, syscall.ETXTBSY) || attempt == 10 || ctx.Err() != nil {
+			if derr := dirError(job.Dir, err); derr != nil {
+				err = derr
+			}
 			return nil, fmt.Errorf("laboro: start %q: %w", argv[0], err)
 		}
 		time.Sleep(delay)
 		delay *= 2
 	}
+}
+
+// dirError names the working directory dir when the start failed for
+// want of it: the kernel's word for a missing directory is the one for a
+// missing program ("fork/exec /bin/sh: no such file or directory"), and
+// the job's command would take the blame. nil when dir is not the cause.
+func dirError(dir string, err error) error {
+	if dir == "" || !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ENOTDIR) {
+		return nil
+	}
+	fi, serr := os.Stat(dir)
+	switch {
+	case serr != nil:
+		var pe *fs.PathError
+		if errors.As(serr, &pe) {
+			serr = pe.Err
+		}
+		return fmt.Errorf("working directory %q: %w", dir, serr)
+	case !fi.IsDir():
+		return fmt.Errorf("working directory %q: %w", dir, syscall.ENOTDIR)
+	}
+	return nil
 }
 
 // The null device, opened once for reading and once for writing: the

@@ -96,6 +96,12 @@ func TestExitCodesAndStartFailures(t *testing.T) {
 		}},
 		{"missing working directory", laboro.Job{Command: "true", Dir: filepath.Join(dir, "nope")}, -1, func(t *testing.T, err error) {
 			require.ErrorIs(t, err, fs.ErrNotExist)
+			// The directory is named, not the program, which is there.
+			assert.Contains(t, err.Error(), `working directory "`+filepath.Join(dir, "nope")+`": no such file or directory`)
+		}},
+		{"working directory a file", laboro.Job{Command: "true", Dir: notExec}, -1, func(t *testing.T, err error) {
+			require.ErrorIs(t, err, syscall.ENOTDIR)
+			assert.Contains(t, err.Error(), `working directory "`+notExec+`": not a directory`)
 		}},
 	}
 	for _, tt := range tests {
