@@ -520,12 +520,35 @@ func (d *Dispatcher[K, V]) requeue(ts []*Ticket[K, V], why error) {
 		}
 		if d.cfg.MaxAttempts > 0 && t.attempts >= d.cfg.MaxAttempts {
 			d.settle(t, laboro.Result{Status: laboro.StatusFailed, ExitCode: -1, Started: t.sent, Ended: time.Now(),
-				Err: fmt.Errorf("%w (%d times): %w", ErrAttempts, t.attempts, why)})
+				Err: &attemptsError{n: t.attempts, last: t.lost}})
 			continue
 		}
 		t.state = waiting
 		d.line.pushFront(t)
 	}
+}
+
+// attemptsError ends a job handed out Config.MaxAttempts times. It says
+// the last attempt's reason first: what a user acts on is why the job
+// failed ("exit status 3: …"), the count comes after. It matches
+// ErrAttempts and that reason.
+type attemptsError struct {
+	n    int
+	last error
+}
+
+func (e *attemptsError) Error() string {
+	if e.last == nil {
+		return fmt.Sprintf("%v (%d times)", ErrAttempts, e.n)
+	}
+	return fmt.Sprintf("%v (handed out %d times, the limit)", e.last, e.n)
+}
+
+func (e *attemptsError) Unwrap() []error {
+	if e.last == nil {
+		return []error{ErrAttempts}
+	}
+	return []error{ErrAttempts, e.last}
 }
 
 // Worker is one remote worker as the Dispatcher sees it, from Join to
@@ -723,7 +746,7 @@ func (w *Worker[K, V]) Return(t *Ticket[K, V], why error) bool {
 // Retry gives back a job that failed on this worker in a way another
 // worker may not (the worker's own fault): it goes to the front of the
 // line, or, once handed out Config.MaxAttempts times, ends failed with an
-// error matching ErrAttempts and err. It returns false if the worker does
+// error matching ErrAttempts and err, whose text is err's first. It returns false if the worker does
 // not hold it.
 func (w *Worker[K, V]) Retry(t *Ticket[K, V], err error) bool {
 	d := w.d

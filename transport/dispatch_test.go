@@ -442,7 +442,11 @@ func TestOnRequeue(t *testing.T) {
 	assert.Equal(t, []string{"2"}, r.keys)
 	assert.ErrorIs(t, r.why, transport.ErrLeaseExpired)
 	for _, c := range runs[:2] {
-		assert.ErrorIs(t, result(t, c).Err, transport.ErrAttempts)
+		err := result(t, c).Err
+		assert.ErrorIs(t, err, transport.ErrAttempts)
+		assert.ErrorIs(t, err, transport.ErrLeaseExpired)
+		// The last reason first: it is what a user acts on.
+		assert.EqualError(t, err, transport.ErrLeaseExpired.Error()+" (handed out 2 times, the limit)")
 	}
 	w2 := d.Join("w2", nil)
 	tk := next(t, w2)

@@ -232,7 +232,42 @@ func (c *Controller) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	}
 	res := c.d.Run(ctx, c.tasks.Add(1), src)
 	res.ID = job.ID
+	var tf *taskFailure
+	if res.Status == laboro.StatusFailed && errors.As(res.Err, &tf) {
+		res.ExitCode, res.Stderr = tf.exitStatus()
+	}
 	return res
+}
+
+// taskFailure is a worker's TASK_FAILED: its words, which our Worker
+// writes as "exit status N: <the tail of standard error>" (failureText);
+// another worker's are kept as they come.
+type taskFailure struct {
+	worker uint64
+	text   []byte
+}
+
+func (f *taskFailure) Error() string {
+	return fmt.Sprintf("%v on worker %d: %s", ErrTaskFailed, f.worker, bytes.TrimRight(f.text, " \n\r\t"))
+}
+
+func (f *taskFailure) Unwrap() error { return ErrTaskFailed }
+
+// exitStatus reads the exit status and standard error's tail from the
+// worker's words, for the job's Result; -1 and nil when they do not give
+// them.
+func (f *taskFailure) exitStatus() (int, []byte) {
+	rest, ok := bytes.CutPrefix(f.text, []byte("exit status "))
+	n := 0
+	for n < len(rest) && n < 4 && '0' <= rest[n] && rest[n] <= '9' {
+		n++
+	}
+	code, err := strconv.Atoi(string(rest[:n]))
+	if !ok || err != nil || n < len(rest) && rest[n] != ':' {
+		return -1, nil
+	}
+	stderr, _ := bytes.CutPrefix(rest[n:], []byte(": "))
+	return code, stderr
 }
 
 // Workers returns the ids of the live workers.
@@ -807,7 +842,7 @@ func (c *Controller) fetch(ctx context.Context, w *cworker, t *transport.Ticket[
 			break // the worker was removed meanwhile: the task went back already
 		}
 		w.task, w.prev = nil, t.Key
-		if w.dw.Retry(t, fmt.Errorf("%w on worker %d: %s", ErrTaskFailed, w.id, failure)) {
+		if w.dw.Retry(t, &taskFailure{worker: w.id, text: failure}) {
 			c.log.Info("task failed on a worker", zap.Uint64("worker", w.id), zap.Uint64("task", t.Key), zap.ByteString("error", failure))
 		}
 	case resp.Error == pulsepb.WorkerError_WORKER_ERR_OK:

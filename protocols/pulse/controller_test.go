@@ -342,7 +342,7 @@ func TestControllerBusyAndFailures(t *testing.T) {
 	failing.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
 	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.received().Type)
 	failing.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
-		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_TASK_FAILED, TaskId: 1}, []byte("exit status 4")
+		return &pulsepb.WorkerResponse{Error: pulsepb.WorkerError_WORKER_ERR_TASK_FAILED, TaskId: 1}, []byte("exit status 4: boom\n")
 	})
 	failing.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1)
 	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, failing.received().Type)
@@ -350,7 +350,33 @@ func TestControllerBusyAndFailures(t *testing.T) {
 	assert.Equal(t, laboro.StatusFailed, res.Status)
 	assert.ErrorIs(t, res.Err, ErrTaskFailed)
 	assert.ErrorIs(t, res.Err, transport.ErrAttempts)
-	assert.ErrorContains(t, res.Err, "exit status 4")
+	// The last worker's words come first, and make the job's exit status
+	// and standard error's tail, as for a job that failed here.
+	assert.EqualError(t, res.Err, "pulse: task failed on worker 2: exit status 4: boom (handed out 3 times, the limit)")
+	assert.Equal(t, 4, res.ExitCode)
+	assert.Equal(t, "boom\n", string(res.Stderr))
+}
+
+// The words of a worker's TASK_FAILED give a job its exit status and its
+// standard error's tail when they are our Worker's; another worker's keep
+// the job's -1.
+func TestTaskFailureExitStatus(t *testing.T) {
+	for text, want := range map[string]struct {
+		code   int
+		stderr string
+	}{
+		"exit status 3":                       {3, ""},
+		"exit status 3: boom\n":               {3, "boom\n"},
+		"exit status 127: sh: x: not found\n": {127, "sh: x: not found\n"},
+		"exit status":                         {-1, ""},
+		"exit status 3x":                      {-1, ""},
+		"md5 mismatch":                        {-1, ""},
+		"":                                    {-1, ""},
+	} {
+		code, stderr := (&taskFailure{worker: 1, text: []byte(text)}).exitStatus()
+		assert.Equal(t, want.code, code, "%q", text)
+		assert.Equal(t, want.stderr, string(stderr), "%q", text)
+	}
 }
 
 // A pulse naming a task the worker was not given, confirmed by GET_STATUS,

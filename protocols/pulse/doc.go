@@ -56,7 +56,9 @@
 //     next free worker (which may be the same one); once it has been
 //     given out Controller.Attempts times (a worker lost, or BUSY, counts
 //     too), the job fails with an error that matches ErrTaskFailed and
-//     transport.ErrAttempts and ends with the last worker's words.
+//     transport.ErrAttempts and starts with the last worker's words; when
+//     they are our Worker's ("exit status 3: <stderr's tail>"), they give
+//     the job's Result its exit status and standard error's tail too.
 //   - A worker is dead when no pulse arrives within its next_pulse (60 s
 //     when it announces 0); its task goes to another.
 //   - RESTART is how the controller stops a task: when a job ends while a
