@@ -36,7 +36,15 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/laboro-go/laboro/internal/secret"
 )
+
+// Every command keeps the project's secrets from the jobs it starts: the
+// secret package takes them out of the environment as the program starts,
+// and Protect keeps the process's first environment, where they stay,
+// from the jobs' eyes.
+func init() { secret.Protect() }
 
 // Exit statuses of every command.
 const (

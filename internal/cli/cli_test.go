@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -212,4 +214,25 @@ func TestMainContextEndsOnASignal(t *testing.T) {
 	})
 	assert.Equal(t, ExitInterrupted, code)
 	assert.Equal(t, "tool: interrupted\n", errOut.String())
+}
+
+// Every binary of the project keeps the secrets of its environment from
+// its jobs: each command parses its flags through this package, or is
+// laboro's, and both call secret.Protect as the program starts.
+func TestEveryCommandProtectsItsSecrets(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{if eq .Name "main"}}{{.ImportPath}}{{end}}`,
+		"github.com/laboro-go/laboro/cmd/...", "github.com/laboro-go/laboro/jetstream/cmd/...").Output()
+	require.NoError(t, err)
+	commands := strings.Fields(string(out))
+	require.GreaterOrEqual(t, len(commands), 11, "the project's binaries")
+	for _, cmd := range commands {
+		out, err := exec.Command("go", "list", "-deps", cmd).Output()
+		require.NoError(t, err)
+		deps := strings.Fields(string(out))
+		assert.Contains(t, deps, "github.com/laboro-go/laboro/internal/secret",
+			"%s leaves the secrets of its environment to its jobs", cmd)
+		assert.True(t, slices.Contains(deps, "github.com/laboro-go/laboro/internal/cli") ||
+			slices.Contains(deps, "github.com/laboro-go/laboro/jetstream/internal/command"),
+			"%s starts without secret.Protect", cmd)
+	}
 }

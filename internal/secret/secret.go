@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 )
 
 // DirEnv names the environment variable that, when set, is the directory
@@ -47,6 +48,9 @@ func init() {
 		if v, ok := os.LookupEnv(env); ok {
 			held[env] = v
 			os.Unsetenv(env)
+			if strings.TrimSpace(v) != "" {
+				tookEnv.Store(true)
+			}
 		}
 	}
 }
@@ -163,7 +167,39 @@ func fromEnv(env string) (string, bool) {
 		v = held[env] // taken out as the program started
 	}
 	v = strings.TrimSpace(v)
+	if v != "" {
+		tookEnv.Store(true)
+		if protecting.Load() {
+			seal()
+		}
+	}
 	return v, v != ""
+}
+
+var (
+	// tookEnv is set once a secret was found in the environment (Known's,
+	// at start, or another by Ensure, Find or FromEnv).
+	tookEnv atomic.Bool
+	// protecting is set by Protect.
+	protecting atomic.Bool
+)
+
+// Protect keeps the secrets this program took from its environment from
+// its jobs for good. Unsetting a variable changes the program's
+// environment, not the copy the kernel keeps of the one it started with,
+// which a process of the same user can read (/proc/<pid>/environ): a
+// job could read its parent's. So once a secret comes from the
+// environment (now, or later through Ensure, Find or FromEnv), the
+// process is made undumpable (Linux): its /proc files then belong to
+// root, and no process of its user may trace it or read its memory (nor
+// dump its core). Programs that start jobs call it as they start; a token
+// file stays readable to the user's jobs, so jobs of others run under a
+// user of their own.
+func Protect() {
+	protecting.Store(true)
+	if tookEnv.Load() {
+		seal()
+	}
 }
 
 // ReadFile reads a secret from a file: its first line, without spaces
