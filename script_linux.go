@@ -18,7 +18,7 @@ import (
 // then writes a file.
 func scriptInMemory(script string) (path string, close func(), ok bool) {
 	pid, ok := procPID()
-	if !ok {
+	if !ok || !dumpable() {
 		return "", nil, false
 	}
 	fd, err := unix.MemfdCreate("laboro-script", unix.MFD_CLOEXEC)
@@ -31,6 +31,16 @@ func scriptInMemory(script string) (path string, close func(), ok bool) {
 		return "", nil, false
 	}
 	return "/proc/" + pid + "/fd/" + strconv.Itoa(fd), func() { f.Close() }, true
+}
+
+// dumpable reports whether this process's /proc files are open to its
+// jobs: a program may make itself undumpable (laboro's binaries do when
+// they hold a secret from their environment), and then its jobs, unless
+// privileged, cannot open its descriptors there ("Permission denied").
+// It is asked for each script, as a program may change it at any time.
+func dumpable() bool {
+	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	return err == nil && d == 1
 }
 
 // procPID returns this process's id, as /proc names it, if /proc shows

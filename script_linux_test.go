@@ -2,11 +2,13 @@ package laboro_test
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // On Linux a script for /bin/sh leaves no file in the output directory: it
@@ -37,4 +39,28 @@ func TestShellScriptErrorsNameTheShell(t *testing.T) {
 	// dash: "sh: 2: …: not found"; bash as sh: "sh: line 2: …: command not found".
 	assert.Regexp(t, `(?m)^sh: (line )?2: no-such-command-here: (command )?not found$`, string(res.Stderr))
 	assert.NotContains(t, string(res.Stderr), "/proc/")
+}
+
+// A process made undumpable (as the project's binaries are when they hold a
+// secret from their environment) closes its /proc files to its jobs: its
+// scripts go to files, which the shell can open. (A privileged job, as
+// these tests may be run, could open the memfd anyway: what is asserted
+// is where the script was put.)
+func TestShellScriptOfAnUndumpableProcess(t *testing.T) {
+	if os.Getenv("LABORO_TEST_UNDUMPABLE") != "" {
+		require.NoError(t, unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0))
+		dir := t.TempDir()
+		ex, err := laboro.New(laboro.WithRunner(&laboro.ProcessRunner{Dir: dir}))
+		require.NoError(t, err)
+		defer ex.Close()
+		res := wait(t, submit(t, ex, laboro.Job{Script: "case $0 in /proc/*) echo in memory;; *) echo in a file;; esac\n"}))
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v %s", res.Err, res.Stderr)
+		os.Stdout.WriteString("script " + output(t, res))
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShellScriptOfAnUndumpableProcess$")
+	cmd.Env = append(os.Environ(), "LABORO_TEST_UNDUMPABLE=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "script in a file\n")
 }
