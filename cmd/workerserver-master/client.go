@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -147,7 +148,9 @@ func follow(ctx context.Context, api api, id string) error {
 			if ctx.Err() != nil || !errors.As(err, &ue) {
 				return err
 			}
-			if err := away.Lost(ctx, err); err != nil {
+			// The master was there at the submission: it went away, and
+			// the request's own error says how.
+			if err := away.Lost(ctx, ue); err != nil {
 				return err
 			}
 			continue
@@ -185,7 +188,11 @@ func why(w io.Writer, r workerserver.JobRecord) {
 	if r.Status != workerserver.JobFailed {
 		return
 	}
-	params, _ := json.Marshal(r.Params)
+	// The record leaves out empty params, which the worker got as {}.
+	params := []byte("{}")
+	if len(r.Params) > 0 {
+		params, _ = json.Marshal(r.Params)
+	}
 	fmt.Fprintf(w, "\t  command: %s %s\n", r.Worker, params)
 	var data workerserver.ErrorData
 	if json.Unmarshal(r.Data, &data) != nil || data.Error.Message == "" {
@@ -246,6 +253,10 @@ func (a api) do(ctx context.Context, method, path string, body, out any) error {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return fmt.Errorf("no master answers at %s (is workerserver-master running, at this -url?): %w", a.base, err)
+		}
 		return err
 	}
 	defer resp.Body.Close()

@@ -381,8 +381,12 @@ func TestUsage(t *testing.T) {
 		{[]string{"-url", "ftp://x", "-id", "a", "-codes", codes, "-cache", "d"}, `-url "ftp://x": want the master's http:// or https:// base URL`},
 		{[]string{"-url", "http://x", "-id", "a", "-codes", "nonexistent", "-cache", "d"}, `-codes "nonexistent": not a folder of executables`},
 		{[]string{"-url", "http://x", "-id", "a", "-codes", codes, "-cache", "d"}, "no password: set WORKERSERVER_PASSWORD, or give -password-file"},
-		{[]string{"-url", "http://x", "-ping", "-1s"}, "-ping -1s: must be 0 or more"},
+		{[]string{"-url", "http://x", "-ping", "-1s"}, "-ping -1s: must be more than 0"},
 		{[]string{"-url", "http://x", "-max-result", "0"}, "-max-result 0: must be more than 0"},
+		// A 0 that would quietly mean the default is refused.
+		{[]string{"-url", "http://x", "-ping", "0s"}, "-ping 0s: must be more than 0"},
+		{[]string{"-url", "http://x", "-progress", "0s"}, "-progress 0s: must be more than 0"},
+		{[]string{"-url", "http://x", "-reconnect", "0s"}, "-reconnect 0s: must be more than 0"},
 	} {
 		cmd := exec.Command(worker, tc.args...)
 		cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "WORKERSERVER_PASSWORD=") })
@@ -534,6 +538,45 @@ func TestFailedJobShowsWhy(t *testing.T) {
 	require.Len(t, recs, 1)
 	assert.Equal(t, workerserver.JobFailed, recs[0].Status)
 	assert.Contains(t, string(recs[0].Data), "no such image")
+
+	// The master logs the failed job with its exit status and the end of
+	// its standard error, as the worker reported them.
+	failed := regexp.MustCompile(`job failed.*"job": "7".*`).FindString(s.master.Log())
+	assert.Contains(t, failed, `"exit": 3`, s.master.Log())
+	assert.Contains(t, failed, `"stderr": "no such image\nsecond line`, s.master.Log())
+
+	// Without -params, or with {}, the job's params are {}, as the worker
+	// gets them.
+	for _, params := range [][]string{nil, {"-params", "{}"}} {
+		out, err := exec.Command(masterBin, append([]string{"submit", "-url", url, "-worker", "fail", "-wait"}, params...)...).CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%s", out)
+		assert.Contains(t, string(out), "\t  command: fail {}\n", "%v", params)
+	}
+}
+
+// A missing -servers file is named with its flag; a user command finding
+// no master at -url says where it looked and asks whether it runs.
+func TestSaysWhatIsMissing(t *testing.T) {
+	masterBin, _ := build(t)
+	dir := t.TempDir()
+	cmd := exec.Command(masterBin, "-listen", "127.0.0.1:0", "-db", filepath.Join(dir, "jobs.db"), "-servers", "nosuch")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Equal(t, "workerserver-master: -servers nosuch: no such file or directory\n", string(out))
+
+	url := "http://" + freeport.Addr(t) // nothing listens there
+	for _, args := range [][]string{{"status"}, {"submit", "-worker", "echo"}, {"cancel", "1"}} {
+		out, err = exec.Command(masterBin, append([]string{args[0], "-url", url}, args[1:]...)...).CombinedOutput()
+		require.ErrorAs(t, err, &ee, "%s", out)
+		assert.Equal(t, 1, ee.ExitCode(), "%v", args)
+		assert.Contains(t, string(out), "workerserver-master "+args[0]+": no master answers at "+url+
+			" (is workerserver-master running, at this -url?): ", "%v", args)
+		assert.Contains(t, string(out), "connection refused", "%v", args)
+	}
 }
 
 // Started with no -db, the master keeps its job table in the state

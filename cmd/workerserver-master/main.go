@@ -2,14 +2,16 @@
 // keeps its job table in a bbolt file, so that a restarted master loses
 // nothing; it is also how a user submits jobs and follows them.
 //
-//	workerserver-master [-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-keep-ended N] [-tls-cert FILE -tls-key FILE] [-max-conns N] [-log LEVEL]   serve
+//	workerserver-master [serve] [-listen ADDR] [-host NAME,…] [-db FILE] [-servers FILE] [-lease D] [-keep-ended N] [-tls-cert FILE -tls-key FILE] [-max-conns N] [-log LEVEL]
 //	workerserver-master submit [-url URL] -worker CODE [-params JSON] [-id ID] [-wait]
-//	workerserver-master status [-url URL] [JOB]
+//	workerserver-master status [-url URL] [-n N] [JOB]
 //	workerserver-master cancel [-url URL] JOB
 //
-// The servers file has one "id password" per line: the workers allowed
-// in. A worker that shows no life for -lease (90s by default) loses its
-// jobs to the others. The table keeps the last -keep-ended jobs to end
+// serve, the command run when the first argument is a flag or there is
+// none, serves the workers and the user commands. The servers file has
+// one "id password" per line: the workers allowed in. A worker that
+// shows no life for -lease (90s by default) loses its jobs to the
+// others. The table keeps the last -keep-ended jobs to end
 // (100,000 by default; -1 keeps every one), forgetting those that ended
 // first, so that its file stops growing. The user commands use the master's /api routes,
 // which take a token: the master makes it at its first start and keeps it
@@ -23,8 +25,9 @@
 // passwords cross the network in clear. submit
 // prints the job's id (a number the master picks, unless -id); with -wait
 // it follows the job, warns once if no worker offers its code still after
-// a few seconds, and exits 0 only if it ends Done. status shows why a
-// queued job waits ("no worker offers CODE") and a job being cancelled.
+// a few seconds, and exits 0 only if it ends Done. status lists the last
+// -n jobs submitted (1000 by default), or JOB, and shows why a queued job
+// waits ("no worker offers CODE") and a job being cancelled.
 // Exit status 2 is a usage error.
 package main
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
@@ -150,7 +151,7 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 }
 
 // readServers reads "id password" lines; "" means no file (no worker can
-// log in).
+// log in). A file it cannot open is named as -servers names it.
 func readServers(path string) (map[string]string, error) {
 	servers := map[string]string{}
 	if path == "" {
@@ -158,7 +159,11 @@ func readServers(path string) (map[string]string, error) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // "open FILE: " would say the path twice
+		}
+		return nil, fmt.Errorf("-servers %s: %w", path, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)

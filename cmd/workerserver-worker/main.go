@@ -25,6 +25,7 @@ import (
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/workerserver"
+	"github.com/laboro-go/laboro/transport/link"
 	"go.uber.org/zap"
 )
 
@@ -46,15 +47,16 @@ func main() {
 	c.Flags.StringVar(&w.CodeDir, "codes", "", "folder of executables, one per worker code")
 	c.Flags.StringVar(&w.CacheDir, "cache", "", "folder where statuses wait for the master")
 	c.Flags.IntVar(&w.Concurrency, "c", runtime.NumCPU(), "jobs at once")
-	c.Flags.DurationVar(&w.Ping, "ping", 0, "ping interval when no job came (default 30s)")
-	c.Flags.DurationVar(&w.Progress, "progress", 0, "progress re-sent after (default 10s)")
-	c.Flags.DurationVar(&w.FirstProgress, "first-progress", 0,
-		"a job's first progress sent once it has run for (default 1s, at most -progress; negative: as it starts)")
-	c.Flags.DurationVar(&w.Reconnect, "reconnect", 0, "wait before connecting again (default 10s)")
+	// The defaults are the flags' own, so that a 0 (which the Worker
+	// would take for them) is refused rather than quietly meaning them.
+	c.Flags.DurationVar(&w.Ping, "ping", link.DefaultPing, "ping interval when no job came")
+	c.Flags.DurationVar(&w.Progress, "progress", link.DefaultProgress, "progress re-sent after")
+	c.Flags.DurationVar(&w.FirstProgress, "first-progress", workerserver.DefaultFirstProgress,
+		"a job's first progress sent once it has run for (at most -progress; 0 or negative: as it starts)")
+	c.Flags.DurationVar(&w.Reconnect, "reconnect", link.DefaultReconnect, "wait before connecting again")
 	c.Flags.Int64Var(&w.MaxResult, "max-result", workerserver.DefaultMaxResult,
 		"the largest output of a job sent as its result, in bytes; a job that prints more fails")
-	c.Positive("max-result")
-	c.NotNegative("ping", "progress", "reconnect")
+	c.Positive("max-result", "ping", "progress", "reconnect")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	c.Main(os.Args[1:], func(_ context.Context, args []string) error {
 		if *caFile != "" {
@@ -94,6 +96,9 @@ func main() {
 		}
 		if w.Password == "" {
 			return cli.Usagef("no password: set WORKERSERVER_PASSWORD, or give -password-file")
+		}
+		if w.FirstProgress == 0 {
+			w.FirstProgress = -1 // as it starts: the Worker's 0 is its default
 		}
 		w.Logger = logFlag.Logger()
 		// A first signal drains: the running jobs finish and are sent; a

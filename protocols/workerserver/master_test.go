@@ -323,6 +323,38 @@ func TestRunFailed(t *testing.T) {
 	require.Equal(t, JobFailed, f.record("bad").Status)
 }
 
+// A Failed status that carries the job's exit status and the end of its
+// standard error (a Worker of this package sends them) gives them to the
+// Result, for the Executor's log line; one with only a message (the
+// reference's) leaves them unknown: exit -1, no standard error.
+func TestRunFailedExitAndStderr(t *testing.T) {
+	f := newFixture(t)
+	ex := f.executor()
+	f.online("s1", "sum")
+	three := 3
+	for _, tc := range []struct {
+		detail ErrorDetail
+		exit   int
+		stderr string
+	}{
+		{ErrorDetail{Name: "failed", Message: "exit status 3: boom", ExitCode: &three, Stderr: "boom\n"}, 3, "boom\n"},
+		{ErrorDetail{Name: "Error", Message: "division by zero", Stack: "at run"}, -1, ""},
+	} {
+		h, err := ex.Submit(context.Background(), NewJob("", "sum", nil))
+		require.NoError(t, err)
+		order, _ := f.pingForJob("s1")
+		f.jobStatus("s1", order.JobID, JobFailed, ErrorData{Error: tc.detail})
+		res := wait(t, h)
+		require.Equal(t, laboro.StatusFailed, res.Status)
+		require.Equal(t, tc.exit, res.ExitCode, tc.detail.Message)
+		require.Equal(t, tc.stderr, string(res.Stderr), tc.detail.Message)
+		require.ErrorContains(t, res.Err, tc.detail.Message)
+		var got ErrorData
+		require.NoError(t, json.Unmarshal(f.record(order.JobID).Data, &got))
+		require.Equal(t, tc.detail, got.Error, "the record keeps what the worker sent")
+	}
+}
+
 func TestCancelQueued(t *testing.T) {
 	f := newFixture(t)
 	ex := f.executor()

@@ -136,10 +136,13 @@ func (m *Master) Validate(job laboro.Job) error {
 // returns when a worker has ended it: Done gives StatusSucceeded with the
 // Done data as Output (a file in OutputDir; the consumer closes it),
 // Failed gives StatusFailed and Cancelled StatusKilled, both with a
-// *JobError carrying the worker's error. A job the table already has (a
-// restarted master submitting Unfinished again) is kept as it is: if it
-// has already ended, Run returns that end at once; if it is Processing at
-// a server, it is held for that server (see Master).
+// *JobError carrying the worker's error, and with the job's exit status
+// and the end of its standard error when the worker reported them
+// (ErrorDetail.ExitCode and Stderr; ExitCode is -1 when it did not). A
+// job the table already has (a restarted master submitting Unfinished
+// again) is kept as it is: if it has already ended, Run returns that end
+// at once; if it is Processing at a server, it is held for that server
+// (see Master).
 //
 // If ctx ends first (Executor.Cancel, the Job.Timeout the Executor applies,
 // the Executor's Close), the job becomes Cancelled in the table and Run
@@ -352,6 +355,15 @@ func (s *session) result(res laboro.Result, rec *JobRecord) laboro.Result {
 	}
 	if jerr.Detail.Message == "" && jerr.Detail.Name == "" && len(rec.Data) > 0 {
 		jerr.Detail.Message = string(rec.Data)
+	}
+	// The exit status and the end of standard error are what the worker
+	// reported; a worker that sent only a message (the reference) leaves
+	// them unknown, ExitCode -1, rather than guessed from its text.
+	if c := jerr.Detail.ExitCode; c != nil {
+		res.ExitCode = *c
+	}
+	if jerr.Detail.Stderr != "" {
+		res.Stderr = []byte(jerr.Detail.Stderr)
 	}
 	if rec.Status == JobCancelled {
 		res.Status, res.Err = laboro.StatusKilled, fmt.Errorf("%w: %w", laboro.ErrKilled, jerr)

@@ -136,6 +136,14 @@ type ErrorDetail struct {
 	Message string `json:"message"`
 	Name    string `json:"name"`
 	Stack   string `json:"stack,omitempty"`
+	// ExitCode and Stderr, beyond the reference's {message, name, stack},
+	// are a Worker's of this package: the job's exit status (nil when its
+	// process did not exit, killed or never started) and the end of its
+	// standard error, so that the master's Result, and its log line of the
+	// failed job, have them. The Message says them too, for whoever reads
+	// only that. A reference worker sends neither: they stay unknown.
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Stderr   string `json:"stderr,omitempty"`
 }
 
 // Answer is every JSON answer of the master: the worker uses Data; Error,

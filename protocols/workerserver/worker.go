@@ -436,15 +436,15 @@ func (w *Worker) runJob(ctx context.Context, order JobOrder, r *running) (string
 		if len(res.Stderr) > 0 {
 			msg += ": " + strings.TrimSpace(string(res.Stderr))
 		}
-		return JobFailed, ErrorData{Error: ErrorDetail{Name: res.Status.String(), Message: msg}}
+		return JobFailed, processFailure(res.Status.String(), msg, res)
 	}
 	if max := cmp.Or(w.MaxResult, DefaultMaxResult); res.Output.Size() > max {
-		return fail("ResultTooLarge", fmt.Errorf("the job printed %d bytes, over the worker's limit of %d on a result (MaxResult, -max-result)",
-			res.Output.Size(), max))
+		return JobFailed, processFailure("ResultTooLarge", fmt.Sprintf("the job printed %d bytes, over the worker's limit of %d on a result (MaxResult, -max-result)",
+			res.Output.Size(), max), res)
 	}
 	out, err := res.Output.ReadAll()
 	if err != nil {
-		return fail("OutputLost", err)
+		return JobFailed, processFailure("OutputLost", err.Error(), res)
 	}
 	if len(bytes.TrimSpace(out)) == 0 {
 		return JobDone, nil
@@ -453,6 +453,18 @@ func (w *Worker) runJob(ctx context.Context, order JobOrder, r *running) (string
 		return JobDone, string(out) // not JSON: sent as a string
 	}
 	return JobDone, json.RawMessage(out)
+}
+
+// processFailure is the data of a Failed status for a job whose process
+// ran: with its exit status, when it exited, and the end of its standard
+// error, for the master's Result and log.
+func processFailure(name, msg string, res laboro.Result) ErrorData {
+	d := ErrorDetail{Name: name, Message: msg, Stderr: string(res.Stderr)}
+	if res.ExitCode >= 0 {
+		code := res.ExitCode
+		d.ExitCode = &code
+	}
+	return ErrorData{Error: d}
 }
 
 // statusBody is a job message as the link carries it: {status, data}.

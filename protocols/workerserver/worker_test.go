@@ -64,6 +64,8 @@ func TestWorkerAgainstMaster(t *testing.T) {
 	res = run("b", "broken", `{}`)
 	assert.Equal(t, laboro.StatusFailed, res.Status)
 	assert.ErrorContains(t, res.Err, "no such input")
+	assert.Equal(t, 3, res.ExitCode, "the job's exit status, as the worker reported it")
+	assert.Equal(t, "no such input\n", string(res.Stderr), "the end of the job's standard error")
 
 	// A code the worker did not announce is never handed to it.
 	hc, err := ex.Submit(ctx, NewJob("c", "nonexistent", nil))
