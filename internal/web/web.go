@@ -92,10 +92,12 @@ func Listen(addr string) (net.Listener, error) {
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = time.Minute
-	writeTimeout      = time.Minute
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 64 << 10
 )
+
+// writeTimeout is a var for the tests' sake.
+var writeTimeout = time.Minute
 
 // Server returns an HTTP server of h with the limits above; the server's
 // own errors (a client's bad request, a failed handshake) go to log.
@@ -113,8 +115,9 @@ func (w *Web) Serve(ctx context.Context, ln net.Listener, ex *laboro.Executor, t
 	w.Collector.Attach(ex)
 	log.Info("console", zap.String("url", "http://"+ln.Addr().String()+"/?token=…"), zap.String("token", tokenFrom),
 		zap.String("metrics", "http://"+ln.Addr().String()+"/metrics"))
+	// The live streams set a deadline for each of their writes, past the
+	// server's own; every other answer has the server's.
 	srv := Server(w.Console, log)
-	srv.WriteTimeout = 0 // the live streams set a deadline for each write
 	stop := context.AfterFunc(ctx, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

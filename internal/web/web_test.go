@@ -3,10 +3,13 @@ package web
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,4 +140,77 @@ func ask(t *testing.T, c net.Conn, token string) {
 	t.Helper()
 	_, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer "+token+"\r\n\r\n")
 	require.NoError(t, err)
+}
+
+// A client that stops reading an answer holds its connection, and the
+// handler's goroutine, no longer than the server's write timeout: the
+// write fails, and the connection closes.
+func TestServeEndsAnAnswerNobodyReads(t *testing.T) {
+	defer func(d time.Duration) { writeTimeout = d }(writeTimeout)
+	writeTimeout = 200 * time.Millisecond
+	// A state of some 10 MB: 100 queued jobs of long commands, more than
+	// the sockets' buffers hold.
+	ex, err := laboro.New(laboro.WithHistory(History), laboro.WithOutputDir(t.TempDir()),
+		laboro.WithConcurrency(0), laboro.WithBufferSize(100))
+	require.NoError(t, err)
+	defer ex.Close()
+	for range 100 {
+		_, err := ex.Submit(context.Background(), laboro.Job{Args: []string{"echo", strings.Repeat("x", 100_000)}})
+		require.NoError(t, err)
+	}
+	token := "web-test-token"
+	ln, err := Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	timedOut := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- New(token, nil).Serve(ctx, watchWrites{Listener: ln, timedOut: timedOut}, ex, "the test", zap.NewNop())
+	}()
+	defer func() {
+		cancel()
+		assert.NoError(t, <-served)
+	}()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.(*net.TCPConn).SetReadBuffer(4096))
+	_, err = io.WriteString(c, "GET /api/state HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer "+token+"\r\n\r\n")
+	require.NoError(t, err)
+	// The client reads nothing: the server's write must give up.
+	select {
+	case <-timedOut:
+	case <-time.After(time.Minute):
+		t.Fatal("the answer's write still waits for a client that reads nothing")
+	}
+}
+
+// watchWrites closes timedOut once a write on one of its connections has
+// failed for its deadline.
+type watchWrites struct {
+	net.Listener
+	timedOut chan struct{}
+}
+
+func (l watchWrites) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &watchedConn{Conn: c, timedOut: l.timedOut}, nil
+}
+
+type watchedConn struct {
+	net.Conn
+	timedOut chan struct{}
+	once     sync.Once
+}
+
+func (c *watchedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.once.Do(func() { close(c.timedOut) })
+	}
+	return n, err
 }
