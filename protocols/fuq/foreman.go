@@ -133,7 +133,9 @@ type Foreman struct {
 	Journal *Journal
 	// MaxConns bounds the workers' connections served at once, over both
 	// transports (each may hold a message of MaxBody while it arrives);
-	// one more is closed at once. 0 means DefaultMaxConns.
+	// one more is closed at once. ServeWeb also accepts at most MaxConns
+	// connections at once, logged in or not: one more waits to be
+	// accepted. 0 means DefaultMaxConns.
 	MaxConns int
 	// MaxTasks bounds the tasks of one job (each costs the foreman about
 	// 700 bytes while the job lasts); 0 means DefaultMaxTasks. A larger

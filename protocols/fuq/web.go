@@ -3,6 +3,7 @@ package fuq
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 )
 
 // The reference's HTTPS + websocket transport: a worker logs in with
@@ -472,6 +474,9 @@ func (f *Foreman) ServeWeb(ctx context.Context, ln net.Listener, cfg WebConfig) 
 	// A websocket needs HTTP/1.1: no HTTP/2.
 	hs.Protocols = new(http.Protocols)
 	hs.Protocols.SetHTTP1(true)
+	// The connections are bounded before a peer has shown anything: one
+	// that never logs in holds a place as long as one that does.
+	ln = netutil.LimitListener(ln, cmp.Or(f.MaxConns, DefaultMaxConns))
 	if cfg.TLS != nil {
 		tc := cfg.TLS.Clone()
 		tc.NextProtos = []string{"http/1.1"}

@@ -3,6 +3,7 @@ package fuq
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -800,4 +801,46 @@ func TestStreamConnDeadlines(t *testing.T) {
 	require.ErrorAs(t, err, &ne)
 	assert.True(t, ne.Timeout())
 	assert.False(t, errors.Is(err, io.EOF))
+}
+
+// The web transport accepts at most MaxConns connections at once, before
+// any login: one more is answered only once another closes, so that peers
+// that never log in cannot hold the foreman's descriptors.
+func TestWebBoundsConnections(t *testing.T) {
+	pki := fuqtest.NewPKI(t)
+	s := startSystem(t, &Foreman{MaxConns: 2})
+	base := s.serveWeb(pki, 0)
+	addr := strings.TrimPrefix(base, "https://")
+	var held []*tls.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 2 {
+		c, err := tls.Dial("tcp", addr, pki.Client)
+		require.NoError(t, err, "a handshake within MaxConns")
+		held = append(held, c)
+	}
+	raw, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	cfg := pki.Client.Clone()
+	cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	extra := tls.Client(raw, cfg)
+	defer extra.Close()
+	shaken := make(chan error, 1)
+	go func() { shaken <- extra.Handshake() }()
+	select {
+	case err := <-shaken:
+		t.Fatalf("a connection beyond MaxConns was served (handshake: %v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	held[0].Close()
+	held = held[1:]
+	select {
+	case err := <-shaken:
+		require.NoError(t, err, "the handshake once a place was free")
+	case <-time.After(time.Minute):
+		t.Fatal("no handshake once a place was free")
+	}
 }
