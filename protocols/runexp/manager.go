@@ -417,7 +417,31 @@ func (m *Manager) join(s *remote) {
 	}
 	m.runners[s] = true
 	if m.records[s.host] == nil {
+		if len(m.records) >= maxRecords {
+			m.forgetAHost()
+		}
 		m.records[s.host] = &record{}
+	}
+}
+
+// maxRecords bounds the hosts whose records the Manager keeps: a host
+// names itself, and a peer that greets with name after name must not grow
+// them without end. (A var for the tests' sake.)
+var maxRecords = 4096
+
+// forgetAHost drops the record of a host with no runner connected, to make
+// room for a new one (a host that comes back starts afresh; a host names
+// itself, so a record was never a hold on it). m.mu is held.
+func (m *Manager) forgetAHost() {
+	connected := make(map[string]bool, len(m.runners))
+	for r := range m.runners {
+		connected[r.host] = true
+	}
+	for host := range m.records {
+		if !connected[host] {
+			delete(m.records, host)
+			return
+		}
 	}
 }
 

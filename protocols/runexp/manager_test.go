@@ -918,3 +918,43 @@ func TestIdleRunnerTakesNewJobAtOnce(t *testing.T) {
 	require.Equal(t, laboro.StatusSucceeded, res.Status, res.Err)
 	assert.Contains(t, out, "RES:ok")
 }
+
+// A peer that greets with host name after name does not grow the
+// Manager's records without end: beyond maxRecords, a host with no runner
+// connected is forgotten; a connected one's record stays.
+func TestManagerBoundsTheHostsItRecords(t *testing.T) {
+	defer func(n int) { maxRecords = n }(maxRecords)
+	maxRecords = 4
+	tm := startManager(t, &Manager{})
+	hosts := func() (n int, has func(string) bool) {
+		tm.m.mu.Lock()
+		defer tm.m.mu.Unlock()
+		known := map[string]bool{}
+		for h := range tm.m.records {
+			known[h] = true
+		}
+		return len(known), func(h string) bool { return known[h] }
+	}
+	recorded := func(host string) {
+		t.Helper()
+		require.Eventually(t, func() bool { _, has := hosts(); return has(host) }, 10*time.Second, time.Millisecond,
+			"a record of %s", host)
+	}
+	kept := join(t, tm.addr, "kept")
+	recorded("kept")
+	for i := range 20 {
+		host := fmt.Sprintf("h%d", i)
+		r := join(t, tm.addr, host)
+		recorded(host)
+		n, has := hosts()
+		require.LessOrEqual(t, n, maxRecords)
+		require.True(t, has("kept"), "the record of a connected host")
+		r.c.Close()
+		require.Eventually(t, func() bool {
+			tm.m.mu.Lock()
+			defer tm.m.mu.Unlock()
+			return len(tm.m.runners) == 1
+		}, 10*time.Second, time.Millisecond, "%s gone", host)
+	}
+	kept.c.Close()
+}
