@@ -488,3 +488,29 @@ func TestStatusBoundsTheTasksListed(t *testing.T) {
 	assert.Equal(t, 30, st.Job.Omitted)
 	assert.Len(t, report("-tasks", "job_1").Job.Tasks, 130)
 }
+
+// Without $XDG_RUNTIME_DIR the control socket lives in a directory of the
+// user's own in the temporary one: the foreman makes it (0700) and serves
+// there, and refuses one that others may enter; its clients find it.
+func TestDefaultControlSocketIsPrivate(t *testing.T) {
+	foremanBin, _ := build(t)
+	tmp := t.TempDir()
+	env := []string{"TMPDIR=" + tmp, "XDG_RUNTIME_DIR="}
+	dir := filepath.Join(tmp, fmt.Sprintf("fuq-foreman-%d", os.Getuid()))
+
+	foreman := e2e.Start(t, env, foremanBin, "-listen", "127.0.0.1:0", "-journal", filepath.Join(tmp, "journal"))
+	foreman.Await(t, e2e.ServingAddr, 30*time.Second)
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+	status := exec.Command(foremanBin, "status")
+	status.Env = append(os.Environ(), env...)
+	out, err := status.CombinedOutput()
+	require.NoError(t, err, "status finds the foreman at the default socket: %s", out)
+	foreman.Kill()
+
+	require.NoError(t, os.Chmod(dir, 0o755))
+	again := e2e.Start(t, env, foremanBin, "-listen", "127.0.0.1:0", "-journal", filepath.Join(tmp, "journal"))
+	assert.Equal(t, 1, again.Wait(t, 30*time.Second))
+	assert.Contains(t, again.Log(), "is open to other users (mode 0755)")
+}

@@ -23,8 +23,9 @@
 // and submit -wait waits for it across the restart.
 //
 // The running foreman serves the other commands on a Unix socket
-// (-control, $XDG_RUNTIME_DIR/fuq-foreman.sock or /tmp/fuq-foreman-UID.sock
-// by default), readable by its user only. submit prints the job's id
+// (-control, $XDG_RUNTIME_DIR/fuq-foreman.sock or
+// /tmp/fuq-foreman-UID/control.sock by default), readable by its user only;
+// a client refuses a socket that another user serves. submit prints the job's id
 // (job_1, …); with -wait it waits for the job and exits 0 only if every task
 // succeeded. Exit status 2 is a usage error.
 package main

@@ -167,23 +167,52 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 // listenControl listens on the control socket, readable by this user only;
 // a socket left by a foreman that died is replaced, a live one is not.
 func listenControl(path string) (net.Listener, error) {
-	if c, err := net.Dial("unix", path); err == nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if path == defaultSocket() {
+		// Its directory may be in the shared temporary directory: made
+		// by this user, and no one else's to enter.
+		if err := privateDir(filepath.Dir(path)); err != nil {
+			return nil, err
+		}
+	}
+	if c, err := net.DialTimeout("unix", path, 5*time.Second); err == nil {
 		c.Close()
 		return nil, fmt.Errorf("a foreman already answers on %s", path)
 	}
 	os.Remove(path)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
-	}
 	old := syscall.Umask(0o077)
 	ln, err := net.Listen("unix", path)
 	syscall.Umask(old)
 	return ln, err
 }
 
+// defaultSocket is the control socket's path: in the user's runtime
+// directory, else in a directory of the user's own in the temporary one
+// (a socket right in /tmp could be made first by another user, who would
+// then hear the clients).
 func defaultSocket() string {
 	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
 		return filepath.Join(dir, "fuq-foreman.sock")
 	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("fuq-foreman-%d.sock", os.Getuid()))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("fuq-foreman-%d", os.Getuid()), "control.sock")
+}
+
+// privateDir refuses a directory that is not this user's alone.
+func privateDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("the control socket's directory %s is not a directory", dir)
+	case ok && int(st.Uid) != os.Getuid():
+		return fmt.Errorf("the control socket's directory %s belongs to another user: remove it, or give -control", dir)
+	case fi.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("the control socket's directory %s is open to other users (mode %04o): chmod 700 it, or give -control", dir, uint32(fi.Mode().Perm()))
+	}
+	return nil
 }

@@ -341,11 +341,20 @@ func writeJSON(w http.ResponseWriter, v any) {
 // went away before it answered.
 func Unreachable(err error) bool {
 	var ne net.Error
+	if errors.Is(err, ErrForeignSocket) {
+		return false
+	}
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || (errors.As(err, &ne) && !ne.Timeout())
 }
 
-// ControlClient talks to a foreman's control API over its Unix socket.
+// ErrForeignSocket is matched by the error of a ControlClient whose socket
+// is served by a process of another user (Linux): it is refused before a
+// request is sent.
+var ErrForeignSocket = errors.New("fuq: the control socket is another user's")
+
+// ControlClient talks to a foreman's control API over its Unix socket, one
+// that a process of this user serves.
 type ControlClient struct {
 	Socket string
 	// MaxAnswer bounds the answer Do decodes (DefaultMaxAnswer if 0).
@@ -367,7 +376,15 @@ func (c ControlClient) http() *http.Client {
 	return &http.Client{Timeout: cmp.Or(c.Timeout, DefaultControlTimeout), Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", c.Socket)
+			conn, err := d.DialContext(ctx, "unix", c.Socket)
+			if err != nil {
+				return nil, err
+			}
+			if err := checkPeer(conn, c.Socket); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return conn, nil
 		},
 	}}
 }
