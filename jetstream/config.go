@@ -321,6 +321,12 @@ type JobOptions struct {
 	RunTimeout time.Duration
 }
 
+// ValidID returns nil if id may name a job or a batch in the streams (it
+// is a token of their subjects): not empty, UTF-8, without '.', '*', '>'
+// or white space; else an error that says why. Manager.Run and the
+// Service check it; a command line checks it before it connects.
+func ValidID(id string) error { return validID(id) }
+
 // validID refuses ids that cannot be a subject token.
 func validID(id string) error {
 	if id == "" {

@@ -513,6 +513,149 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// A usage error of any subcommand, of a flag's syntax or of a value
+// laboro checks, says what is wrong in three lines, the synopsis and where
+// the flags are, not the ~30 lines of every flag, which would bury it; and
+// it is said before anything is done: -C before any job fails to start in
+// it, -batch and -id before connecting (nothing listens at $LABORO_NATS
+// here).
+func TestUsageErrorsAreShort(t *testing.T) {
+	bin := build(t)
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	env := []string{"LABORO_NATS=nats://" + freeport.Addr(t)}
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"run", "-workers", "0", "true"}, "-workers 0: must be at least 1"},
+		{[]string{"run", "-workers", "x", "true"}, `-workers "x": not a whole number`},
+		{[]string{"run", "-nosuchflag", "true"}, "flag provided but not defined: -nosuchflag"},
+		{[]string{"run", "-stream", "S", "true"}, "flag provided but not defined: -stream"}, // run uses no stream
+		{[]string{"run", "-C", "/nonexistent", "true"}, `-C "/nonexistent": no such file or directory`},
+		{[]string{"run", "-C", file, "-f", file}, fmt.Sprintf("-C %q: not a directory", file)},
+		{[]string{"serve", "-c", "0"}, "-c 0: must be at least 1"},
+		{[]string{"serve", "-listen", ":99999"}, `-listen ":99999": port "99999": must be a number from 0 to 65535`},
+		{[]string{"worker", "extra"}, `unexpected argument "extra"`},
+		{[]string{"worker", "-ack-wait", "-1s"}, "-ack-wait -1s: must not be negative"},
+		{[]string{"submit"}, "give a COMMAND, or -f FILE of commands"},
+		{[]string{"submit", "-batch", "bad name!", "true"}, `-batch "bad name!": must be UTF-8 without '.', '*', '>' or white space`},
+		{[]string{"submit", "-id", "a.b", "true"}, `-id "a.b": must be UTF-8 without '.', '*', '>' or white space`},
+		{[]string{"status", "-watch"}, "-watch follows one batch: name it"},
+		{[]string{"output"}, "name the jobs whose output to print"},
+		{[]string{"cancel", "-nats"}, "flag needs an argument: -nats"},
+		{[]string{"token", "-log", "debug", "worker"}, "flag provided but not defined: -log"}, // token logs nothing
+		{[]string{"token", "admin"}, `role "admin": must be worker or client`},
+	} {
+		sub := tc.args[0]
+		p := e2e.Start(t, env, bin, tc.args...)
+		assert.Equal(t, 2, p.Wait(t, time.Minute), "laboro %q", tc.args)
+		assert.Empty(t, p.Stdout.String(), "laboro %q", tc.args)
+		lines := strings.Split(strings.TrimSuffix(p.Log(), "\n"), "\n")
+		if !assert.Len(t, lines, 3, "laboro %q: the message, the synopsis, where the flags are; got\n%s", tc.args, p.Log()) {
+			continue
+		}
+		assert.Equal(t, "laboro "+sub+": "+tc.says, lines[0], "laboro %q", tc.args)
+		assert.True(t, strings.HasPrefix(lines[1], "usage: laboro "+sub+" "), "laboro %q: %s", tc.args, lines[1])
+		assert.Equal(t, "Run 'laboro "+sub+" --help' for every flag.", lines[2], "laboro %q", tc.args)
+	}
+}
+
+// run's help says what run does and what its exit statuses are, and lists
+// only the flags run reads; -C is a directory here, not on workers.
+func TestRunHelp(t *testing.T) {
+	bin := build(t)
+	for _, args := range [][]string{{"run", "-h"}, {"run", "--help"}} {
+		p := e2e.Start(t, nil, bin, args...)
+		require.Equal(t, 0, p.Wait(t, time.Minute), "laboro %q", args)
+		help := p.Stdout.String()
+		assert.Empty(t, p.Log(), "laboro %q", args)
+		assert.True(t, strings.HasPrefix(help, "usage: laboro run [flags] (-f FILE | COMMAND…)\n\nRuns the jobs on this machine"), help)
+		oneLine := strings.Join(strings.Fields(help), " ")
+		for _, says := range []string{
+			"Each job's output goes to standard output",
+			"a summary line and the jobs that did not succeed",
+			"Exit status: for a single COMMAND, its own",
+			"1 when one did not", "2 for a usage error", "130 when interrupted",
+			"-C string directory the jobs run in (default: the current one)",
+			"-workers int",
+		} {
+			assert.Contains(t, oneLine, says, "laboro %q", args)
+		}
+		for _, never := range []string{"-stream", "-nats", "-creds", "on the workers", "-ack-wait"} {
+			assert.NotContains(t, help, never, "laboro %q", args)
+		}
+	}
+	// submit's jobs do run on the workers, through the streams.
+	p := e2e.Start(t, nil, bin, "submit", "-h")
+	require.Equal(t, 0, p.Wait(t, time.Minute))
+	assert.Contains(t, p.Stdout.String(), "directory the jobs run in, on the workers")
+	assert.Contains(t, p.Stdout.String(), "-stream")
+}
+
+// run's report is in words a user reads: "1 job", a timeout with its
+// limit, and the jobs that did not succeed in the order of the file, not
+// the order they ended in.
+func TestRunReport(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	runIn := func(args ...string) (string, string, int) {
+		t.Helper()
+		p := e2e.Start(t, nil, bin, append([]string{"run"}, args...)...)
+		code := p.Wait(t, 2*time.Minute)
+		return p.Stdout.String(), p.Log(), code
+	}
+	one := filepath.Join(dir, "one.txt")
+	require.NoError(t, os.WriteFile(one, []byte("echo only\n"), 0o600))
+	out, report, code := runIn("-f", one)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "only\n", out)
+	assert.Equal(t, "1 job: 1 succeeded, 0 failed\n", report)
+
+	_, report, code = runIn("-timeout", "1s", "sleep 60")
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "laboro: job 1 timed out after 1s\n  command: sleep 60\n", report)
+	slow := filepath.Join(dir, "slow.txt")
+	require.NoError(t, os.WriteFile(slow, []byte("sleep 60\ntrue\n"), 0o600))
+	_, report, code = runIn("-timeout", "1s", "-f", slow)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "2 jobs: 1 succeeded, 1 failed\n1 timed out after 1s: sleep 60\n", report)
+
+	// The jobs end in the order 3, 2, 1, each once the one before it is
+	// in the job log (a line each, under the header the first adds):
+	// whatever the machine's load, the failures are reported in that
+	// order.
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte(
+		`until [ "$(wc -l < log.tsv)" -ge 3 ]; do sleep 0.01; done; exit 1`+"\n"+
+			`until [ "$(wc -l < log.tsv)" -ge 2 ]; do sleep 0.01; done; exit 2`+"\n"+
+			"exit 3\n"), 0o600))
+	_, report, code = runIn("-workers", "3", "-C", dir, "-joblog", filepath.Join(dir, "log.tsv"), "-f", jobs)
+	assert.Equal(t, 1, code)
+	lines := strings.Split(strings.TrimSuffix(report, "\n"), "\n")
+	require.Len(t, lines, 4, report)
+	assert.Equal(t, "3 jobs: 0 succeeded, 3 failed", lines[0])
+	assert.Regexp(t, `^1 failed, exit status 1: `, lines[1])
+	assert.Regexp(t, `^2 failed, exit status 2: `, lines[2])
+	assert.Equal(t, "3 failed, exit status 3: exit 3", lines[3])
+	log, err := os.ReadFile(filepath.Join(dir, "log.tsv"))
+	require.NoError(t, err)
+	assert.Regexp(t, `^Seq\t.*\n3\t.*\n2\t.*\n1\t.*\n$`, string(log), "the jobs ended 3, 2, 1")
+}
+
+// submit -wait of a single job says, as a batch's wait does, that no
+// worker has taken it; the job runs once a worker comes.
+func TestSubmitWaitSaysNoWorker(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "0") // no worker
+	p := e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "submit", "-wait", "echo", "hi")
+	p.Await(t, regexp.MustCompile(`laboro: no worker has taken a job for 5s \(is .laboro worker. running`), 2*time.Minute)
+	e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-c", "1")
+	require.Equal(t, 0, p.Wait(t, 2*time.Minute), p.Log())
+	assert.Equal(t, "hi\n", p.Stdout.String())
+	assert.Equal(t, 1, p.Logged("no worker has taken a job"), "said once: %s", p.Log())
+}
+
 // A worker started before the server, even before serve has made its
 // token, waits for it, and then runs its jobs.
 func TestWorkerWaitsForServer(t *testing.T) {
@@ -729,7 +872,7 @@ func TestRunResultsJobLogResume(t *testing.T) {
 	out, report, code = runIn("-resume-failed")
 	assert.Equal(t, 0, code, report)
 	assert.Equal(t, "two\n", out)
-	assert.Equal(t, "1 jobs: 1 succeeded, 0 failed\n", report)
+	assert.Equal(t, "1 job: 1 succeeded, 0 failed\n", report)
 }
 
 // -halt now,fail=1 stops at the first failure: the job running beside it

@@ -22,29 +22,63 @@ const watchInterval = 200 * time.Millisecond
 // user is told that no worker took one.
 const noWorkerNotice = 5 * time.Second
 
+// noWorker says, once, that no worker has taken a job, when jobs have
+// waited noWorkerNotice and none of them ended: they could wait for ever
+// without a word. Its zero value is not ready: see newNoWorker.
+type noWorker struct {
+	start time.Time
+	say   func(text string)
+	said  bool
+}
+
+// newNoWorker returns a noWorker whose wait starts now, and that says its
+// note with say.
+func newNoWorker(say func(text string)) *noWorker {
+	return &noWorker{start: time.Now(), say: say}
+}
+
+// due reports whether to ask the service if a worker has a job: the jobs
+// waited noWorkerNotice, none of them ended, and nothing was said yet.
+func (w *noWorker) due(ended bool) bool {
+	return !w.said && !ended && time.Since(w.start) >= noWorkerNotice
+}
+
+// onWorkers is the service's count of the jobs on workers (of every
+// batch): none, and the note is said.
+func (w *noWorker) onWorkers(n int) {
+	if n == 0 && !w.said {
+		w.said = true
+		w.say(fmt.Sprintf("laboro: no worker has taken a job for %v (is `laboro worker` running, or `laboro serve` with -workers?)",
+			noWorkerNotice))
+	}
+}
+
+// noService says at once when no service answers req: the jobs wait for
+// one.
+func noService(ctx context.Context, cl *jetstream.Client, req jetstream.StatusRequest) {
+	if _, err := cl.Status(ctx, req); errors.Is(err, jetstream.ErrNoService) {
+		fmt.Fprintln(os.Stderr, "laboro: no service is running; the jobs wait for `laboro serve`")
+	}
+}
+
 // watch follows batch until n of its jobs (all, for n ≤ 0) ended, with a
 // progress bar on a terminal, then prints a summary and the jobs that did
 // not succeed. It returns exitFailed if any did not.
 func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 	var bar progress
 	defer bar.close()
-	start, said := time.Now(), false
+	idle := newNoWorker(bar.note)
 	show := func(b jetstream.BatchStatus) {
 		bar.show(cli.Counts{Total: max(n, b.Jobs), Queued: b.Waiting, Running: b.Dispatched,
 			Succeeded: b.Succeeded, Failed: b.Failed})
-		if said || b.Done() > 0 || time.Since(start) < noWorkerNotice {
+		if !idle.due(b.Done() > 0) {
 			return
 		}
-		// Nothing done for a while: say so if no worker took a job.
-		if reply, err := cl.Status(ctx, jetstream.StatusRequest{}); err == nil && reply.OnWorkers == 0 {
-			said = true
-			bar.note(fmt.Sprintf("laboro: no worker has taken a job for %v (is `laboro worker` running, or `laboro serve` with -workers?)",
-				noWorkerNotice))
+		if reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: []string{batch}}); err == nil {
+			idle.onWorkers(reply.OnWorkers)
 		}
 	}
-	if _, err := cl.Status(ctx, jetstream.StatusRequest{Batches: []string{batch}}); errors.Is(err, jetstream.ErrNoService) {
-		fmt.Fprintln(os.Stderr, "laboro: no service is running; the jobs wait for `laboro serve`")
-	}
+	noService(ctx, cl, jetstream.StatusRequest{Batches: []string{batch}})
 	b, err := cl.Wait(ctx, batch, n, watchInterval, show)
 	if err != nil {
 		return failed(ctx, "wait", err)
@@ -61,10 +95,52 @@ func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 	return exitFailed
 }
 
+// result waits for job id's result (see jetstream.Client.Result), saying
+// meanwhile on standard error what watch says of a batch: that no service
+// runs, or that no worker has taken the job.
+func result(ctx context.Context, cl *jetstream.Client, id string) (laboro.Result, error) {
+	req := jetstream.StatusRequest{IDs: []string{id}}
+	noService(ctx, cl, req)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		idle := newNoWorker(func(text string) { fmt.Fprintln(os.Stderr, text) })
+		tick := time.NewTicker(watchInterval)
+		defer tick.Stop()
+		for !idle.said {
+			select {
+			case <-ctx.Done(): // the result came, or the user gave up
+				return
+			case <-tick.C:
+			}
+			if !idle.due(false) {
+				continue // too soon to ask
+			}
+			reply, err := cl.Status(ctx, req)
+			if err != nil || len(reply.Jobs) != 1 {
+				continue
+			}
+			// Waiting, or dispatched to the workers' stream: not ended.
+			state := reply.Jobs[0].State
+			if state == jetstream.StateWaiting || state == jetstream.StateDispatched {
+				idle.onWorkers(reply.OnWorkers)
+			}
+		}
+	}()
+	res, err := cl.Result(ctx, id)
+	stop()
+	<-asked // no note after the result
+	return res, err
+}
+
 // printResult writes res's output to standard output and, when it did not
-// succeed, a line to standard error. It returns the exit status for it:
-// with exitCode, the job's own when it has one, else 0 or exitFailed.
-func printResult(res laboro.Result, exitCode bool, command string) int {
+// succeed, a line to standard error: how it ended (after timeout, its
+// limit, when it timed out and timeout is known), its command, the end of
+// its standard error. It returns the exit status for it: with exitCode,
+// the job's own when it has one, else 0 or exitFailed.
+func printResult(res laboro.Result, exitCode bool, command string, timeout time.Duration) int {
 	if res.Output != nil {
 		_, err := res.Output.WriteTo(os.Stdout)
 		res.Output.Close()
@@ -76,7 +152,11 @@ func printResult(res laboro.Result, exitCode bool, command string) int {
 	if res.Status == laboro.StatusSucceeded {
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "laboro: job %s %s: %v\n", res.ID, res.Status, res.Err)
+	if res.Status == laboro.StatusTimedOut && timeout > 0 {
+		fmt.Fprintf(os.Stderr, "laboro: job %s %s\n", res.ID, timedOut(timeout))
+	} else {
+		fmt.Fprintf(os.Stderr, "laboro: job %s %s: %v\n", res.ID, res.Status, res.Err)
+	}
 	if command != "" {
 		fmt.Fprintf(os.Stderr, "  command: %s\n", command)
 	}

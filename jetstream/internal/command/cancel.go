@@ -12,7 +12,11 @@ import (
 // request, and returns exitFailed when a job is unknown or could not be
 // cancelled.
 func cancel(args []string) int {
-	c := newCommon("cancel", "[flags] ID…")
+	c := newCommon("cancel", "[flags] ID…",
+		"Has the service cancel jobs: one waiting never runs, one running is killed by its worker, and both "+
+			"end cancelled. It prints the jobs' states after the request.\n\n"+
+			"Exit status: 0; 1 when a job is unknown or could not be cancelled, or NATS or the service cannot be "+
+			"reached; 2 for a usage error; 130 when interrupted.")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -121,4 +123,35 @@ func TestUsage(t *testing.T) {
 		assert.Equal(t, exitUsage, Main(args), "%q", args)
 	}
 	assert.Equal(t, 0, Main([]string{"cancel", "-h"}))
+}
+
+// -batch and -id are checked as the jetstream package checks them, and a
+// refusal names the flag.
+func TestCheckName(t *testing.T) {
+	assert.Empty(t, checkName("batch", "nightly"))
+	assert.Empty(t, checkName("batch", jetstream.NewBatch()))
+	assert.Empty(t, checkName("id", "nightly-7"))
+	assert.Equal(t, `-batch "bad name!": must be UTF-8 without '.', '*', '>' or white space`, checkName("batch", "bad name!"))
+	assert.Equal(t, `-id "a.b": must be UTF-8 without '.', '*', '>' or white space`, checkName("id", "a.b"))
+	assert.Equal(t, `-id "x>": must be UTF-8 without '.', '*', '>' or white space`, checkName("id", "x>"))
+}
+
+// run lists the failures in job order, whatever order they ended in, and
+// a timeout with its limit.
+func TestTidyFailures(t *testing.T) {
+	sum := cli.Summary{Failures: []cli.Failure{
+		{ID: "10", Command: "exit 1", Status: "failed", ExitCode: 1, Err: "exit status 1"},
+		{ID: "2", Command: "sleep 60", Status: "timed out", ExitCode: -1, Err: laboro.ErrTimeout.Error()},
+		{ID: "9", Command: "sleep 9", Status: "killed", ExitCode: -1, Err: "laboro: job killed"},
+	}}
+	tidyFailures(&sum, 1500*time.Millisecond)
+	var b bytes.Buffer
+	writeSummary(&b, sum, "not run", "")
+	assert.Equal(t, "0 jobs: 0 succeeded, 0 failed\n"+
+		"2 timed out after 1.5s: sleep 60\n"+
+		"9 killed: sleep 9\n    laboro: job killed\n"+
+		"10 failed, exit status 1: exit 1\n", b.String())
+	b.Reset()
+	writeSummary(&b, cli.Summary{Counts: cli.Counts{Total: 1, Succeeded: 1}}, "not run", "")
+	assert.Equal(t, "1 job: 1 succeeded, 0 failed\n", b.String())
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"iter"
 	"os"
 	"strings"
@@ -20,6 +21,8 @@ import (
 
 // common holds the flags every command has, and what they set up.
 type common struct {
+	name       string       // the subcommand's name: run, serve, …
+	cmd        *cli.Command // its help, its parsing, its usage errors
 	fs         *flag.FlagSet
 	url        string
 	stream     string
@@ -31,20 +34,22 @@ type common struct {
 	tokenErr   error  // why no token was found
 	level      zapcore.Level
 	format     cli.LogFormat
-	version    bool
 	log        *zap.Logger
 }
 
-func newCommon(name, synopsis string) *common {
-	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError), level: zap.InfoLevel, format: "console"}
-	nats := natsEnv() // scrubbed for every command: each may start jobs
-	// Parse's messages are parse's to print: help on standard output,
-	// errors on standard error.
-	c.fs.SetOutput(io.Discard)
-	c.fs.Usage = func() {
-		fmt.Fprintf(c.fs.Output(), "usage: laboro %s %s\n", name, synopsis)
-		c.fs.PrintDefaults()
+// newCommon returns the flags of subcommand name, whose arguments are
+// synopsis and whose help says doc: those it uses of -nats, -creds,
+// -stream, -log and -log-format, and -version. Its help, its usage errors
+// and its flag errors read as those of the project's other commands.
+func newCommon(name, synopsis, doc string) *common {
+	cmd := cli.New("laboro "+name, synopsis, doc)
+	c := &common{name: name, cmd: cmd, fs: cmd.Flags, level: zap.InfoLevel, format: "console", stream: jetstream.DefaultStream}
+	if name == "run" {
+		// Its summary tells what went wrong; the log, what else is
+		// wrong. Set before -log is, whose help shows it.
+		c.level = zap.WarnLevel
 	}
+	nats := natsEnv() // scrubbed for every command: each may start jobs
 	switch name {
 	case "run", "token": // neither needs a server
 	case "serve": // its own, embedded, unless told: $LABORO_NATS is for the clients
@@ -54,10 +59,13 @@ func newCommon(name, synopsis string) *common {
 		c.fs.StringVar(&c.url, "nats", nats, "NATS server URLs, comma-separated ($LABORO_NATS)")
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	}
-	c.fs.StringVar(&c.stream, "stream", jetstream.DefaultStream, "name of the streams to use")
-	c.fs.Var(&c.level, "log", "log `level`: debug, info, warn or error")
-	c.fs.Var(&c.format, "log-format", "log `format`: console (lines for people) or json (one object per line)")
-	c.fs.BoolVar(&c.version, "version", false, "print the version and exit")
+	if name != "run" { // run's jobs go through no stream
+		c.fs.StringVar(&c.stream, "stream", jetstream.DefaultStream, "name of the streams to use")
+	}
+	if name != "token" { // token prints its token, and logs nothing
+		c.fs.Var(&c.level, "log", "log `level`: debug, info, warn or error")
+		c.fs.Var(&c.format, "log-format", "log `format`: console (lines for people) or json (one object per line)")
+	}
 	return c
 }
 
@@ -79,22 +87,11 @@ func (c *common) deliveryFlags() {
 }
 
 // parse parses args and sets up the logger; it returns false and the exit
-// status when the command should not go on.
+// status when the command should not go on: -h and -version answered
+// (0), or a usage error said.
 func (c *common) parse(args []string) (int, bool) {
-	if err := c.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			c.fs.SetOutput(os.Stdout)
-			c.fs.Usage()
-			return 0, false
-		}
-		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
-		c.fs.SetOutput(os.Stderr)
-		c.fs.Usage()
-		return exitUsage, false
-	}
-	if c.version {
-		fmt.Println("laboro", cli.Version())
-		return 0, false
+	if err := c.cmd.Parse(args); err != nil {
+		return c.cmd.Report(err), false
 	}
 	switch { // 0 if deliveryFlags did not add them
 	case c.ackWait < 0:
@@ -111,13 +108,12 @@ func (c *common) parse(args []string) (int, bool) {
 	return 0, true
 }
 
-// usageError says what is wrong (format and args), prints the command's
-// usage on standard error, and returns exitUsage.
+// usageError says what is wrong (format and args) on standard error, with
+// the command's synopsis and where to find its flags (not the flags
+// themselves: the message would be lost above them), and returns
+// exitUsage.
 func (c *common) usageError(format string, args ...any) int {
-	fmt.Fprintf(os.Stderr, "laboro %s: %s\n", c.fs.Name(), fmt.Sprintf(format, args...))
-	c.fs.SetOutput(os.Stderr)
-	c.fs.Usage()
-	return exitUsage
+	return c.cmd.Report(cli.Usagef(format, args...))
 }
 
 func (c *common) config() jetstream.Config {
@@ -129,14 +125,19 @@ type jobFlags struct {
 	file    *string
 	workDir *string
 	timeout *time.Duration
+	local   bool // the jobs run here (run), not on the workers (submit)
 }
 
 func (c *common) jobFlags() jobFlags {
-	return jobFlags{
-		file:    c.fs.String("f", "", "file of jobs, one shell command line per line (- for standard input)"),
-		workDir: c.fs.String("C", "", "directory the jobs run in, on the workers"),
-		timeout: c.fs.Duration("timeout", 0, "kill each job after this long (0: no limit)"),
+	f := jobFlags{local: c.name == "run"}
+	f.file = c.fs.String("f", "", "file of jobs, one shell command line per line (- for standard input)")
+	if f.local {
+		f.workDir = c.fs.String("C", "", "directory the jobs run in (default: the current one)")
+	} else {
+		f.workDir = c.fs.String("C", "", "directory the jobs run in, on the workers")
 	}
+	f.timeout = c.fs.Duration("timeout", 0, "kill each job after this long (0: no limit)")
+	return f
 }
 
 // checkJobs checks the flags that say which jobs to run; false and the
@@ -150,7 +151,44 @@ func (c *common) checkJobs(f jobFlags) (int, bool) {
 	case *f.timeout < 0:
 		return c.usageError("-timeout %v: must not be negative", *f.timeout), false
 	}
+	if f.local && *f.workDir != "" {
+		// Checked here, once: else every job would fail to start, each
+		// with an error that names the shell rather than the directory.
+		// (The workers' directories are theirs to check.)
+		if st, err := os.Stat(*f.workDir); err != nil {
+			return c.usageError("-C %q: %v", *f.workDir, pathError(err)), false
+		} else if !st.IsDir() {
+			return c.usageError("-C %q: not a directory", *f.workDir), false
+		}
+	}
 	return 0, true
+}
+
+// pathError is err of a file operation without the operation and the path
+// (which the message names already): "no such file or directory".
+func pathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// checkName returns a usage error's message if value, the value of flag
+// -name (a job id or a batch name), is one the jetstream package would
+// refuse, else "": said before connecting, and naming the flag.
+func checkName(name, value string) string {
+	err := jetstream.ValidID(value)
+	if err == nil {
+		return ""
+	}
+	why := err.Error()
+	// "jetstream: job id "x" must be …": the flag's name and value say
+	// the rest.
+	if rest, ok := strings.CutPrefix(why, fmt.Sprintf("jetstream: job id %q ", value)); ok {
+		why = rest
+	}
+	return fmt.Sprintf("-%s %q: %s", name, value, why)
 }
 
 // job returns the job of a command line, as the flags say.

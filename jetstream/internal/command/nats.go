@@ -184,7 +184,7 @@ func (c *common) roleToken(tok string, role jetstream.Role) string {
 // role is the rights a command needs on an embedded server (see
 // jetstream.Role): "" for serve and run, which use the server's token.
 func (c *common) role() jetstream.Role {
-	switch c.fs.Name() {
+	switch c.name {
 	case "worker":
 		return jetstream.RoleWorker
 	case "serve", "run":
@@ -219,13 +219,13 @@ func (c *common) connected(url string, nc *nats.Conn, err error) (*nats.Conn, er
 func (c *common) client() (cl *jetstream.Client, release func(), ok bool) {
 	nc, err := c.connect(c.url, false)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.name, err)
 		return nil, nil, false
 	}
-	dir, err := os.MkdirTemp("", "laboro-"+c.fs.Name()+"-")
+	dir, err := os.MkdirTemp("", "laboro-"+c.name+"-")
 	if err != nil {
 		nc.Close()
-		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.fs.Name(), err)
+		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.name, err)
 		return nil, nil, false
 	}
 	cfg := c.config()

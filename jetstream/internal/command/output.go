@@ -12,7 +12,12 @@ import (
 // running; it refuses ids the service does not know, which would be
 // waited for forever.
 func output(args []string) int {
-	c := newCommon("output", "[flags] ID…")
+	c := newCommon("output", "[flags] ID…",
+		"Prints the output of finished jobs, waiting for those still running; it refuses ids the service does "+
+			"not know, which would be waited for forever.\n\n"+
+			"Exit status: for one job, its own (1 when it did not exit by itself); for several, 0 when every one "+
+			"succeeded, else 1; 1 for an unknown job, or when NATS or the service cannot be reached; 2 for a "+
+			"usage error; 130 when interrupted.")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
@@ -42,7 +47,7 @@ func output(args []string) int {
 				}
 				fmt.Printf("==> %s <==\n", id)
 			}
-			if printResult(res, c.fs.NArg() == 1, commands[id]) != 0 {
+			if printResult(res, c.fs.NArg() == 1, commands[id], 0) != 0 {
 				code = exitFailed
 			}
 		}

@@ -2,15 +2,19 @@ package command
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
@@ -18,6 +22,19 @@ import (
 	"github.com/laboro-go/laboro/internal/web"
 	"go.uber.org/zap"
 )
+
+// runDoc is run's help. Its exit statuses are those runJobs returns:
+// printResult's for a single COMMAND, the Summary's for a batch, failed's
+// on an error or an interrupt.
+const runDoc = "Runs the jobs on this machine, -workers at a time, and waits for them: no server, " +
+	"no set-up. A job is a shell command line: the COMMAND words joined by spaces, or each line of -f FILE " +
+	"(- for standard input) that is not blank or a comment (#). " +
+	"Each job's output goes to standard output, whole, as the job ends (a single COMMAND's as it is). " +
+	"On standard error a batch shows its progress, then a summary line and the jobs that did not succeed, " +
+	"in the order of the file, with the end of their standard error.\n\n" +
+	"Exit status: for a single COMMAND, its own (1 when it did not exit by itself: timed out, killed, " +
+	"not started); for a batch, 0 when every job succeeded, 1 when one did not; 1 when the jobs cannot be " +
+	"run (a file that cannot be read); 2 for a usage error; 130 when interrupted."
 
 // consolePool is the pool of a run with a console, whose concurrency level
 // the user may raise while it runs.
@@ -31,8 +48,7 @@ const consolePool = 256
 // on standard error it shows progress, then a summary and the jobs that
 // did not succeed.
 func runJobs(args []string) int {
-	c := newCommon("run", "[flags] (-f FILE | COMMAND…)")
-	c.level = zap.WarnLevel
+	c := newCommon("run", "[flags] (-f FILE | COMMAND…)", runDoc)
 	jf := c.jobFlags()
 	workers := c.fs.Int("workers", runtime.NumCPU(), "jobs run at once")
 	var o runOptions
@@ -192,7 +208,7 @@ func runJobs(args []string) int {
 		if err := rec.record(job, res); err != nil {
 			fmt.Fprintln(os.Stderr, "laboro run:", err)
 		}
-		return printResult(res, true, job.Script)
+		return printResult(res, true, job.Script, job.Timeout)
 	}
 	seq, skipped := 0, 0
 	jobs := func(yield func(laboro.Job, error) bool) {
@@ -231,9 +247,10 @@ func runJobs(args []string) int {
 		Command: func(job laboro.Job) string { return job.Script },
 	}
 	sum, err := batch.Stream(ctx, ex, jobs, total)
+	tidyFailures(&sum, *jf.timeout)
 	if err != nil && !(halted.done() && errors.Is(err, laboro.ErrClosed)) {
 		if sum.Done() > 0 {
-			sum.Write(os.Stderr) // what ran before the error
+			writeSummary(os.Stderr, sum, "not done", "") // what ran before the error
 		}
 		return failed(ctx, "run", err)
 	}
@@ -245,23 +262,54 @@ func runJobs(args []string) int {
 	}
 	// The jobs' outputs went to standard output; the report goes beside
 	// the progress.
-	w := bufio.NewWriter(os.Stderr)
-	fmt.Fprintf(w, "%d jobs: %d succeeded, %d failed", sum.Total, sum.Succeeded, sum.Failed)
-	if n := sum.Total - sum.Succeeded - sum.Failed; n > 0 {
-		fmt.Fprintf(w, ", %d not run", n)
-	}
+	var why string
 	if halted.done() {
-		fmt.Fprintf(w, " (halted after %s", plural(o.halt.fails, "failure"))
+		why = " (halted after " + plural(o.halt.fails, "failure")
 		if file.total < 0 && sum.Unread {
 			// A pipe's jobs are counted as they are read.
-			fmt.Fprint(w, "; the rest of the input was not read")
+			why += "; the rest of the input was not read"
 		}
-		fmt.Fprint(w, ")")
+		why += ")"
 	}
-	fmt.Fprintln(w)
+	writeSummary(os.Stderr, sum, "not run", why)
+	return sum.Code()
+}
+
+// writeSummary writes the report of a batch: a line of counts ("12 jobs:
+// 11 succeeded, 1 failed", then how many are left, as left says: "not
+// run"), with why it stopped early if it did, then the jobs that did not
+// succeed.
+func writeSummary(out io.Writer, sum cli.Summary, left, why string) {
+	w := bufio.NewWriter(out)
+	fmt.Fprintf(w, "%s: %d succeeded, %d failed", plural(sum.Total, "job"), sum.Succeeded, sum.Failed)
+	if n := sum.Total - sum.Succeeded - sum.Failed; n > 0 {
+		fmt.Fprintf(w, ", %d %s", n, left)
+	}
+	fmt.Fprintln(w, why)
 	sum.WriteFailures(w)
 	w.Flush()
-	return sum.Code()
+}
+
+// tidyFailures puts sum's failures in job order (the Batch lists them as
+// they ended: 3, 2, 5, …, which is hard to read against the file), and
+// says how long a job that timed out had: timeout, every job's.
+func tidyFailures(sum *cli.Summary, timeout time.Duration) {
+	// A job's id is its sequence number.
+	seq := func(f cli.Failure) int { n, _ := strconv.Atoi(f.ID); return n }
+	slices.SortStableFunc(sum.Failures, func(a, b cli.Failure) int { return cmp.Compare(seq(a), seq(b)) })
+	for i, f := range sum.Failures {
+		if f.Status == laboro.StatusTimedOut.String() && timeout > 0 {
+			sum.Failures[i].Status = timedOut(timeout)
+			if f.Err == laboro.ErrTimeout.Error() {
+				sum.Failures[i].Err = "" // the status says it all
+			}
+		}
+	}
+}
+
+// timedOut is the status of a job killed after timeout, its limit.
+func timedOut(timeout time.Duration) string {
+	return fmt.Sprintf("%s after %v", laboro.StatusTimedOut, timeout)
 }
 
 // printOutput writes a batch job's output to standard output, whole, with

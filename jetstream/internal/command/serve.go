@@ -23,7 +23,14 @@ import (
 // lets the local jobs finish; a second one kills them (they run again
 // elsewhere).
 func serve(args []string) int {
-	c := newCommon("serve", "[flags]")
+	c := newCommon("serve", "[flags]",
+		"Runs the service that dispatches submitted jobs. With no -nats it starts a NATS server with JetStream "+
+			"inside the process, storing its data under -data and listening on -listen, and runs -workers jobs at "+
+			"a time itself: one command runs everything on one machine, and its jobs survive its restart. With "+
+			"-nats it connects to an existing NATS cluster instead, and workers run wherever `laboro worker` runs. "+
+			"The first interrupt stops the service and lets the jobs running here finish; a second one kills them "+
+			"(they run again elsewhere).\n\n"+
+			"Exit status: 0 when stopped by an interrupt, 1 on an error, 2 for a usage error.")
 	c.deliveryFlags()
 	data := c.fs.String("data", defaultDataDir(), "data directory of the embedded NATS server")
 	listen := c.fs.String("listen", "127.0.0.1:4222", "address of the embedded NATS server")
@@ -53,6 +60,11 @@ func serve(args []string) int {
 		return c.usageError("-replicas %d: must not be negative", *replicas)
 	case *keep < 1:
 		return c.usageError("-keep %d: must be at least 1", *keep)
+	}
+	if c.url == "" { // the embedded server's address
+		if _, _, err := splitHostPort(*listen); err != nil {
+			return c.usageError("-listen %q: %v", *listen, err)
+		}
 	}
 	defer c.log.Sync()
 	local := &jetstream.Worker{}
@@ -164,11 +176,7 @@ func serve(args []string) int {
 // embedded starts serve's embedded NATS server, with its data in data,
 // listening on listen. On failure it returns nil and the exit status.
 func (c *common) embedded(data, listen string) (*jetstream.Embedded, int) {
-	host, port, err := splitHostPort(listen)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro serve: -listen:", err)
-		return nil, exitUsage
-	}
+	host, port, _ := splitHostPort(listen) // checked by serve
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		c.log.Error("data directory", zap.Error(err))
 		return nil, exitFailed

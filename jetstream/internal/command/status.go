@@ -14,7 +14,12 @@ import (
 // one batch until it is done, -failed lists the jobs that did not succeed.
 // It returns exitFailed when a job named is unknown.
 func status(args []string) int {
-	c := newCommon("status", "[flags] [BATCH|ID…]")
+	c := newCommon("status", "[flags] [BATCH|ID…]",
+		"Prints every batch, or the batches and jobs named; -watch follows one batch until it is done, "+
+			"-failed lists the jobs that did not succeed.\n\n"+
+			"Exit status: 0; 1 when a job named is unknown (with -watch: when a job of the batch did not "+
+			"succeed, or the batch is unknown), or NATS or the service cannot be reached; 2 for a usage error; "+
+			"130 when interrupted.")
 	follow := c.fs.Bool("watch", false, "follow one batch until it is done, with progress on a terminal")
 	unsuccessful := c.fs.Bool("failed", false, "list the jobs that did not succeed")
 	asJSON := c.fs.Bool("json", false, "print the service's answer as JSON (batches, jobs, problems), for programs")

@@ -15,7 +15,15 @@ import (
 // submit stores jobs for the service and prints the job's id, or the
 // batch's name; with -wait it follows them as run does.
 func submit(args []string) int {
-	c := newCommon("submit", "[flags] (-f FILE | COMMAND…)")
+	c := newCommon("submit", "[flags] (-f FILE | COMMAND…)",
+		"Stores jobs for the service (`laboro serve`) to run on its workers: a shell command line, the COMMAND "+
+			"words joined by spaces, or each line of -f FILE (- for standard input) that is not blank or a "+
+			"comment (#). It prints the job's id, or the batch's name, on standard output. With -wait it waits "+
+			"for them as run does: a single job's output and exit status, or the batch's summary and the jobs "+
+			"that did not succeed.\n\n"+
+			"Exit status: 0 once the jobs are stored; with -wait, a single job's own (1 when it did not exit by "+
+			"itself), or for a batch 0 when every job succeeded and 1 when one did not; 1 when NATS or the "+
+			"service cannot be reached; 2 for a usage error; 130 when interrupted.")
 	jf := c.jobFlags()
 	batch := c.fs.String("batch", "", "batch name (default: a new one)")
 	id := c.fs.String("id", "", "id of the job (COMMAND only; default: BATCH-N)")
@@ -25,6 +33,15 @@ func submit(args []string) int {
 	}
 	if *id != "" && *jf.file != "" {
 		return c.usageError("-id names one job: it cannot go with -f")
+	}
+	// Checked here, as the service would check them, before connecting.
+	for _, f := range []struct{ name, value string }{{"batch", *batch}, {"id", *id}} {
+		if f.value == "" {
+			continue // the default, valid
+		}
+		if msg := checkName(f.name, f.value); msg != "" {
+			return c.usageError("%s", msg)
+		}
 	}
 	if code, ok := c.checkJobs(jf); !ok {
 		return code
@@ -57,11 +74,11 @@ func submit(args []string) int {
 			fmt.Println(ids[0])
 			return 0
 		}
-		res, err := cl.Result(ctx, ids[0])
+		res, err := result(ctx, cl, ids[0])
 		if err != nil {
 			return failed(ctx, "submit", err)
 		}
-		return printResult(res, true, job.Script)
+		return printResult(res, true, job.Script, job.Timeout)
 	})
 }
 

@@ -12,7 +12,11 @@ import (
 // server's token, for a machine that is to have that role's rights only:
 // its commands take it from $LABORO_TOKEN or its laboro.token.
 func token(args []string) int {
-	c := newCommon("token", "[flags] (worker | client)")
+	c := newCommon("token", "[flags] (worker | client)",
+		"Prints the token of a role, worker or client, derived from the server's token ($LABORO_TOKEN, or "+
+			"laboro.token where `laboro serve` ran), for a machine that is to have that role's rights only: its "+
+			"commands take it from $LABORO_TOKEN or its laboro.token.\n\n"+
+			"Exit status: 0; 1 when the server's token cannot be found, or is a role's; 2 for a usage error.")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}

@@ -12,7 +12,11 @@ import (
 // interrupt lets the running jobs finish and deliver their results, a
 // second one kills them (they run again elsewhere).
 func worker(args []string) int {
-	c := newCommon("worker", "[flags]")
+	c := newCommon("worker", "[flags]",
+		"Runs the service's jobs on this machine, -c at a time, until interrupted. It waits for the server when "+
+			"it is not up yet, and reconnects when it goes away. The first interrupt lets the running jobs finish "+
+			"and deliver their results; a second one kills them, and they run again elsewhere.\n\n"+
+			"Exit status: 0 when stopped by an interrupt, 1 on an error, 2 for a usage error.")
 	c.deliveryFlags()
 	n := c.fs.Int("c", runtime.NumCPU(), "jobs run at once")
 	dir := c.fs.String("dir", "", "directory for the jobs' <pid>.output files, made if missing")
