@@ -724,6 +724,31 @@ func TestNoServer(t *testing.T) {
 	}
 }
 
+// The credentials of $LABORO_NATS's URLs reach neither the help (as -nats's
+// default) nor an error that quotes a URL; given on the command line,
+// where ps shows them, they are warned of.
+func TestNatsCredentialsNotShown(t *testing.T) {
+	bin := build(t)
+	addr := freeport.Addr(t) // nothing listens there
+	help := exec.Command(bin, "status", "-h")
+	help.Env = append(os.Environ(), "LABORO_NATS=nats://bob:s3cret@"+addr)
+	out, err := help.CombinedOutput()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "(default nats://"+addr+")")
+	assert.NotContains(t, string(out), "s3cret")
+
+	// A password the URL parser refuses: its words quote the URL.
+	p := e2e.Start(t, []string{"LABORO_NATS=nats://bob:s3 cret@" + addr}, bin, "status")
+	assert.Equal(t, 1, p.Wait(t, 30*time.Second))
+	assert.Contains(t, p.Log(), "cannot reach NATS at nats://"+addr)
+	assert.NotContains(t, p.Log(), "cret")
+
+	p = e2e.Start(t, nil, bin, "status", "-nats", "nats://bob:s3cret@"+addr)
+	assert.Equal(t, 1, p.Wait(t, 30*time.Second))
+	assert.Contains(t, p.Log(), "-nats carries credentials, which any user sees in ps")
+	assert.NotContains(t, p.Log(), "s3cret")
+}
+
 // The first interrupt lets a worker's running job finish and deliver its
 // result; a second one stops it at once, leaving its job to another worker.
 func TestWorkerInterrupts(t *testing.T) {

@@ -53,10 +53,11 @@ func newCommon(name, synopsis, doc string) *common {
 	switch name {
 	case "run", "token": // neither needs a server
 	case "serve": // its own, embedded, unless told: $LABORO_NATS is for the clients
-		c.fs.StringVar(&c.url, "nats", "", "NATS server URLs, comma-separated (default: an embedded server)")
+		c.fs.Var((*natsURL)(&c.url), "nats", "NATS server `URLs`, comma-separated (default: an embedded server)")
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	default:
-		c.fs.StringVar(&c.url, "nats", nats, "NATS server URLs, comma-separated ($LABORO_NATS)")
+		c.url = nats
+		c.fs.Var((*natsURL)(&c.url), "nats", "NATS server `URLs`, comma-separated ($LABORO_NATS)")
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
 	}
 	if name != "run" { // run's jobs go through no stream
@@ -67,6 +68,21 @@ func newCommon(name, synopsis, doc string) *common {
 		c.fs.Var(&c.format, "log-format", "log `format`: console (lines for people) or json (one object per line)")
 	}
 	return c
+}
+
+// natsURL is -nats: shown, as its default in the help, without the
+// credentials its URLs may carry ($LABORO_NATS's are not for the screen).
+type natsURL string
+
+func (u *natsURL) String() string { return shown(string(*u)) }
+
+func (u *natsURL) Set(v string) error {
+	if shown(v) != v {
+		// Said, not refused: it works, but ps shows it to every user.
+		fmt.Fprintln(os.Stderr, "laboro: -nats carries credentials, which any user sees in ps: set $LABORO_NATS, or give -creds")
+	}
+	*u = natsURL(v)
+	return nil
 }
 
 // natsEnv returns $LABORO_NATS, and leaves it in the environment without

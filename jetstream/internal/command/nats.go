@@ -208,10 +208,35 @@ func (c *common) connected(url string, nc *nats.Conn, err error) (*nats.Conn, er
 		return nil, fmt.Errorf("NATS at %s refused the token (from $LABORO_TOKEN or laboro.token): it is wrong", shown(url))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS at %s (is `laboro serve` running?): %w", shown(url), err)
+		return nil, fmt.Errorf("cannot reach NATS at %s (is `laboro serve` running?): %w", shown(url), hideCredentials(err, url))
 	}
 	return nc, nil
 }
+
+// hideCredentials returns err with each of the URLs of urls that it quotes
+// shown without credentials: the NATS client's words may quote a URL that
+// it could not parse, password and all.
+func hideCredentials(err error, urls string) error {
+	text := err.Error()
+	for _, u := range strings.Split(urls, ",") {
+		if s := shown(u); s != u {
+			text = strings.ReplaceAll(text, u, s)
+		}
+	}
+	if text == err.Error() {
+		return err
+	}
+	return &hidden{err: err, text: text}
+}
+
+// hidden is an error whose text has been cleaned of credentials.
+type hidden struct {
+	err  error
+	text string
+}
+
+func (h *hidden) Error() string { return h.text }
+func (h *hidden) Unwrap() error { return h.err }
 
 // client connects to NATS and returns a Client whose results go to a
 // directory of its own; release disconnects and removes the directory. On
