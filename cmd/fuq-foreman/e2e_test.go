@@ -149,7 +149,7 @@ func TestFiveHundredTasks(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	foreman, worker := build(t)
-	for _, args := range [][]string{{"frobnicate"}, {"submit", "-name", "x"}, {"-bogus"}, {"status", "a", "b"}, {"-grace", "-1s"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"submit", "-name", "x"}, {"-bogus"}, {"status", "a", "b"}, {"-grace", "-1s"}, {"-grace", "0s"}} {
 		err := exec.Command(foreman, append(args, "-control", "/nonexistent/sock")...).Run()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)

@@ -93,7 +93,7 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
 	listen := c.Flags.String("listen", "127.0.0.1:7720", "address workers connect to (\":7720\" for every interface)")
 	grace := c.Flags.Duration("grace", fuq.DefaultGrace, "how long a vanished worker's tasks wait for it")
-	c.NotNegative("grace")
+	c.Positive("grace")
 	var lim limits
 	c.Flags.IntVar(&lim.tasks, "max-tasks", fuq.DefaultMaxTasks, "the most tasks one job may have")
 	c.Flags.IntVar(&lim.endedTasks, "keep-tasks", fuq.DefaultMaxEndedTasks, "the most tasks of ended jobs the foreman remembers (for status); the oldest jobs are forgotten first")

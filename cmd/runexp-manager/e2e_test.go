@@ -168,7 +168,7 @@ func TestFailureAndResume(t *testing.T) {
 	manager, addr = startManager(t, base)
 	startRunner(t, addr, "r1", 2)
 	assert.Equal(t, 0, manager.Wait(t, 60*time.Second), manager.Log())
-	assert.Equal(t, "1 jobs: 1 succeeded, 0 failed\n", manager.Stdout.String())
+	assert.Equal(t, "1 job: 1 succeeded, 0 failed\n", manager.Stdout.String())
 	assert.Contains(t, results(t, base)["batch-2/job-002.res"], "fixed")
 }
 

@@ -211,7 +211,11 @@ type Summary struct {
 // Write writes the summary line ("12 jobs: 11 succeeded, 1 failed") and
 // the failures, as WriteFailures does.
 func (s Summary) Write(w io.Writer) {
-	fmt.Fprintf(w, "%d jobs: %d succeeded, %d failed", s.Total, s.Succeeded, s.Failed)
+	jobs := "jobs"
+	if s.Total == 1 {
+		jobs = "job"
+	}
+	fmt.Fprintf(w, "%d %s: %d succeeded, %d failed", s.Total, jobs, s.Succeeded, s.Failed)
 	if n := s.Total - s.Done(); n > 0 {
 		fmt.Fprintf(w, ", %d not done", n)
 	}

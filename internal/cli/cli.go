@@ -428,7 +428,7 @@ type LogFormat string
 // Set accepts console or json.
 func (f *LogFormat) Set(s string) error {
 	if s != "console" && s != "json" {
-		return fmt.Errorf("%q: must be console or json", s)
+		return errors.New("must be console or json") // the flag and value are said before
 	}
 	*f = LogFormat(s)
 	return nil

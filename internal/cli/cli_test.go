@@ -64,9 +64,11 @@ func TestHelpListsAliasesOnce(t *testing.T) {
 func TestBadValuesNamed(t *testing.T) {
 	c, _, errOut, _ := command()
 	c.Flags.Duration("pulse", 0, "how often")
+	c.LogFlag(zap.InfoLevel)
 	for args, want := range map[string]string{
-		"-n abc":     `tool: -n "abc": not a whole number`,
-		"-pulse xyz": `tool: -pulse "xyz": not a duration (like 300ms, 5s, 2m)`,
+		"-n abc":          `tool: -n "abc": not a whole number` + "\n",
+		"-pulse xyz":      `tool: -pulse "xyz": not a duration (like 300ms, 5s, 2m)` + "\n",
+		"-log-format xml": `tool: -log-format "xml": must be console or json` + "\n", // the value said once
 	} {
 		errOut.Reset()
 		code := c.Run(strings.Fields(args), func(context.Context, []string) error { return nil })

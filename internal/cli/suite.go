@@ -92,10 +92,12 @@ func (s *Suite) help(w io.Writer) {
 	fmt.Fprint(w, s.commandList())
 }
 
-// commandList is "usage:" and a line per command.
+// commandList is "commands:" and a line per command. (Not "usage:": the
+// default command's help, which begins with its own usage line, ends with
+// it.)
 func (s *Suite) commandList() string {
 	var b strings.Builder
-	b.WriteString("usage:\n")
+	b.WriteString("commands:\n")
 	for _, sub := range s.Commands {
 		name := sub.Name
 		if name == s.Default {

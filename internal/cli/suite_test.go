@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -61,7 +62,8 @@ func TestSuiteHelpAndErrors(t *testing.T) {
 	out.Reset()
 	assert.Equal(t, ExitOK, s.Run([]string{"--help"}), "the default command's help lists the others")
 	assert.Contains(t, out.String(), "usage: prog [-x] ARG")
-	assert.Contains(t, out.String(), "\n  prog [serve] [-x] ARG\n  prog submit [-x] ARG\n", "one command a line")
+	assert.Contains(t, out.String(), "\ncommands:\n  prog [serve] [-x] ARG\n  prog submit [-x] ARG\n", "one command a line")
+	assert.Equal(t, 1, strings.Count(out.String(), "usage:"), "one usage line: the default command's")
 
 	out.Reset()
 	assert.Equal(t, ExitOK, s.Run([]string{"--version"}))
