@@ -85,6 +85,19 @@ func TestSecondSignalKillsTheJobs(t *testing.T) {
 	manager.Await(t, regexp.MustCompile(`runner dropped.*"runner": "r1".*"jobs back in line": 1`), 10*time.Second)
 }
 
+// After a first interrupt the runner waits for its running job, which
+// reports, and exits 130: stopped before the manager had no more jobs.
+func TestFirstSignalExitsOnceTheJobsReported(t *testing.T) {
+	manager, runner, pids := longJobRunning(t)
+	require.NoError(t, runner.Cmd.Process.Signal(syscall.SIGINT))
+	runner.Await(t, regexp.MustCompile(`interrupted: finishing the running jobs`), 10*time.Second)
+	require.NoError(t, syscall.Kill(pids[1], syscall.SIGKILL)) // the job's sleep: the job ends
+	assert.Equal(t, 130, runner.Wait(t, 30*time.Second), runner.Log())
+	assert.NotContains(t, runner.Log(), "killing the running jobs")
+	assert.Regexp(t, `job finished.*"job": "long"`, runner.Log(), "the job's result reported")
+	manager.Await(t, regexp.MustCompile(`runner done.*"runner": "r1"`), 10*time.Second)
+}
+
 // A runner whose manager dies kills its running job and quits, though no
 // worker was talking to the manager.
 func TestManagerKilledKillsTheJobs(t *testing.T) {

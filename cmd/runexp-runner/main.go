@@ -10,8 +10,9 @@
 // The first interrupt (or SIGTERM) stops asking for jobs and lets the
 // running ones finish and report; a second one kills the running jobs,
 // with their process groups, and quits. A lost manager kills them too.
-// Exit status: 0 when the manager had no more jobs, 1 on an error or when
-// stopped, 2 for a usage error, 3 when the manager banned this runner.
+// Exit status: 0 when the manager had no more jobs, 130 when an interrupt
+// stopped it once its running jobs had reported, 1 on an error or a second
+// interrupt, 2 for a usage error, 3 when the manager banned this runner.
 package main
 
 import (
@@ -31,7 +32,8 @@ func main() {
 		"Runs the jobs of a runexp manager in N parallel workers. As in the reference runner, -h is the host name to "+
 			"announce; --help shows this help. The first interrupt stops asking for jobs and lets the running ones "+
 			"finish and report; a second one kills them and quits. Exit status: 0 when the manager had no more jobs, "+
-			"1 on an error or a second interrupt, 2 for a usage error, 3 when the manager banned this runner.")
+			"130 when an interrupt stopped it once its running jobs had reported, 1 on an error or a second interrupt, "+
+			"2 for a usage error, 3 when the manager banned this runner.")
 	r := &runexp.Runner{Interpreters: map[string][]string{}}
 	for t, argv := range runexp.DefaultInterpreters {
 		r.Interpreters[t] = argv
