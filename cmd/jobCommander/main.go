@@ -25,6 +25,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
@@ -105,7 +106,7 @@ func checkArgs(command string, args []string) error {
 }
 
 func main() {
-	c := cli.New("jobCommander", "[-ack-timeout D] serverName portNum issueJob <job>|setConcurrency <N>|stop <jobID>|poll|exit",
+	c := cli.New("jobCommander", "[-ack-timeout D] [-json] serverName portNum issueJob <job>|setConcurrency <N>|stop <jobID>|poll|exit",
 		"Sends one command to a jobExecutorServer and prints its answer. The exit status of issueJob is the job's own. "+
 			"The server's token comes from $LABORO_TOKEN, else from jobexec.token in the user's state directory "+
 			"(~/.local/state/laboro), where a server of the same user keeps it.")
@@ -118,6 +119,9 @@ func main() {
 		switch {
 		case len(cmd) < 3:
 			return cli.Usagef("serverName, portNum and a command are required")
+		case strings.HasPrefix(cmd[2], "-"):
+			return cli.Usagef("%s after serverName and portNum: flags go before them (jobCommander %s %s %s …)",
+				cmd[2], cmd[2], cmd[0], cmd[1])
 		case !commands[cmd[2]]:
 			return cli.Usagef("unknown command %q", cmd[2])
 		case *asJSON && cmd[2] != "poll":
@@ -151,6 +155,8 @@ func main() {
 				return fmt.Errorf("%w: %w; copy the server's jobexec.token there, or set LABORO_TOKEN", err, tokenErr)
 			}
 			return fmt.Errorf("%w: this token is not the server's (from $LABORO_TOKEN or jobexec.token)", err)
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return fmt.Errorf("no jobExecutorServer answers at %s (is it running, on this port?): %w", client.Addr, err)
 		case err != nil:
 			return err
 		}

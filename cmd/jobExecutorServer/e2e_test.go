@@ -758,14 +758,19 @@ func TestCommanderUsage(t *testing.T) {
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 		assert.True(t, strings.HasPrefix(string(out), "jobCommander: "), "%v: %s", args, out)
-		assert.Contains(t, string(out), "\nusage: jobCommander [-ack-timeout D] serverName portNum", "%v", args)
+		assert.Contains(t, string(out), "\nusage: jobCommander [-ack-timeout D] [-json] serverName portNum", "%v", args)
 	}
+	// A flag after the address: where it goes, said.
+	out, err := exec.Command(commander, "localhost", "7856", "-json", "poll").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "jobCommander: -json after serverName and portNum: flags go before them (jobCommander -json localhost 7856 …)")
 	// No server there: status 1 and a reason.
 	port := strconv.Itoa(freeport.Port(t)) // nothing listens there
-	out, err := exec.Command(commander, "127.0.0.1", port, "poll").CombinedOutput()
+	out, err = exec.Command(commander, "127.0.0.1", port, "poll").CombinedOutput()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, string(out), "no jobExecutorServer answers at 127.0.0.1:"+port+" (is it running, on this port?)")
 	assert.Contains(t, string(out), "connection refused")
 }
 
