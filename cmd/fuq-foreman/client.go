@@ -146,8 +146,12 @@ func printStatus(st fuq.JobReport, tasks bool) {
 		return
 	}
 	j := st.Job
-	fmt.Printf("%s\t%s\t%s\tdone %d/%d\tfailed %d\trunning %d\tpending %d\tcancelled %d\n",
+	fmt.Printf("%s\t%s\t%s\tdone %d/%d\tfailed %d\trunning %d\tpending %d\tcancelled %d",
 		st.ID, j.Name, st.State, j.Done, j.NumTasks, j.Failed, j.Running, j.Pending, j.Cancelled)
+	if waitsForWorkers(st) {
+		fmt.Print("\t(no worker connected)")
+	}
+	fmt.Println()
 	if tasks {
 		for _, t := range j.Tasks {
 			fmt.Printf("\t%d\t%s\t%s\t%s\n", t.Task, t.State, t.Worker, t.Status)
@@ -247,9 +251,20 @@ func waitJob(ctx context.Context, cl fuq.ControlClient, id string) (fuq.JobRepor
 	}
 }
 
+// waitsForWorkers reports whether a job that has not ended has tasks to
+// run and no worker to run them.
+func waitsForWorkers(st fuq.JobReport) bool {
+	return !st.Ended() && st.Workers == 0 && st.Job != nil && st.Job.Pending > 0
+}
+
+// noWorkerAfter is how long submit -wait lets its job wait with no worker
+// connected before it says so.
+const noWorkerAfter = 5 * time.Second
+
 // showProgress shows how job id goes, on standard error, until the
 // returned function is called: a bar on a terminal, else a line of counts
-// every 10 s.
+// every 10 s; and, once, that no worker is connected when the job has
+// waited noWorkerAfter for one.
 func showProgress(ctx context.Context, cl fuq.ControlClient, id string, tasks int) (stop func()) {
 	progress := cli.NewProgress(os.Stderr, 10*time.Second)
 	ctx, cancel := context.WithCancel(ctx)
@@ -258,12 +273,24 @@ func showProgress(ctx context.Context, cl fuq.ControlClient, id string, tasks in
 		defer close(done)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
+		var alone time.Time // since when the job has waited with no worker
+		said := false
 		for {
 			var st fuq.JobReport
 			if err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(id), nil, &st); err == nil && st.Job != nil {
 				j := st.Job
 				progress.Update(cli.Counts{Total: tasks, Succeeded: j.Done, Failed: j.Failed + j.Cancelled,
 					Running: j.Running, Queued: j.Pending})
+				switch {
+				case !waitsForWorkers(st):
+					alone = time.Time{}
+				case alone.IsZero():
+					alone = time.Now()
+				case !said && time.Since(alone) >= noWorkerAfter:
+					said = true
+					progress.Note("fuq-foreman: no worker is connected to the foreman: the job waits for one " +
+						"(start fuq-worker -connect HOST:PORT)")
+				}
 			}
 			select {
 			case <-ctx.Done():

@@ -514,3 +514,28 @@ func TestDefaultControlSocketIsPrivate(t *testing.T) {
 	assert.Equal(t, 1, again.Wait(t, 30*time.Second))
 	assert.Contains(t, again.Log(), "is open to other users (mode 0755)")
 }
+
+// A job submitted with -wait to a foreman no worker is connected to says
+// so after a while, and status shows it; once a worker comes, it runs.
+func TestSubmitWaitSaysNoWorker(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"))
+	addr := foreman.Await(t, e2e.ServingAddr, 20*time.Second)
+
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "w", "-command", "/bin/true",
+		"-tasks", "2", "-wd", dir, "-logdir", dir)
+	submit.Await(t, regexp.MustCompile(`no worker is connected to the foreman: the job waits for one \(start fuq-worker -connect HOST:PORT\)`),
+		2*time.Minute)
+	out, err := exec.Command(foremanBin, "status", "-control", control).Output()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "pending 2\tcancelled 0\t(no worker connected)\n")
+
+	worker := e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "1", "-spool", filepath.Join(dir, "spool"))
+	assert.Equal(t, 0, submit.Wait(t, time.Minute), submit.Log())
+	assert.Contains(t, submit.Stdout.String(), "succeeded\tdone 2/2")
+	assert.NotContains(t, submit.Stdout.String(), "no worker connected", "the ended job's line")
+	require.NoError(t, exec.Command(foremanBin, "stop", "-control", control, "0").Run())
+	assert.Equal(t, 0, worker.Wait(t, 30*time.Second), worker.Log())
+}

@@ -47,6 +47,10 @@ type JobReport struct {
 	State string   `json:"state"` // queued, running, or the Executor's status once ended
 	Error string   `json:"error,omitempty"`
 	Job   *JobInfo `json:"job,omitempty"` // once the foreman has it
+	// Workers is how many workers were connected to the foreman as the
+	// report was made, while the job had not ended: a job whose tasks
+	// wait with none connected waits for one.
+	Workers int `json:"workers,omitempty"`
 }
 
 // Ended reports whether the job has ended (its State is the Executor's
@@ -257,7 +261,7 @@ func (c *Control) status(id string, all bool) (JobReport, bool) {
 	case h == nil:
 		return JobReport{}, false
 	}
-	st := JobReport{ID: id, State: "queued"}
+	st := JobReport{ID: id, State: "queued", Workers: len(c.Foreman.Workers())}
 	keep, max := notDone, MaxListedTasks
 	if all {
 		keep, max = nil, -1
