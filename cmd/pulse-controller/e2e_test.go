@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -261,4 +263,51 @@ func TestControllerKilledResumes(t *testing.T) {
 	// The first worker, alive on 1.sock, is never taken for a new one.
 	assert.NotContains(t, again.Log(), "worker registered\t{\"worker\": 1,", "id 1 given again while its worker lives")
 	assert.Contains(t, again.Stdout.String(), "4 jobs: 4 succeeded, 0 failed", "the batch is the four left: %s", again.Log())
+}
+
+// Tasks that wait with no worker registered say so after a while, with
+// how to start one, as a batch and as a single task; a worker that comes
+// then runs them.
+func TestSaysNoWorker(t *testing.T) {
+	controllerBin, workerBin := build(t)
+	says := regexp.MustCompile(`no worker has registered: the tasks wait for one \(start pulse-worker -dir \S+ -- COMMAND\)`)
+
+	dir := socketDir(t)
+	base := t.TempDir()
+	sums := writeTasks(t, filepath.Join(base, "in"), []int{10, 20})
+	batch := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", filepath.Join(base, "in"), "-out", filepath.Join(base, "out"))
+	batch.Await(t, says, 2*time.Minute)
+	e2e.Start(t, nil, workerBin, "-dir", dir, "--", "md5sum")
+	assert.Equal(t, 0, batch.Wait(t, time.Minute), batch.Log())
+	checkResults(t, filepath.Join(base, "out"), sums)
+
+	dir = socketDir(t)
+	one := exec.Command(controllerBin, "-dir", dir)
+	one.Stdin = strings.NewReader("hello\n")
+	var stderr syncBuffer
+	one.Stderr = &stderr
+	require.NoError(t, one.Start())
+	t.Cleanup(func() { one.Process.Kill() })
+	require.Eventually(t, func() bool { return says.MatchString(stderr.String()) }, 2*time.Minute, 10*time.Millisecond,
+		"stderr: %s", stderr.String())
+	e2e.Start(t, nil, workerBin, "-dir", dir, "--", "cat")
+	require.NoError(t, one.Wait(), stderr.String())
+}
+
+// syncBuffer is a strings.Builder safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -47,7 +47,15 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 		}
 	}()
 
+	noWorker := "no worker has registered: the tasks wait for one (start pulse-worker -dir " + c.Dir + " -- COMMAND)"
 	if in == "" {
+		// One task: said in the log, as there is no progress to say it.
+		said := time.AfterFunc(noWorkerAfter, func() {
+			if c.Stats().Workers == 0 {
+				c.Logger.Warn(noWorker)
+			}
+		})
+		defer said.Stop()
 		return one(work, ex)
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -85,9 +93,10 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 			}
 			return save(res.Output, filepath.Join(out, job.ID))
 		},
-		Workers: func() int { return c.Stats().Workers },
-		Out:     func() (int, int) { st := c.Stats(); return st.Out, st.Pending },
-		Command: func(job laboro.Job) string { return filepath.Join(in, job.ID) },
+		Workers:  func() int { return c.Stats().Workers },
+		NoWorker: noWorker,
+		Out:      func() (int, int) { st := c.Stats(); return st.Out, st.Pending },
+		Command:  func(job laboro.Job) string { return filepath.Join(in, job.ID) },
 	}
 	sum, err := batch.Run(work, ex, jobs)
 	if err != nil {
@@ -96,6 +105,10 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 	sum.Write(os.Stdout)
 	return sum.Err()
 }
+
+// noWorkerAfter is how long a task waits with no worker registered before
+// the controller says so.
+const noWorkerAfter = 5 * time.Second
 
 // one runs the task on standard input and writes its result to standard
 // output.

@@ -206,3 +206,16 @@ func TestUsage(t *testing.T) {
 		assert.Contains(t, string(out), says, "%v", args)
 	}
 }
+
+// Jobs that wait with no runner connected say so after a while, with how
+// to start one; a runner that comes then runs them.
+func TestSaysNoRunner(t *testing.T) {
+	base := t.TempDir()
+	writeJobs(t, base, 2, func(int) string { return "echo RES:ok\n" })
+	manager, addr := startManager(t, base)
+	manager.Await(t, regexp.MustCompile(`no runner is connected: the jobs wait for one \(start runexp-runner N -c `+
+		regexp.QuoteMeta(addr)+`\)`), 2*time.Minute)
+	startRunner(t, addr, "r1", 1)
+	assert.Equal(t, 0, manager.Wait(t, 60*time.Second), manager.Log())
+	assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", manager.Stdout.String())
+}

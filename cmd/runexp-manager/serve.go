@@ -75,6 +75,7 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 		OnResult:  func(job laboro.Job, res laboro.Result) error { return folder.Save(job.ID, res.Output) },
 		Submitted: func() { m.Finish(ex) },
 		Workers:   func() int { return m.Stats().Runners },
+		NoWorker:  "no runner is connected: the jobs wait for one (start runexp-runner N -c " + ln.Addr().String() + ")",
 		Out:       func() (int, int) { st := m.Stats(); return st.Out, st.Pending },
 		Command: func(job laboro.Job) string {
 			return files[job.ID].Path + " (report in " + folder.ResultPath(job.ID) + ")"

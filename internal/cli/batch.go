@@ -275,6 +275,10 @@ type Batch struct {
 	Submitted func()
 	// Workers, if not nil, tells Progress how many workers serve the batch.
 	Workers func() int
+	// NoWorker, with Workers, is said once above the progress when jobs
+	// have waited noWorkerAfter with no worker to run them: why nothing
+	// moves, and how to start one ("no runner is connected: …").
+	NoWorker string
 	// Out, if not nil, tells Progress, for a Runner that hands jobs to
 	// remote workers, how many of the jobs the Executor runs are out at a
 	// worker (running) and how many wait for one (queued): the Executor
@@ -293,6 +297,31 @@ type Batch struct {
 	// failures): it reads no more jobs, not even the one it is waiting
 	// for, and ends as the jobs submitted end.
 	Stop <-chan struct{}
+}
+
+// noWorkerAfter is how long jobs wait with no worker before Batch.NoWorker
+// is said. (A var for the tests' sake.)
+var noWorkerAfter = 5 * time.Second
+
+// noWorkerWatch says Batch.NoWorker once jobs have waited noWorkerAfter
+// with no worker to run them.
+type noWorkerWatch struct {
+	since time.Time // since when jobs have waited with no worker; zero while not
+	said  bool
+}
+
+// see takes the counts of an update.
+func (w *noWorkerWatch) see(b *Batch, c Counts) {
+	switch {
+	case b.NoWorker == "" || w.said:
+	case c.Workers > 0 || c.Queued == 0:
+		w.since = time.Time{}
+	case w.since.IsZero():
+		w.since = time.Now()
+	case time.Since(w.since) >= noWorkerAfter:
+		w.said = true
+		b.Progress.Note(b.NoWorker)
+	}
 }
 
 // command is what job ran, for the summary (see Batch.Command).
@@ -381,6 +410,7 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		}
 		sum.fail(f)
 	}
+	var idle noWorkerWatch
 	update := func() {
 		if b.Progress == nil {
 			return
@@ -396,6 +426,7 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		}
 		if b.Workers != nil {
 			c.Workers = b.Workers()
+			idle.see(b, c)
 		}
 		b.Progress.Update(c)
 	}

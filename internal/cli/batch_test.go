@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -374,4 +375,58 @@ func TestBatchInterruptedWhileJobsRun(t *testing.T) {
 		close(release)
 		ex.Close()
 	}
+}
+
+// Jobs that wait with no worker to run them say so, once, after a while:
+// why the batch does not move, and what to do.
+func TestBatchSaysNoWorker(t *testing.T) {
+	defer func(d time.Duration) { noWorkerAfter = d }(noWorkerAfter)
+	noWorkerAfter = 50 * time.Millisecond
+	ex, err := laboro.New(laboro.WithConcurrency(1), laboro.WithPoolSize(1), laboro.WithBufferSize(4))
+	require.NoError(t, err)
+	defer ex.Close()
+	var workers atomic.Int64
+	release := make(chan struct{})
+	var progress syncBuffer
+	b := Batch{
+		Progress: NewProgress(&progress, time.Nanosecond),
+		Workers:  func() int { return int(workers.Load()) },
+		NoWorker: "no worker: start one",
+		// The one job the Executor runs is out, waiting for a worker.
+		Out: func() (int, int) { return 0, 1 },
+	}
+	job := laboro.Job{Func: func(ctx context.Context) error { <-release; return nil }}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Run(ctx, ex, []laboro.Job{job})
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(progress.String(), "no worker: start one\n") }, time.Minute, time.Millisecond,
+		"progress: %s", progress.String())
+	workers.Store(1)
+	close(release)
+	require.NoError(t, <-done)
+	assert.Equal(t, 1, strings.Count(progress.String(), "no worker: start one"), "said once")
+}
+
+// With a worker there, nothing is said however long the jobs wait.
+func TestBatchSaysNothingWithAWorker(t *testing.T) {
+	defer func(d time.Duration) { noWorkerAfter = d }(noWorkerAfter)
+	noWorkerAfter = time.Nanosecond
+	ex, err := laboro.New(laboro.WithConcurrency(1), laboro.WithPoolSize(1), laboro.WithBufferSize(4))
+	require.NoError(t, err)
+	defer ex.Close()
+	var progress syncBuffer
+	b := Batch{Progress: NewProgress(&progress, time.Nanosecond), Workers: func() int { return 1 },
+		NoWorker: "no worker: start one", Out: func() (int, int) { return 0, 1 }}
+	job := laboro.Job{Func: func(context.Context) error { return nil }}
+	var jobs []laboro.Job
+	for range 50 {
+		jobs = append(jobs, job)
+	}
+	_, err = b.Run(context.Background(), ex, jobs)
+	require.NoError(t, err)
+	assert.NotContains(t, progress.String(), "no worker")
 }
