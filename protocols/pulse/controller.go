@@ -33,6 +33,10 @@ const DefaultAttempts = 3
 // otherwise.
 const DefaultMaxConns = 1024
 
+// DefaultMaxWorkers bounds the workers registered with a Controller at
+// once unless its MaxWorkers says otherwise.
+const DefaultMaxWorkers = 1024
+
 // ErrTaskFailed is matched by the error of a task that failed
 // (TASK_FAILED) on its last attempt; the last worker's words follow it.
 var ErrTaskFailed = errors.New("pulse: task failed")
@@ -132,6 +136,10 @@ type Controller struct {
 	// pulse); one more is closed at once, unanswered. 0 means
 	// DefaultMaxConns.
 	MaxConns int
+	// MaxWorkers bounds the workers registered at once (each costs a
+	// goroutine and a timer until it shuts down or falls silent); a
+	// REGISTER beyond it is answered FAILED. 0 means DefaultMaxWorkers.
+	MaxWorkers int
 	// Logger; nil means none.
 	Logger *zap.Logger
 
@@ -496,6 +504,10 @@ func (c *Controller) pulse(ctx context.Context, p *pulsepb.WorkerPulse) pulsepb.
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p.Type == pulsepb.PulseType_PULSE_REGISTER {
+		if max := cmp.Or(c.MaxWorkers, DefaultMaxWorkers); len(c.workers) >= max {
+			c.log.Warn("worker refused: too many workers registered (Controller.MaxWorkers)", zap.Int("workers", len(c.workers)))
+			return pulsepb.PulseResponse{Error: pulsepb.ControllerError_CTRL_ERR_FAILED}
+		}
 		c.nextID++
 		w := &cworker{id: c.nextID, poke: make(chan struct{}, 1)}
 		w.dw = c.d.Join(strconv.FormatUint(w.id, 10), func([]uint64) { w.wake() })

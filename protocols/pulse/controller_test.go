@@ -754,3 +754,18 @@ func TestMaxConns(t *testing.T) {
 		return err == nil
 	}, waitLong, time.Millisecond, "the worker's socket does not answer after a refusal")
 }
+
+// A Controller keeps at most MaxWorkers workers registered: one more is
+// answered FAILED, and is welcome once one of them has shut down.
+func TestControllerBoundsTheWorkers(t *testing.T) {
+	tc := startController(t, Codec{}, func(c *Controller) { c.MaxWorkers = 2 })
+	first := tc.worker(t)
+	tc.worker(t)
+	extra := &scriptedWorker{t: t, codec: tc.c.Codec, dir: tc.c.Dir, next: 60}
+	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_FAILED, extra.pulse(pulsepb.PulseType_PULSE_REGISTER, 0).Error)
+	tc.logged(t, "worker refused: too many workers registered (Controller.MaxWorkers)", 1)
+	assert.Len(t, tc.c.Workers(), 2)
+
+	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, first.pulse(pulsepb.PulseType_PULSE_SHUTDOWN, 0).Error)
+	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, extra.pulse(pulsepb.PulseType_PULSE_REGISTER, 0).Error)
+}

@@ -28,8 +28,9 @@
 // preceded by its length as a u64, little-endian; a ControlMsg or a
 // WorkerResponse is followed by exactly extra_size raw bytes. Lengths are
 // checked against Codec.Limits before anything is allocated, every read
-// and write has a deadline, and each socket serves at most MaxConns
-// connections at once (DefaultMaxConns). The messages are those of the spec
+// and write has a deadline, each socket serves at most MaxConns
+// connections at once (DefaultMaxConns), and a Controller keeps at most
+// MaxWorkers workers registered (DefaultMaxWorkers). The messages are those of the spec
 // (pulsepb, generated from pulse.proto). Numbering selects the enum
 // numbers on the wire: the spec's (PULSE_REGISTER = 0, …) by default, or
 // the reference's later renumbering, where 0 is INVALID everywhere and
