@@ -43,7 +43,9 @@
 // run and submit -wait print a single job's output and return its exit
 // status; for a batch they show progress on a terminal, then print a
 // summary line and the jobs that did not succeed, and return 1 if any did
-// not.
+// not: run on standard error, as its standard output carries the jobs'
+// outputs; submit -wait on standard output, as the batch's outputs stay
+// with the service (laboro output).
 //
 // status prints every batch, or the batches and jobs named; -watch follows
 // one batch until it is done, -failed lists the jobs that did not succeed.

@@ -19,8 +19,9 @@ func submit(args []string) int {
 		"Stores jobs for the service (`laboro serve`) to run on its workers: a shell command line, the COMMAND "+
 			"words joined by spaces, or each line of -f FILE (- for standard input) that is not blank or a "+
 			"comment (#). It prints the job's id, or the batch's name, on standard output. With -wait it waits "+
-			"for them as run does: a single job's output and exit status, or the batch's summary and the jobs "+
-			"that did not succeed.\n\n"+
+			"for them: a single job's output and exit status, as run gives them; for a batch, its progress on "+
+			"standard error, then on standard output its summary and the jobs that did not succeed (the "+
+			"batch's outputs stay with the service: laboro output).\n\n"+
 			"Exit status: 0 once the jobs are stored; with -wait, a single job's own (1 when it did not exit by "+
 			"itself), or for a batch 0 when every job succeeded and 1 when one did not; 1 when NATS or the "+
 			"service cannot be reached; 2 for a usage error; 130 when interrupted.")
