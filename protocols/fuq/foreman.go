@@ -281,13 +281,17 @@ func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	failed, cancelled := 0, 0
-	for _, t := range j.tasks {
+	firstN := 0 // the first task that failed
+	for i, t := range j.tasks {
 		switch t.state {
 		case TaskDone:
 		case TaskCancelled:
 			cancelled++
 		default:
 			failed++
+			if firstN == 0 {
+				firstN = i + 1
+			}
 		}
 	}
 	switch {
@@ -297,8 +301,11 @@ func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 			res.Status, res.Err = st, cause
 		}
 	case failed > 0:
+		// The first failure in the worker's words: what the job's log
+		// line and its Result say of why (status -tasks lists them all).
 		res.Status, res.ExitCode = laboro.StatusFailed, 1
-		res.Err = fmt.Errorf("fuq: %d of %d tasks of job %d failed", failed, len(j.tasks), j.desc.JobId)
+		res.Err = fmt.Errorf("fuq: %d of %d tasks of job %d failed; the first, task %d: %s", failed, len(j.tasks),
+			j.desc.JobId, firstN, cmp.Or(j.tasks[firstN-1].status, "no word from the worker"))
 	default:
 		res.Status, res.ExitCode = laboro.StatusSucceeded, 0
 	}

@@ -141,7 +141,8 @@ func TestForemanFailedTask(t *testing.T) {
 	h, logDir := s.submit("f", cmd, 3)
 	res := wait(t, h)
 	assert.Equal(t, laboro.StatusFailed, res.Status)
-	assert.ErrorContains(t, res.Err, "1 of 3 tasks")
+	// The job's error says why, in the worker's words: what its log line shows.
+	assert.ErrorContains(t, res.Err, "1 of 3 tasks of job 1 failed; the first, task 2: error encountered: exit status 1")
 	info, _ := s.f.JobByRef(h.ID())
 	assert.Equal(t, TaskFailed, info.Tasks[1].State)
 	assert.Contains(t, info.Tasks[1].Status, "error encountered: exit status 1")
