@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -155,11 +156,21 @@ func TestTwentyWorkersThousandTasks(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	controller, worker := build(t)
-	for _, args := range [][]string{{"-in", "x"}, {"extra"}, {"-bogus"}} {
-		err := exec.Command(controller, args...).Run()
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, args := range [][]string{{"-in", "x"}, {"extra"}, {"-bogus"},
+		{"-in", "/nonexistent/tasks", "-out", "o"}, {"-in", file, "-out", "o"}} {
+		out, err := exec.Command(controller, args...).CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
+		assert.NotContains(t, string(out), "serving", "%v: said before serving", args)
+		switch {
+		case slices.Contains(args, "/nonexistent/tasks"):
+			assert.Contains(t, string(out), `pulse-controller: -in "/nonexistent/tasks": no such file or directory`)
+		case slices.Contains(args, file):
+			assert.Contains(t, string(out), `-in "`+file+`": not a directory`)
+		}
 	}
 	for _, args := range [][]string{{}, {"-dir", "x"}, {"-bogus", "--", "md5sum"}, {"-pulse", "0s", "--", "md5sum"}} {
 		out, err := exec.Command(worker, args...).CombinedOutput()

@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 
 	"github.com/laboro-go/laboro/internal/cli"
@@ -44,6 +45,15 @@ func main() {
 			return cli.Usagef("-in and -out go together")
 		case ctl.Attempts < 1:
 			return cli.Usagef("-attempts %d: must be at least 1", ctl.Attempts)
+		}
+		if *in != "" {
+			// Said before serving: no worker is kept waiting for tasks
+			// that cannot be read.
+			if fi, err := os.Stat(*in); err != nil {
+				return cli.Usagef("-in %q: %v", *in, errors.Unwrap(err))
+			} else if !fi.IsDir() {
+				return cli.Usagef("-in %q: not a directory", *in)
+			}
 		}
 		if *later {
 			ctl.Codec.Numbering = pulse.LaterNumbering
