@@ -577,6 +577,17 @@ func TestSaysWhatIsMissing(t *testing.T) {
 			" (is workerserver-master running, at this -url?): ", "%v", args)
 		assert.Contains(t, string(out), "connection refused", "%v", args)
 	}
+
+	// The worker's files, named by their flags.
+	_, workerBin := build(t)
+	for flag, want := range map[string]string{
+		"-ca":            "workerserver-worker: -ca: open /nonexistent/ca.pem: no such file or directory\n",
+		"-password-file": "workerserver-worker: -password-file: secret: open /nonexistent/ca.pem: no such file or directory\n",
+	} {
+		out, err = exec.Command(workerBin, flag, "/nonexistent/ca.pem", "-url", url, "-id", "w", "-codes", dir, "-cache", dir).CombinedOutput()
+		require.ErrorAs(t, err, &ee, "%s", out)
+		assert.Equal(t, want, string(out))
+	}
 }
 
 // Started with no -db, the master keeps its job table in the state

@@ -62,18 +62,18 @@ func main() {
 		if *caFile != "" {
 			pem, err := os.ReadFile(*caFile)
 			if err != nil {
-				return err
+				return fmt.Errorf("-ca: %w", err)
 			}
 			roots := x509.NewCertPool()
 			if !roots.AppendCertsFromPEM(pem) {
-				return fmt.Errorf("%s: no PEM certificate", *caFile)
+				return fmt.Errorf("-ca %s: no PEM certificate", *caFile)
 			}
 			w.Client = workerserver.NewClient(w.Concurrency, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
 		}
 		if *passwordFile != "" {
 			p, err := secret.ReadFile(*passwordFile)
 			if err != nil {
-				return err
+				return fmt.Errorf("-password-file: %w", err)
 			}
 			w.Password = p
 		}
