@@ -704,7 +704,8 @@ func TestToken(t *testing.T) {
 
 func TestServerUsage(t *testing.T) {
 	server, _ := build(t)
-	for _, args := range [][]string{{}, {"7856", "0", "5"}, {"7856", "8", "0"}, {"x", "8", "5"}, {"70000", "8", "5"}, {"7856", "8", "5", "-bogus"}, {"7856", "8", "5", "-request-timeout", "0s"}} {
+	for _, args := range [][]string{{}, {"7856", "0", "5"}, {"7856", "8", "0"}, {"x", "8", "5"}, {"70000", "8", "5"}, {"7856", "8", "5", "-bogus"}, {"7856", "8", "5", "-request-timeout", "0s"},
+		{"0", "8", "5", "-dir", "/nonexistent/outputs"}} {
 		cmd := exec.Command(server, args...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
@@ -712,6 +713,9 @@ func TestServerUsage(t *testing.T) {
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 		assert.True(t, strings.HasPrefix(string(out), "jobExecutorServer: "), "%v: %s", args, out)
 		assert.Contains(t, string(out), "\nusage: jobExecutorServer portNum bufferSize threadPoolSize", "%v", args)
+		if slices.Contains(args, "-dir") {
+			assert.Contains(t, string(out), `jobExecutorServer: -dir "/nonexistent/outputs": no such file or directory`)
+		}
 	}
 }
 

@@ -119,6 +119,11 @@ func serve(ctx, drain context.Context, host string, nums []int, dir string, time
 			return err
 		}
 	}
+	if fi, err := os.Stat(dir); err != nil {
+		return cli.Usagef("-dir %q: %v", dir, errors.Unwrap(err))
+	} else if !fi.IsDir() {
+		return cli.Usagef("-dir %q: not a directory", dir)
+	}
 	opts := []laboro.Option{laboro.WithBufferSize(nums[1]), laboro.WithPoolSize(nums[2]),
 		laboro.WithOutputDir(dir), laboro.WithLogger(log)}
 	var console *web.Web
