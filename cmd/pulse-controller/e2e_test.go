@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -293,32 +292,9 @@ func TestSaysNoWorker(t *testing.T) {
 	checkResults(t, filepath.Join(base, "out"), sums)
 
 	dir = socketDir(t)
-	one := exec.Command(controllerBin, "-dir", dir)
-	one.Stdin = strings.NewReader("hello\n")
-	var stderr syncBuffer
-	one.Stderr = &stderr
-	require.NoError(t, one.Start())
-	t.Cleanup(func() { one.Process.Kill() })
-	require.Eventually(t, func() bool { return says.MatchString(stderr.String()) }, 2*time.Minute, 10*time.Millisecond,
-		"stderr: %s", stderr.String())
+	one := e2e.StartInput(t, strings.NewReader("hello\n"), nil, controllerBin, "-dir", dir)
+	one.Await(t, says, 2*time.Minute)
 	e2e.Start(t, nil, workerBin, "-dir", dir, "--", "cat")
-	require.NoError(t, one.Wait(), stderr.String())
-}
-
-// syncBuffer is a strings.Builder safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	assert.Equal(t, 0, one.Wait(t, time.Minute), one.Log())
+	assert.Equal(t, "hello\n", one.Stdout.String())
 }

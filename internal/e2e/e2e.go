@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -100,8 +101,16 @@ type Process struct {
 // ending its tests (a timeout, a kill).
 func Start(t testing.TB, env []string, bin string, args ...string) *Process {
 	t.Helper()
+	return StartInput(t, nil, env, bin, args...)
+}
+
+// StartInput is Start with stdin as the process's standard input (nil:
+// none).
+func StartInput(t testing.TB, stdin io.Reader, env []string, bin string, args ...string) *Process {
+	t.Helper()
 	p := &Process{Cmd: exec.Command(bin, args...), eof: make(chan struct{}), TempDir: t.TempDir()}
 	p.Cmd.Env = append(append(os.Environ(), "TMPDIR="+p.TempDir), env...)
+	p.Cmd.Stdin = stdin
 	p.Cmd.Stdout = &p.Stdout
 	p.Cmd.SysProcAttr = sysProcAttr()
 	stderr, err := p.Cmd.StderrPipe()
