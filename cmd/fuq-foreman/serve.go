@@ -170,9 +170,10 @@ func listenControl(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	if path == defaultSocket() {
-		// Its directory may be in the shared temporary directory: made
-		// by this user, and no one else's to enter.
+	if os.Getenv("XDG_RUNTIME_DIR") == "" && path == defaultSocket() {
+		// Its directory is in the shared temporary directory: made by
+		// this user, and no one else's to enter. (The runtime directory
+		// is the user's by its definition.)
 		if err := privateDir(filepath.Dir(path)); err != nil {
 			return nil, err
 		}
