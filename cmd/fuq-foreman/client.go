@@ -257,14 +257,10 @@ func waitsForWorkers(st fuq.JobReport) bool {
 	return !st.Ended() && st.Workers == 0 && st.Job != nil && st.Job.Pending > 0
 }
 
-// noWorkerAfter is how long submit -wait lets its job wait with no worker
-// connected before it says so.
-const noWorkerAfter = 5 * time.Second
-
 // showProgress shows how job id goes, on standard error, until the
 // returned function is called: a bar on a terminal, else a line of counts
 // every 10 s; and, once, that no worker is connected when the job has
-// waited noWorkerAfter for one.
+// waited cli.NoWorkerAfter for one.
 func showProgress(ctx context.Context, cl fuq.ControlClient, id string, tasks int) (stop func()) {
 	progress := cli.NewProgress(os.Stderr, 10*time.Second)
 	ctx, cancel := context.WithCancel(ctx)
@@ -273,21 +269,14 @@ func showProgress(ctx context.Context, cl fuq.ControlClient, id string, tasks in
 		defer close(done)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
-		var alone time.Time // since when the job has waited with no worker
-		said := false
+		var idle cli.NoWorkerWatch
 		for {
 			var st fuq.JobReport
 			if err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(id), nil, &st); err == nil && st.Job != nil {
 				j := st.Job
 				progress.Update(cli.Counts{Total: tasks, Succeeded: j.Done, Failed: j.Failed + j.Cancelled,
 					Running: j.Running, Queued: j.Pending})
-				switch {
-				case !waitsForWorkers(st):
-					alone = time.Time{}
-				case alone.IsZero():
-					alone = time.Now()
-				case !said && time.Since(alone) >= noWorkerAfter:
-					said = true
+				if idle.Due(waitsForWorkers(st)) {
 					progress.Note("fuq-foreman: no worker is connected to the foreman: the job waits for one " +
 						"(start fuq-worker -connect HOST:PORT)")
 				}

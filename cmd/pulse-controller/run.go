@@ -50,7 +50,7 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 	noWorker := "no worker has registered: the tasks wait for one (start pulse-worker -dir " + c.Dir + " -- COMMAND)"
 	if in == "" {
 		// One task: said in the log, as there is no progress to say it.
-		said := time.AfterFunc(noWorkerAfter, func() {
+		said := time.AfterFunc(cli.NoWorkerAfter, func() {
 			if c.Stats().Workers == 0 {
 				c.Logger.Warn(noWorker)
 			}
@@ -105,10 +105,6 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 	sum.Write(os.Stdout)
 	return sum.Err()
 }
-
-// noWorkerAfter is how long a task waits with no worker registered before
-// the controller says so.
-const noWorkerAfter = 5 * time.Second
 
 // one runs the task on standard input and writes its result to standard
 // output.

@@ -276,7 +276,7 @@ type Batch struct {
 	// Workers, if not nil, tells Progress how many workers serve the batch.
 	Workers func() int
 	// NoWorker, with Workers, is said once above the progress when jobs
-	// have waited noWorkerAfter with no worker to run them: why nothing
+	// have waited NoWorkerAfter with no worker to run them: why nothing
 	// moves, and how to start one ("no runner is connected: …").
 	NoWorker string
 	// Out, if not nil, tells Progress, for a Runner that hands jobs to
@@ -299,29 +299,32 @@ type Batch struct {
 	Stop <-chan struct{}
 }
 
-// noWorkerAfter is how long jobs wait with no worker before Batch.NoWorker
-// is said. (A var for the tests' sake.)
-var noWorkerAfter = 5 * time.Second
+// NoWorkerAfter is how long jobs wait with no worker to run them before
+// a command says so (Batch.NoWorker, NoWorkerWatch). (A var for the
+// tests' sake.)
+var NoWorkerAfter = 5 * time.Second
 
-// noWorkerWatch says Batch.NoWorker once jobs have waited noWorkerAfter
-// with no worker to run them.
-type noWorkerWatch struct {
+// NoWorkerWatch tells, once, when jobs have waited NoWorkerAfter with no
+// worker to run them. Its zero value is ready.
+type NoWorkerWatch struct {
 	since time.Time // since when jobs have waited with no worker; zero while not
 	said  bool
 }
 
-// see takes the counts of an update.
-func (w *noWorkerWatch) see(b *Batch, c Counts) {
+// Due takes whether, now, jobs wait with no worker, and reports true the
+// first time they have for NoWorkerAfter.
+func (w *NoWorkerWatch) Due(alone bool) bool {
 	switch {
-	case b.NoWorker == "" || w.said:
-	case c.Workers > 0 || c.Queued == 0:
+	case w.said:
+	case !alone:
 		w.since = time.Time{}
 	case w.since.IsZero():
 		w.since = time.Now()
-	case time.Since(w.since) >= noWorkerAfter:
+	case time.Since(w.since) >= NoWorkerAfter:
 		w.said = true
-		b.Progress.Note(b.NoWorker)
+		return true
 	}
+	return false
 }
 
 // command is what job ran, for the summary (see Batch.Command).
@@ -410,7 +413,7 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		}
 		sum.fail(f)
 	}
-	var idle noWorkerWatch
+	var idle NoWorkerWatch
 	update := func() {
 		if b.Progress == nil {
 			return
@@ -426,7 +429,9 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		}
 		if b.Workers != nil {
 			c.Workers = b.Workers()
-			idle.see(b, c)
+			if b.NoWorker != "" && idle.Due(c.Workers == 0 && c.Queued > 0) {
+				b.Progress.Note(b.NoWorker)
+			}
 		}
 		b.Progress.Update(c)
 	}

@@ -380,8 +380,8 @@ func TestBatchInterruptedWhileJobsRun(t *testing.T) {
 // Jobs that wait with no worker to run them say so, once, after a while:
 // why the batch does not move, and what to do.
 func TestBatchSaysNoWorker(t *testing.T) {
-	defer func(d time.Duration) { noWorkerAfter = d }(noWorkerAfter)
-	noWorkerAfter = 50 * time.Millisecond
+	defer func(d time.Duration) { NoWorkerAfter = d }(NoWorkerAfter)
+	NoWorkerAfter = 50 * time.Millisecond
 	ex, err := laboro.New(laboro.WithConcurrency(1), laboro.WithPoolSize(1), laboro.WithBufferSize(4))
 	require.NoError(t, err)
 	defer ex.Close()
@@ -413,8 +413,8 @@ func TestBatchSaysNoWorker(t *testing.T) {
 
 // With a worker there, nothing is said however long the jobs wait.
 func TestBatchSaysNothingWithAWorker(t *testing.T) {
-	defer func(d time.Duration) { noWorkerAfter = d }(noWorkerAfter)
-	noWorkerAfter = time.Nanosecond
+	defer func(d time.Duration) { NoWorkerAfter = d }(NoWorkerAfter)
+	NoWorkerAfter = time.Nanosecond
 	ex, err := laboro.New(laboro.WithConcurrency(1), laboro.WithPoolSize(1), laboro.WithBufferSize(4))
 	require.NoError(t, err)
 	defer ex.Close()
