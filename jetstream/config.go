@@ -531,6 +531,19 @@ const errCodeDuplicateInProcess natsjs.ErrorCode = 10158
 // answer (a server restarting, a connection being re-established), or
 // JetStream saying it is not available for now. Other refusals from the
 // server, and a closed connection, are for good.
+// notConnected is the reason to log while waiting for the NATS server: the
+// connection's state and its own last error (a wrong token) while it is
+// not connected, rather than the request's timeout that err then is.
+func notConnected(nc *nats.Conn, err error) zap.Field {
+	if !nc.IsConnected() {
+		if last := nc.LastError(); last != nil {
+			return zap.NamedError("error", fmt.Errorf("not connected: %w", last))
+		}
+		return zap.String("error", "not connected ("+strings.ToLower(nc.Status().String())+")")
+	}
+	return zap.Error(err)
+}
+
 func transient(nc *nats.Conn, err error) bool {
 	if nc.IsClosed() {
 		return false

@@ -100,7 +100,7 @@ func TestStreamDeletedWithoutAdvisory(t *testing.T) {
 	require.NoError(t, js.DeleteStream(ctx, "LABORO_JOBS"))
 	require.Eventually(t, func() bool {
 		return slices.ContainsFunc(m.Problems(), func(p string) bool {
-			return strings.Contains(p, "stream LABORO_JOBS deleted by hand, made again; 1 jobs in flight were published again")
+			return strings.Contains(p, "stream LABORO_JOBS deleted by hand, made again; 1 job in flight was published again")
 		})
 	}, 30*time.Second, 5*time.Millisecond, "%q", m.Problems())
 	startWorker(t, nc, Config{}, 1)

@@ -728,8 +728,12 @@ func (m *Manager) deleted(msg *nats.Msg) {
 	m.lost = make(chan struct{})
 	n := len(m.waiting)
 	m.mu.Unlock()
-	m.problem(fmt.Sprintf("%s: stream %s deleted by hand, made again; %d jobs in flight were published again (a job may run twice)",
-		adv.Time.UTC().Format(time.RFC3339), adv.Stream, n))
+	flight := fmt.Sprintf("%d jobs in flight were", n)
+	if n == 1 {
+		flight = "1 job in flight was"
+	}
+	m.problem(fmt.Sprintf("%s: stream %s deleted by hand, made again; %s published again (a job may run twice)",
+		adv.Time.UTC().Format(time.RFC3339), adv.Stream, flight))
 }
 
 // Tail returns the output that job id, running now on a worker, has

@@ -106,7 +106,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	err = retry(waitCtx, w.Conn, func(ctx context.Context) (err error) {
 		jobs, results, cons, err = ensure(ctx, js, cfg, false)
 		if err != nil && !waiting && transient(w.Conn, err) {
-			log.Info("waiting for the NATS server", zap.Error(err))
+			log.Info("waiting for the NATS server", notConnected(w.Conn, err))
 			waiting = true
 		}
 		return err

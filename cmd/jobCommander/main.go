@@ -4,8 +4,9 @@
 //	jobCommander [-ack-timeout D] serverName portNum issueJob|setConcurrency|stop|poll|exit [args…]
 //
 // Its exit status is the job's own for issueJob (1 when the job did not run
-// or did not exit normally), 0 for a command carried out, 1 when the server
-// refused the command, could not be reached, or is not a laboro
+// or did not exit normally), 0 for a command carried out, 1 for a stop
+// that found no such queued job (NOTFOUND) and when the server refused the
+// command, could not be reached, or is not a laboro
 // jobExecutorServer (no acknowledgement within -ack-timeout, or an answer
 // in another protocol), 2 for a usage error, 130
 // when interrupted (the server is not disturbed: a job already submitted
@@ -107,7 +108,8 @@ func checkArgs(command string, args []string) error {
 
 func main() {
 	c := cli.New("jobCommander", "[-ack-timeout D] [-json] serverName portNum issueJob <job>|setConcurrency <N>|stop <jobID>|poll|exit",
-		"Sends one command to a jobExecutorServer and prints its answer. The exit status of issueJob is the job's own. "+
+		"Sends one command to a jobExecutorServer and prints its answer. The exit status of issueJob is the job's own; "+
+			"stop's is 1 when no such job is queued (NOTFOUND). "+
 			"The server's token comes from $LABORO_TOKEN, else from jobexec.token in the user's state directory "+
 			"(~/.local/state/laboro), where a server of the same user keeps it.")
 	ackTimeout := c.Flags.Duration("ack-timeout", jobexec.DefaultAckTimeout,

@@ -280,8 +280,9 @@ func TestExampleSession(t *testing.T) {
 	assert.Contains(t, errOut, "jobCommander: the job's standard error (its end):\n  ls: cannot access '/nonexistent': No such file or directory\n")
 	out, _, _ = s.run(t, "poll")
 	assert.Equal(t, "", out)
-	out, _, _ = s.run(t, "stop", "job_1")
+	out, _, code = s.run(t, "stop", "job_1")
 	assert.Equal(t, "JOB <job_1> NOTFOUND\n", out)
+	assert.Equal(t, 1, code, "nothing stopped")
 	out, _, _ = s.run(t, "stop", "job_15")
 	assert.Equal(t, "JOB <job_15> NOTFOUND\n", out)
 	out, _, code = s.run(t, "exit")
@@ -369,7 +370,7 @@ func TestFullBufferStopAndPoll(t *testing.T) {
 	for _, id := range []string{"job_1", "job_2", "job_99", "nonsense"} {
 		out, _, code = s.run(t, "stop", id)
 		assert.Equal(t, "JOB <"+id+"> NOTFOUND\n", out, "running, already removed and unknown ids")
-		assert.Equal(t, 0, code)
+		assert.Equal(t, 1, code, "nothing stopped")
 	}
 
 	s.open(t)

@@ -86,6 +86,7 @@ var notRun = map[string]string{
 var exitStatus = map[string]int{
 	"laboro run -f examples/jobs.txt":    1, // one of the example jobs fails on purpose
 	"laboro status -watch":               1, // as it does: the batch has a failed job
+	"jobCommander localhost 7856 stop":   1, // job_3 is not queued: NOTFOUND
 	"fuq-foreman cancel job_1":           0,
 	"laboro submit -f examples/jobs.txt": 0,
 }

@@ -16,7 +16,9 @@
 // "CONCURRENCY SET AT N"; "JOB <job_N> REMOVED" or "JOB <job_N> NOTFOUND";
 // one "<job_N, job>" line per queued job; "SERVER TERMINATED". The job text
 // is the command line as typed, each argument shell-quoted when it needs
-// to be, so that it can be pasted back into a shell.
+// to be, so that it can be pasted back into a shell. The commander's exit
+// status is an issued job's own, 1 for a stop that removed nothing
+// (NOTFOUND), 0 for the other commands carried out.
 //
 // An exit command is answered "SERVER TERMINATED" at once, as the student
 // servers of the same assignment answer it. The server then drains: it

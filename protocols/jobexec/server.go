@@ -452,10 +452,13 @@ func (s *Server) stop(x *exchange, args []string) {
 		return
 	}
 	if err := s.Executor.Stop(args[0]); err != nil {
+		// Not in the buffer (running, ended, unknown): a script's
+		// `jobCommander … stop ID && …` tells it from a job removed.
 		x.line("JOB <%s> NOTFOUND", args[0])
-	} else {
-		x.line("JOB <%s> REMOVED", args[0])
+		x.exit(1)
+		return
 	}
+	x.line("JOB <%s> REMOVED", args[0])
 	x.exit(0)
 }
 

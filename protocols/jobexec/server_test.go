@@ -109,9 +109,10 @@ func TestCommands(t *testing.T) {
 	out, _, err = ts.do(t, "", "stop", "job_2")
 	require.NoError(t, err)
 	assert.Equal(t, "JOB <job_2> REMOVED\n", out)
-	out, _, err = ts.do(t, "", "stop", "job_2")
+	out, code, err = ts.do(t, "", "stop", "job_2")
 	require.NoError(t, err)
 	assert.Equal(t, "JOB <job_2> NOTFOUND\n", out)
+	assert.Equal(t, 1, code, "nothing stopped")
 	a := <-second
 	assert.Equal(t, "JOB <job_2, grep 'two words' /nonexistent> SUBMITTED\nJOB <job_2> REMOVED\n", a.out)
 

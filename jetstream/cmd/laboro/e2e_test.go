@@ -664,6 +664,8 @@ func TestWorkerWaitsForServer(t *testing.T) {
 	state := []string{"LABORO_STATE_DIR=" + t.TempDir()} // no token there yet
 	w := e2e.Start(t, append(state, "LABORO_NATS="+s.url), s.bin, "worker", "-c", "1")
 	w.Await(t, regexp.MustCompile(`waiting for the NATS server`), 30*time.Second)
+	// Why, not a request's timeout.
+	w.Await(t, regexp.MustCompile(`cannot reach NATS yet; trying again.*connection refused`), 30*time.Second)
 	s.serve = e2e.Start(t, append(state, "LABORO_NATS="), s.bin, "serve", "-data", s.data, "-listen", s.listen, "-workers", "0")
 	s.serve.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
 	p := e2e.Start(t, append(state, "LABORO_NATS="+s.url), s.bin, "submit", "-wait", "echo waited")
@@ -746,6 +748,7 @@ func TestNatsCredentialsNotShown(t *testing.T) {
 	p = e2e.Start(t, nil, bin, "status", "-nats", "nats://bob:s3cret@"+addr)
 	assert.Equal(t, 1, p.Wait(t, 30*time.Second))
 	assert.Contains(t, p.Log(), "-nats carries credentials, which any user sees in ps")
+	assert.Contains(t, p.Log(), "connection refused", "why NATS cannot be reached")
 	assert.NotContains(t, p.Log(), "s3cret")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -64,8 +65,10 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 				zap.String("url", shown(url)))
 		})
 	}
+	dial := &dialer{Dialer: net.Dialer{Timeout: nats.GetDefaultOptions().Timeout}}
 	opts := []nats.Option{
 		nats.Name("laboro"),
+		nats.SetCustomDialer(dial),
 		nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -81,7 +84,13 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			if errors.Is(err, nats.ErrAuthorization) && presented() {
 				refusedToken()
+				return
 			}
+			// Why the server cannot be reached, said once: a refused
+			// connection, a name that does not resolve.
+			said.once("unreachable", func() {
+				c.log.Info("cannot reach NATS yet; trying again", zap.String("url", shown(url)), zap.Error(dial.why(err)))
+			})
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			if errors.Is(nc.LastError(), nats.ErrAuthorization) && presented() {
@@ -133,7 +142,7 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 				return c.roleToken(tok, role)
 			}))
 		nc, err = nats.Connect(url, opts...)
-		return c.connected(url, nc, err)
+		return c.connected(url, nc, dial.why(err))
 	}
 	if tok := c.roleToken(c.token, role); tok != c.token {
 		// The server's token: connect with the rights of this command's
@@ -141,14 +150,40 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		// a plain token takes the token itself.
 		nc, err = nats.Connect(url, append(opts, jetstream.Token(tok))...)
 		if !refused(err) {
-			return c.connected(url, nc, err)
+			return c.connected(url, nc, dial.why(err))
 		}
 	}
 	if c.token != "" {
 		opts = append(opts, jetstream.Token(c.token))
 	}
 	nc, err = nats.Connect(url, opts...)
-	return c.connected(url, nc, err)
+	return c.connected(url, nc, dial.why(err))
+}
+
+// dialer dials NATS servers as the client would, and keeps the last
+// failure: the client itself only says that no server was available.
+type dialer struct {
+	net.Dialer
+	last atomic.Pointer[error]
+}
+
+// Dial implements nats.CustomDialer.
+func (d *dialer) Dial(network, address string) (net.Conn, error) {
+	conn, err := d.Dialer.Dial(network, address)
+	if err != nil {
+		d.last.Store(&err)
+	}
+	return conn, err
+}
+
+// why returns err, the client's, with the last dial's failure in place of
+// the client's "no servers available": a refused connection, a name that
+// does not resolve.
+func (d *dialer) why(err error) error {
+	if last := d.last.Load(); last != nil && errors.Is(err, nats.ErrNoServers) {
+		return fmt.Errorf("%w (%w)", err, *last)
+	}
+	return err
 }
 
 // saidOnce runs each of its functions once by key: a message that a
