@@ -46,12 +46,15 @@
 // suggests; the reference is what interoperates). STOP's arg0 is the
 // number of processors to give up, 0 for all, 0xFFFFFFFF to stop at once.
 //
-// Over TCP, when the Foreman has a Secret, a worker proves it holds it
-// before the first message, without sending it: the foreman sends
-// "FUQAUTH1" and 32 random bytes, the worker answers their HMAC-SHA256
-// keyed with the secret, and the foreman answers 'K' or, refusing, 'N' and
-// closes (Worker.Run then ends with ErrAuth). This step is ours: the
-// reference has no TCP transport. Over TCP, messages follow one another on
+// Over TCP, when the Foreman has a Secret, a worker and the foreman each
+// prove they hold it before the first message, without sending it: the
+// foreman sends "FUQAUTH2" and 32 random bytes, the worker answers with 32
+// of its own and their HMAC-SHA256 keyed with the secret, and the foreman
+// answers 'K' and its own HMAC of both or, refusing, 'N' and closes
+// (Worker.Run then ends with ErrAuth; with ErrForemanUnproven when the
+// foreman's proof is wrong, so that a program holding the foreman's
+// address while it is down hands the worker no command). This step is
+// ours: the reference has no TCP transport. Over TCP, messages follow one another on
 // the stream. Waiting for the
 // next message has no deadline (the spec has nothing to keep a quiet
 // connection alive; TCP keepalive finds a dead peer); once a message has

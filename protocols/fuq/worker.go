@@ -63,8 +63,10 @@ type Worker struct {
 	// workers do (a real fuqsrv foreman, or Foreman.ServeWeb).
 	Web *WebDialer
 	// Secret is the shared secret proven to a foreman over Addr whose
-	// Foreman.Secret is set (see auth.go); empty for one that has none. A
-	// foreman that refuses it ends Run with an error matching ErrAuth.
+	// Foreman.Secret is set (see auth.go), which proves in turn that it
+	// holds it; empty for one that has none. A foreman that refuses it ends
+	// Run with an error matching ErrAuth, one that does not prove it holds
+	// it with one matching ErrForemanUnproven.
 	Secret []byte
 	// Procs is the number of processors offered; 0 means runtime.NumCPU.
 	Procs int
@@ -188,7 +190,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return ErrStopped
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case errors.Is(err, ErrAuth):
+		case errors.Is(err, ErrAuth), errors.Is(err, ErrForemanUnproven):
 			return err
 		case errors.Is(err, errSessionWorked):
 			backoff.Reset()
