@@ -157,6 +157,8 @@ func main() {
 				return fmt.Errorf("%w: %w; copy the server's jobexec.token there, or set LABORO_TOKEN", err, tokenErr)
 			}
 			return fmt.Errorf("%w: this token is not the server's (from $LABORO_TOKEN or jobexec.token)", err)
+		case errors.Is(err, jobexec.ErrServerUnproven):
+			return fmt.Errorf("%w; this token is from $LABORO_TOKEN or jobexec.token", err)
 		case errors.Is(err, syscall.ECONNREFUSED):
 			return fmt.Errorf("no jobExecutorServer answers at %s (is it running, on this port?): %w", client.Addr, err)
 		case err != nil:

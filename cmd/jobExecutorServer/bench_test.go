@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/laboro-go/laboro/protocols/jobexec"
 )
 
@@ -42,7 +43,7 @@ func BenchmarkIssueJob(b *testing.B) {
 	})
 	b.Run("client", func(b *testing.B) {
 		s := benchServer(b)
-		c := &jobexec.Client{Addr: net.JoinHostPort(s.host, s.port)}
+		c := s.client(b)
 		inFlight(b, func() error {
 			_, err := c.Do(context.Background(), "issueJob", []string{"/bin/true"}, io.Discard)
 			return err
@@ -58,9 +59,14 @@ func BenchmarkIssueJob(b *testing.B) {
 
 // benchServer starts the server binary with room for every submitter and
 // concurrency 2.
+// client is a Client of s with the token s made at its start.
+func (s *server) client(b *testing.B) *jobexec.Client {
+	return &jobexec.Client{Addr: net.JoinHostPort(s.host, s.port), Token: e2e.Token(b, "jobexec")}
+}
+
 func benchServer(b *testing.B) *server {
 	s := startServer(b, "0", "1024", "2")
-	c := &jobexec.Client{Addr: net.JoinHostPort(s.host, s.port)}
+	c := s.client(b)
 	if _, err := c.Do(context.Background(), "setConcurrency", []string{"2"}, io.Discard); err != nil {
 		b.Fatal(err)
 	}
@@ -86,8 +92,8 @@ func inFlight(b *testing.B, op func() error) {
 // and through a jobCommander process, and reports p50 and p99.
 func BenchmarkRoundTrip(b *testing.B) {
 	const queued = 1000
-	s := startServer(b, "0", "2000", "1")
-	c := &jobexec.Client{Addr: net.JoinHostPort(s.host, s.port)}
+	s := startServer(b, "0", "2000", "1", "-max-conns", "1100") // a commander a queued job
+	c := s.client(b)
 	ctx := context.Background()
 	if _, err := c.Do(ctx, "setConcurrency", []string{"0"}, io.Discard); err != nil {
 		b.Fatal(err)

@@ -678,9 +678,11 @@ func TestToken(t *testing.T) {
 	for _, wrong := range []string{"s3cret", tok[:len(tok)-1], tok + "0"} {
 		out, stderr, code := s.runEnv(t, []string{"LABORO_TOKEN=" + wrong}, "issueJob", "touch", "pwned")
 		assert.Empty(t, out)
-		assert.Contains(t, stderr, "this token is not the server's")
+		assert.Contains(t, stderr, "the server did not prove it holds the token")
+		assert.Contains(t, stderr, "the server has another token")
 		assert.Equal(t, 1, code)
 	}
+	require.Eventually(t, func() bool { return strings.Contains(s.log(), "commander left after the server's proof") }, 10*time.Second, 10*time.Millisecond)
 	assert.NoFileExists(t, filepath.Join(s.work, "pwned"))
 
 	// LABORO_TOKEN, when set, is the token, beyond loopback too if it is
@@ -699,7 +701,7 @@ func TestToken(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.NotContains(t, out, "s3cret")
 	_, stderr, code = s.runEnv(t, []string{"LABORO_TOKEN=" + tok}, "poll")
-	assert.Contains(t, stderr, "wrong token")
+	assert.Contains(t, stderr, "the server did not prove it holds the token")
 	assert.Equal(t, 1, code)
 }
 

@@ -332,3 +332,69 @@ func TestClientStderrOfFailedJob(t *testing.T) {
 		assert.NotEqual(t, FrameStderr, f.Type)
 	}
 }
+
+// A Client with a token sends its command only to a server that proves it
+// holds the token: not to a program on the server's port that answers the
+// hello as it can (a made-up proof, the Client's own nonce back), nor to
+// one that refuses the hello as a server of an earlier version would (a
+// request of version 4 would carry the token in the clear). Each ends in
+// ErrServerUnproven, on one connection, with no request sent.
+func TestClientRefusesAnUnprovenServer(t *testing.T) {
+	answers := map[string]func(hello []byte) []Frame{
+		"made-up proof": func([]byte) []Frame {
+			return []Frame{{FrameChallenge, ChallengePayload(make([]byte, NonceSize), make([]byte, 32))}}
+		},
+		"proof of another token": func(hello []byte) []Frame {
+			ours := bytes.Repeat([]byte{1}, NonceSize)
+			return []Frame{{FrameChallenge, ChallengePayload(ours, ServerProof("other", hello[1:], ours))}}
+		},
+		"the nonce sent back": func(hello []byte) []Frame {
+			return []Frame{{FrameChallenge, ChallengePayload(hello[1:], ServerProof("", hello[1:], hello[1:]))}}
+		},
+		"hello refused": func(hello []byte) []Frame {
+			return []Frame{{FrameRefusal, []byte("bad request: jobexec: unknown frame type H")}, {FrameExit, ExitPayload(1)}}
+		},
+	}
+	for name, answer := range answers {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer ln.Close()
+			after := make(chan []byte, 1) // what the Client sent after the hello
+			next := make(chan string, 1)  // the first bytes of the next connection
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				conn.SetDeadline(time.Now().Add(30 * time.Second))
+				f, err := ReadFrame(conn, 0)
+				if err != nil || f.Type != FrameHello {
+					after <- []byte("no hello")
+				} else {
+					conn.Write(frames(answer(f.Payload)...))
+					rest, _ := io.ReadAll(conn)
+					after <- rest
+				}
+				conn.Close()
+				if conn, err = ln.Accept(); err == nil {
+					conn.SetDeadline(time.Now().Add(30 * time.Second))
+					b := make([]byte, 4)
+					io.ReadFull(conn, b)
+					next <- string(b)
+					conn.Close()
+				}
+			}()
+			_, err = (&Client{Addr: ln.Addr().String(), Token: "s3cret", AckTimeout: 10 * time.Second}).Do(t.Context(), "issueJob", []string{"touch", "x"}, io.Discard)
+			require.ErrorIs(t, err, ErrServerUnproven)
+			assert.Empty(t, <-after, "nothing sent after the hello")
+			// Connections are accepted in order: the test's own comes
+			// next unless the Client tried again (with an earlier version).
+			mark, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(t, err)
+			defer mark.Close()
+			mark.Write([]byte("MARK"))
+			assert.Equal(t, "MARK", <-next, "no second connection")
+		})
+	}
+}

@@ -2,6 +2,8 @@ package jobexec
 
 import (
 	"bufio"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,7 +19,11 @@ const (
 	// job issued by a request of version 3 or later that did not succeed
 	// has the end of its standard error sent too (FrameStderr); by one of
 	// version 4 or later, when it did not exit by itself, why (FrameWhy).
-	Version = 4
+	// A request of version 5 follows a hello (FrameHello) and the server's
+	// challenge (FrameChallenge): each side proves it holds the token
+	// without sending it, and the request carries its proof in the token's
+	// place. A Client without a token sends version 4.
+	Version = 5
 	// MinVersion is the oldest request format a Server accepts.
 	MinVersion = 1
 	// HeaderSize is the length of a frame header.
@@ -44,11 +50,16 @@ const (
 	FrameExit    FrameType = 'X'
 	FrameStderr  FrameType = 'E' // only in answer to a request of version 3 or later
 	FrameWhy     FrameType = 'W' // only in answer to a request of version 4 or later
+	// FrameHello opens an exchange of version 5: a commander's nonce.
+	FrameHello FrameType = 'H'
+	// FrameChallenge answers FrameHello: the server's nonce and its proof.
+	FrameChallenge FrameType = 'C'
 )
 
 func (t FrameType) valid() bool {
 	switch t {
-	case FrameRequest, FrameAck, FrameLine, FrameOutput, FrameRefusal, FrameExit, FrameStderr, FrameWhy:
+	case FrameRequest, FrameAck, FrameLine, FrameOutput, FrameRefusal, FrameExit, FrameStderr, FrameWhy,
+		FrameHello, FrameChallenge:
 		return true
 	}
 	return false
@@ -181,7 +192,8 @@ type Request struct {
 	// Version is the request format, MinVersion to Version; 0 means Version.
 	// A server acknowledges a request of version 2 or later (FrameAck).
 	Version int
-	// Token is the shared secret, "" when none is configured.
+	// Token is the shared secret, "" when none is configured; in a request
+	// of version 5, the commander's proof that it holds it (see Prove).
 	Token string
 	// Command is one of issueJob, setConcurrency, stop, poll, exit.
 	Command string
@@ -259,6 +271,9 @@ func knownVersion(p []byte) bool {
 	return len(p) > 0 && p[0] >= MinVersion && p[0] <= Version
 }
 
+// versionOf reports whether request payload p is of version v.
+func versionOf(p []byte, v int) bool { return len(p) > 0 && int(p[0]) == v }
+
 // wantsAck reports whether request payload p is of a version that this
 // package speaks and that asks for FrameAck.
 func wantsAck(p []byte) bool { return knownVersion(p) && p[0] >= 2 }
@@ -282,4 +297,82 @@ func ParseExit(p []byte) (int, error) {
 		return 0, protocolErrorf("exit payload of %d bytes, want 4", len(p))
 	}
 	return int(int32(binary.BigEndian.Uint32(p))), nil
+}
+
+// NonceSize is the length of the nonces of a hello and a challenge.
+const NonceSize = 32
+
+// proofLabels keep a proof of one side from being taken for the other's.
+const (
+	serverProofLabel = "laboro jobexec server\x00"
+	commanderLabel   = "laboro jobexec commander\x00"
+)
+
+// HelloPayload is the payload of a hello: the version it opens, then the
+// commander's nonce.
+func HelloPayload(version int, nonce []byte) []byte {
+	return append([]byte{byte(version)}, nonce...)
+}
+
+// ParseHello decodes a hello's payload into its version and nonce.
+func ParseHello(p []byte) (version int, nonce []byte, err error) {
+	if len(p) != 1+NonceSize {
+		return 0, nil, protocolErrorf("hello of %d bytes, want %d", len(p), 1+NonceSize)
+	}
+	if p[0] != Version {
+		return 0, nil, protocolErrorf("hello of version %d, this package speaks %d", p[0], Version)
+	}
+	return int(p[0]), p[1:], nil
+}
+
+// ChallengePayload is the payload of a challenge: the server's nonce,
+// then its proof over both nonces (ServerProof).
+func ChallengePayload(nonce, proof []byte) []byte {
+	return append(append(make([]byte, 0, len(nonce)+len(proof)), nonce...), proof...)
+}
+
+// ParseChallenge decodes a challenge's payload into the server's nonce and
+// its proof.
+func ParseChallenge(p []byte) (nonce, proof []byte, err error) {
+	if len(p) != NonceSize+sha256.Size {
+		return nil, nil, protocolErrorf("challenge of %d bytes, want %d", len(p), NonceSize+sha256.Size)
+	}
+	return p[:NonceSize], p[NonceSize:], nil
+}
+
+// ServerProof is a server's proof that it holds token, for the exchange
+// of the commander's nonce c and the server's nonce s: HMAC-SHA256 keyed
+// with the token.
+func ServerProof(token string, c, s []byte) []byte {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte(serverProofLabel))
+	m.Write(c)
+	m.Write(s)
+	return m.Sum(nil)
+}
+
+// Prove returns q, of version 5, with its Token replaced by the
+// commander's proof that it holds token: HMAC-SHA256 keyed with the token
+// over both nonces and the request's payload with an empty token, so that
+// the proof also vouches for the command and its arguments.
+func (q Request) Prove(token string, c, s []byte) (Request, error) {
+	q.Version, q.Token = Version, ""
+	payload, err := q.AppendBinary(nil)
+	if err != nil {
+		return q, err
+	}
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte(commanderLabel))
+	m.Write(c)
+	m.Write(s)
+	m.Write(payload)
+	q.Token = string(m.Sum(nil))
+	return q, nil
+}
+
+// Proven reports whether q, a request of version 5, carries the proof
+// that its commander holds token, for the nonces c and s.
+func (q Request) Proven(token string, c, s []byte) bool {
+	want, err := q.Prove(token, c, s)
+	return err == nil && q.Version == Version && hmac.Equal([]byte(q.Token), []byte(want.Token))
 }

@@ -198,3 +198,48 @@ func FuzzReadFrame(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseHello: whatever decodes re-encodes to the same payload.
+func FuzzParseHello(f *testing.F) {
+	f.Add(HelloPayload(Version, bytes.Repeat([]byte{7}, NonceSize)))
+	f.Add([]byte{Version})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		v, nonce, err := ParseHello(p)
+		if err != nil {
+			return
+		}
+		require.Len(t, nonce, NonceSize)
+		require.Equal(t, p, HelloPayload(v, nonce))
+	})
+}
+
+// FuzzParseChallenge: whatever decodes re-encodes to the same payload.
+func FuzzParseChallenge(f *testing.F) {
+	nonce := bytes.Repeat([]byte{7}, NonceSize)
+	f.Add(ChallengePayload(nonce, ServerProof("s3cret", nonce, nonce)))
+	f.Add(nonce)
+	f.Fuzz(func(t *testing.T, p []byte) {
+		nonce, proof, err := ParseChallenge(p)
+		if err != nil {
+			return
+		}
+		require.Len(t, nonce, NonceSize)
+		require.Equal(t, p, ChallengePayload(nonce, proof))
+	})
+}
+
+// A proof holds for its token, nonces and command, and for nothing else.
+func TestProof(t *testing.T) {
+	c, s := bytes.Repeat([]byte{1}, NonceSize), bytes.Repeat([]byte{2}, NonceSize)
+	q, err := Request{Command: "issueJob", Args: []string{"echo", "a"}}.Prove("s3cret", c, s)
+	require.NoError(t, err)
+	assert.Equal(t, Version, q.Version)
+	assert.Len(t, q.Token, 32)
+	assert.True(t, q.Proven("s3cret", c, s))
+	assert.False(t, q.Proven("s3cret!", c, s), "another token")
+	assert.False(t, q.Proven("s3cret", s, c), "the nonces swapped")
+	changed := q
+	changed.Args = []string{"echo", "b"}
+	assert.False(t, changed.Proven("s3cret", c, s), "another argument")
+	assert.NotEqual(t, ServerProof("s3cret", c, s), []byte(q.Token), "a server's proof is not a commander's")
+}

@@ -55,7 +55,7 @@
 // when its job ends; every other command is answered at once, so each read
 // of its answer has the same deadline.
 //
-// # The wire, version 2
+// # The wire
 //
 // A commander opens a TCP connection, sends one request frame, and reads
 // frames until an exit frame, after which either side closes. The server
@@ -75,6 +75,11 @@
 //
 // Frame types:
 //
+//	'H' hello     commander → server: opens an exchange of version 5 (a
+//	              commander with a token): the version byte (5) and 32
+//	              random bytes, the commander's nonce
+//	'C' challenge server → commander: the answer to a hello: 32 random
+//	              bytes, the server's nonce, and the server's proof
 //	'Q' request   commander → server: the command, see below
 //	'A' ack       server → commander: the request was read; empty payload.
 //	              Sent only for a request of version 2 or later, as the
@@ -97,18 +102,45 @@
 //	'X' exit      server → commander: the commander's exit status, a
 //	              big-endian int32; the last frame of every exchange
 //
-// A request's payload is the version byte (4), then a list of strings, each
+// A request's payload is the version byte, then a list of strings, each
 // a uvarint length and its bytes: the shared token ("" when none is
-// configured), the command ("issueJob", "setConcurrency", "stop", "poll",
+// configured; in version 5, the commander's proof), the command ("issueJob", "setConcurrency", "stop", "poll",
 // "exit") and its arguments as the user typed them, boundaries kept, so
 // that `issueJob sh -c 'echo "a   b"'` reaches the server as three words.
 // A request holds at most MaxRequestStrings strings, and no string may
 // claim more bytes than the payload has left.
 //
-// # Versions 1 to 3, and older commanders and servers
+// # Version 5: the token proven, never sent
 //
-// Version 3 is version 4 without the 'W' frame, and version 2 is version 3
-// without the 'E' frame. A server from before a version refuses a request
+// A commander with a token sends a hello first and waits for the
+// challenge, whose proof is HMAC-SHA256 keyed with the token over
+// "laboro jobexec server\x00", the commander's nonce and the server's
+// (ServerProof). Only if that proof is right does it send its request, of
+// version 5, whose token string is its own proof: HMAC-SHA256 keyed with
+// the token over "laboro jobexec commander\x00", both nonces and the
+// request's payload with an empty token (Request.Prove), so that the proof
+// holds for this command and these arguments only. The server checks it
+// (Request.Proven) as it checked the token before, and the exchange goes
+// on as in version 4.
+//
+// So the token never crosses the wire: someone on the path learns nothing
+// that would let them send a command (a recorded request fails under the
+// server's next nonce, and one changed on the way fails its proof), and a
+// program that took the server's port while it was down (another user's,
+// on the loopback) gets neither the token nor the command: the Client ends
+// with ErrServerUnproven. A server of an earlier version refuses the hello
+// as a bad request; a Client with a token does not then fall back to
+// version 4, which would send the token in the clear, but ends with
+// ErrServerUnproven too. A Client without a token sends version 4 with no
+// hello, and a server still takes a token sent in the clear by a commander
+// of an earlier version. The wire is not encrypted: the commands and
+// outputs themselves can be read on the path.
+//
+// # Versions 1 to 4, and older commanders and servers
+//
+// Version 4 is version 5 without the hello and the challenge, the token
+// sent as it is. Version 3 is version 4 without the 'W' frame, and version
+// 2 is version 3 without the 'E' frame. A server from before a version refuses a request
 // of that version as one from before version 2 refuses a version 2
 // request (below), and a Client then tries again with the version before.
 //

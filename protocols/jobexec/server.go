@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -48,9 +49,10 @@ var ErrServerTerminated = errors.New("jobexec: server terminated")
 type Server struct {
 	// Executor runs the jobs; required. The exit command shuts it down.
 	Executor *laboro.Executor
-	// Token, if not empty, must be sent by every commander; it is compared
-	// in a time that tells nothing of it (not even its length) before
-	// anything else is done.
+	// Token, if not empty, must be proven by every commander (version 5:
+	// the server proves it holds it too, and neither sends it) or sent by
+	// one of an earlier version; it is checked in a time that tells
+	// nothing of it (not even its length) before anything else is done.
 	Token string
 	// MaxConns bounds the connections served at once (a commander of
 	// issueJob holds its connection until its job ends); one over it is
@@ -241,10 +243,30 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
 	}
-	conn.SetReadDeadline(time.Now().Add(timeout))
-	f, err := ReadFrame(bufio.NewReader(conn), cmp.Or(s.MaxFrame, DefaultMaxRequest))
+	conn.SetReadDeadline(time.Now().Add(timeout)) // for the hello and the request
+	r, limit := bufio.NewReader(conn), cmp.Or(s.MaxFrame, DefaultMaxRequest)
+	f, err := ReadFrame(r, limit)
+	var nonce, ours []byte // the commander's and the server's, after a hello
+	if err == nil && f.Type == FrameHello {
+		if _, nonce, err = ParseHello(f.Payload); err == nil {
+			ours = make([]byte, NonceSize)
+			rand.Read(ours) // never fails
+			x.send(FrameChallenge, ChallengePayload(ours, ServerProof(s.Token, nonce, ours)))
+			x.flush()
+			err = x.err
+		}
+		if err == nil {
+			f, err = ReadFrame(r, limit)
+		}
+		if err == nil && f.Type == FrameRequest && !versionOf(f.Payload, Version) {
+			err = protocolErrorf("a hello is followed by a request of version %d", Version)
+		}
+	}
 	if err == nil && f.Type != FrameRequest {
 		err = protocolErrorf("expected a request frame, got %v", f.Type)
+	}
+	if err == nil && nonce == nil && versionOf(f.Payload, Version) {
+		err = protocolErrorf("a request of version %d comes after a hello", Version)
 	}
 	if err == nil {
 		x.stderr = wantsStderr(f.Payload)
@@ -262,6 +284,11 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		q, err = ParseRequest(f.Payload)
 	}
 	if err != nil {
+		if ours != nil && errors.Is(err, io.EOF) {
+			// What a Client does when the proof is not for its token.
+			x.log.Warn("commander left after the server's proof: it holds another token, or took this server for another")
+			return
+		}
 		x.log.Warn("bad request", zap.Error(err))
 		if !errors.Is(err, io.EOF) {
 			x.refuse("bad request: %v", err)
@@ -270,7 +297,7 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		return
 	}
 	conn.SetReadDeadline(time.Time{})
-	if s.Token != "" && !secret.Equal(q.Token, s.Token) {
+	if s.Token != "" && !s.proven(q, nonce, ours) {
 		x.log.Warn("request with a wrong token")
 		x.refuse("wrong token")
 		return
@@ -309,6 +336,16 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	default:
 		x.refuse("unknown command %q", q.Command)
 	}
+}
+
+// proven reports whether q's commander holds the server's token: it
+// proved it (version 5, after a hello whose nonce was c, answered with s),
+// or sent it (versions 1 to 4).
+func (s *Server) proven(q Request, c, ours []byte) bool {
+	if q.Version == Version {
+		return q.Proven(s.Token, c, ours)
+	}
+	return secret.Equal(q.Token, s.Token)
 }
 
 func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {

@@ -141,12 +141,146 @@ func TestCommands(t *testing.T) {
 
 func TestTokenIsChecked(t *testing.T) {
 	ts := startServer(t, "s3cret")
+	// A Client with another token finds that the server does not prove
+	// it holds that one, and sends no command.
 	_, _, err := ts.do(t, "wrong", "poll")
+	require.ErrorIs(t, err, ErrServerUnproven)
+	assert.Contains(t, err.Error(), "the command was not sent")
+	// Without a token, or with a wrong one sent as earlier versions do,
+	// the server refuses the command.
+	_, _, err = ts.do(t, "", "poll")
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "wrong token")
+	p, err := Request{Version: Version - 1, Token: "wrong", Command: "setConcurrency", Args: []string{"0"}}.AppendBinary(nil)
+	require.NoError(t, err)
+	assert.Contains(t, string(exchangeRaw(t, ts.addr, Frame{FrameRequest, p})), "wrong token")
+
 	out, _, err := ts.do(t, "s3cret", "setConcurrency", "2")
 	require.NoError(t, err)
 	assert.Equal(t, "CONCURRENCY SET AT 2\n", out)
+	// The token as earlier versions send it: still taken.
+	p, err = Request{Version: Version - 1, Token: "s3cret", Command: "setConcurrency", Args: []string{"3"}}.AppendBinary(nil)
+	require.NoError(t, err)
+	assert.Contains(t, string(exchangeRaw(t, ts.addr, Frame{FrameRequest, p})), "CONCURRENCY SET AT 3")
+}
+
+// exchangeRaw sends frames on a new connection to addr, closes its
+// writing side, and returns all that the server answered.
+func exchangeRaw(t *testing.T, addr string, fs ...Frame) []byte {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err = conn.Write(frames(fs...))
+	require.NoError(t, err)
+	answer, err := io.ReadAll(conn)
+	require.NoError(t, err)
+	return answer
+}
+
+// With a token, neither the token nor anything that stands for it crosses
+// the wire: what a listener on the path records holds no token, and
+// replaying it (a command and its proof) to the server does nothing.
+func TestTokenNeverCrossesTheWire(t *testing.T) {
+	const token = "s3cret-s3cret-s3cret"
+	ts := startServer(t, token)
+	var sent, received bytes.Buffer
+	proxy := recordingProxy(t, ts.addr, &sent, &received)
+	var out bytes.Buffer
+	code, err := (&Client{Addr: proxy.addr, Token: token}).Do(t.Context(), "issueJob", []string{"echo", "once"}, &out)
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
+	proxy.wait()
+	assert.NotContains(t, sent.String(), token)
+	assert.NotContains(t, received.String(), token)
+	require.Contains(t, sent.String(), "echo", "the recording is of the exchange")
+
+	// The recorded hello and request, replayed: the server's new nonce
+	// makes the proof worthless.
+	r := bytes.NewReader(sent.Bytes())
+	hello, err := ReadFrame(r, 0)
+	require.NoError(t, err)
+	request, err := ReadFrame(r, 0)
+	require.NoError(t, err)
+	answer := exchangeRaw(t, ts.addr, hello, request)
+	assert.Contains(t, string(answer), "wrong token")
+	assert.NotContains(t, string(answer), "SUBMITTED", "no job replayed")
+}
+
+// A request of version 5 whose command was changed on the way, or that
+// comes without its hello, is refused: the proof covers the command and
+// its arguments, under the server's nonce.
+func TestProofCoversTheCommand(t *testing.T) {
+	const token = "s3cret"
+	ts := startServer(t, token, laboro.WithConcurrency(0))
+	conn, err := net.Dial("tcp", ts.addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	nonce := bytes.Repeat([]byte{7}, NonceSize)
+	require.NoError(t, WriteFrame(conn, FrameHello, HelloPayload(Version, nonce)))
+	r := bufio.NewReader(conn)
+	f, err := ReadFrame(r, 0)
+	require.NoError(t, err)
+	require.Equal(t, FrameChallenge, f.Type)
+	theirs, proof, err := ParseChallenge(f.Payload)
+	require.NoError(t, err)
+	assert.Equal(t, ServerProof(token, nonce, theirs), proof, "the server proves it holds the token")
+	q, err := Request{Command: "issueJob", Args: []string{"echo", "harmless"}}.Prove(token, nonce, theirs)
+	require.NoError(t, err)
+	q.Args = []string{"touch", "pwned"} // changed on the way
+	p, err := q.AppendBinary(nil)
+	require.NoError(t, err)
+	require.NoError(t, WriteFrame(conn, FrameRequest, p))
+	answer, err := io.ReadAll(r)
+	require.NoError(t, err)
+	assert.Contains(t, string(answer), "wrong token")
+
+	q.Args = []string{"echo", "harmless"} // a proven request, without its hello
+	p, err = q.AppendBinary(nil)
+	require.NoError(t, err)
+	assert.Contains(t, string(exchangeRaw(t, ts.addr, Frame{FrameRequest, p})), "comes after a hello")
+	assert.Len(t, ts.ex.Queued(), 0)
+}
+
+// proxy relays one connection to a server, recording each direction.
+type proxy struct {
+	addr string
+	done chan struct{}
+}
+
+func (p *proxy) wait() { <-p.done }
+
+func recordingProxy(t *testing.T, to string, sent, received *bytes.Buffer) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{addr: ln.Addr().String(), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		defer ln.Close()
+		in, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer in.Close()
+		out, err := net.Dial("tcp", to)
+		if err != nil {
+			return
+		}
+		defer out.Close()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			io.Copy(io.MultiWriter(out, sent), in)
+			out.(*net.TCPConn).CloseWrite()
+		})
+		io.Copy(io.MultiWriter(in, received), out)
+		in.(*net.TCPConn).CloseWrite()
+		wg.Wait()
+	}()
+	t.Cleanup(func() { ln.Close(); <-p.done })
+	return p
 }
 
 // Garbage, a 4 GiB length and a stalled half frame each cost only their own
@@ -260,7 +394,7 @@ func TestServerWriteDeadline(t *testing.T) {
 	conn, err := net.Dial("tcp", ts.addr)
 	require.NoError(t, err)
 	defer conn.Close()
-	p, err := Request{Command: "issueJob", Args: []string{"head", "-c", "50000000", "/dev/zero"}}.AppendBinary(nil)
+	p, err := Request{Version: Version - 1, Command: "issueJob", Args: []string{"head", "-c", "50000000", "/dev/zero"}}.AppendBinary(nil)
 	require.NoError(t, err)
 	require.NoError(t, WriteFrame(conn, FrameRequest, p))
 	// Read up to SUBMITTED only.
@@ -435,10 +569,15 @@ func TestConnectionLimit(t *testing.T) {
 	require.ErrorIs(t, err, ErrRefused)
 	assert.ErrorContains(t, err, "too many connections")
 	assert.True(t, ts.logged("too many connections"))
+	// A Client with a token is told the same, not taken for one that
+	// meets a server of an earlier version.
+	_, _, err = ts.do(t, "s3cret", "poll")
+	require.ErrorIs(t, err, ErrRefused)
+	assert.ErrorContains(t, err, "too many connections")
 
 	// One held connection sends its command and is answered: within the
 	// limit, serving goes on.
-	payload, err := Request{Version: Version, Command: "poll"}.AppendBinary(nil)
+	payload, err := Request{Version: Version - 1, Command: "poll"}.AppendBinary(nil)
 	require.NoError(t, err)
 	require.NoError(t, WriteFrame(held[0], FrameRequest, payload))
 	held[0].SetReadDeadline(time.Now().Add(10 * time.Second))
