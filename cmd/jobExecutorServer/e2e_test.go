@@ -274,10 +274,10 @@ func TestExampleSession(t *testing.T) {
 	assert.Equal(t, 7, code, "the commander's status is the job's")
 	// Why a job failed: the end of its standard error, on the commander's
 	// standard error; its standard output stays as the protocol frames it.
-	out, errOut, code := s.run(t, "issueJob", "ls", "/nonexistent")
-	assert.Equal(t, "JOB <job_7, ls /nonexistent> SUBMITTED\n-----job_7 output start-----\n-----job_7 output end-----\n", out)
+	out, errOut, code := s.run(t, "issueJob", "ls", "no-such-file") // in the server's own temporary directory
+	assert.Equal(t, "JOB <job_7, ls no-such-file> SUBMITTED\n-----job_7 output start-----\n-----job_7 output end-----\n", out)
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, "jobCommander: the job's standard error (its end):\n  ls: cannot access '/nonexistent': No such file or directory\n")
+	assert.Contains(t, errOut, "jobCommander: the job's standard error (its end):\n  ls: cannot access 'no-such-file': No such file or directory\n")
 	out, _, _ = s.run(t, "poll")
 	assert.Equal(t, "", out)
 	out, _, code = s.run(t, "stop", "job_1")
@@ -707,8 +707,9 @@ func TestToken(t *testing.T) {
 
 func TestServerUsage(t *testing.T) {
 	server, _ := build(t)
+	missing := filepath.Join(t.TempDir(), "missing", "outputs")
 	for _, args := range [][]string{{}, {"7856", "0", "5"}, {"7856", "8", "0"}, {"x", "8", "5"}, {"70000", "8", "5"}, {"7856", "8", "5", "-bogus"}, {"7856", "8", "5", "-request-timeout", "0s"},
-		{"0", "8", "5", "-dir", "/nonexistent/outputs"}} {
+		{"0", "8", "5", "-dir", missing}} {
 		cmd := exec.Command(server, args...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
@@ -717,7 +718,7 @@ func TestServerUsage(t *testing.T) {
 		assert.True(t, strings.HasPrefix(string(out), "jobExecutorServer: "), "%v: %s", args, out)
 		assert.Contains(t, string(out), "\nusage: jobExecutorServer portNum bufferSize threadPoolSize", "%v", args)
 		if slices.Contains(args, "-dir") {
-			assert.Contains(t, string(out), `jobExecutorServer: -dir "/nonexistent/outputs": no such file or directory`)
+			assert.Contains(t, string(out), fmt.Sprintf("jobExecutorServer: -dir %q: no such file or directory", missing))
 		}
 	}
 }
