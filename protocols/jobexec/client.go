@@ -142,9 +142,6 @@ func (c *Client) do(ctx context.Context, version int, command string, args []str
 			payload, err = q.AppendBinary(payload[:0])
 		}
 		if err != nil {
-			if errors.Is(err, errBeforeAck) {
-				return 0, err
-			}
 			return fail(err)
 		}
 	}
@@ -161,9 +158,6 @@ func (c *Client) do(ctx context.Context, version int, command string, args []str
 		conn.SetReadDeadline(time.Now().Add(timeout))
 		f, err := ReadFrame(r, c.MaxFrame)
 		if err = c.expect(f, err, FrameAck, "acknowledging the request", timeout); err != nil {
-			if errors.Is(err, errBeforeAck) {
-				return 0, err
-			}
 			return fail(err)
 		}
 		acked = true
