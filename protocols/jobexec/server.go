@@ -339,9 +339,8 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 }
 
 // proven reports whether q's commander holds the server's token: it
-// proved it (version 5, after a hello whose nonce was c, answered with
-// ours),
-// or sent it (versions 1 to 4).
+// proved it (version 5, after a hello whose nonce was c, answered with the
+// server's nonce ours), or sent it (versions 1 to 4).
 func (s *Server) proven(q Request, c, ours []byte) bool {
 	if q.Version == Version {
 		return q.Proven(s.Token, c, ours)
