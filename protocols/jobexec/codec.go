@@ -344,10 +344,16 @@ func ParseChallenge(p []byte) (nonce, proof []byte, err error) {
 // of the commander's nonce c and the server's nonce s: HMAC-SHA256 keyed
 // with the token.
 func ServerProof(token string, c, s []byte) []byte {
+	return mac(token, serverProofLabel, c, s)
+}
+
+// mac is HMAC-SHA256 keyed with token over label and then parts.
+func mac(token, label string, parts ...[]byte) []byte {
 	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte(serverProofLabel))
-	m.Write(c)
-	m.Write(s)
+	m.Write([]byte(label))
+	for _, p := range parts {
+		m.Write(p)
+	}
 	return m.Sum(nil)
 }
 
@@ -361,12 +367,7 @@ func (q Request) Prove(token string, c, s []byte) (Request, error) {
 	if err != nil {
 		return q, err
 	}
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte(commanderLabel))
-	m.Write(c)
-	m.Write(s)
-	m.Write(payload)
-	q.Token = string(m.Sum(nil))
+	q.Token = string(mac(token, commanderLabel, c, s, payload))
 	return q, nil
 }
 
