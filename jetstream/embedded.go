@@ -31,9 +31,13 @@ var ErrDataInUse = errors.New("jetstream: another server uses the data directory
 // server offers (TLS, limits, cluster routes).
 type EmbeddedOption func(*server.Options)
 
-// WithToken makes the embedded server require token from every client
-// (Token(token), or nats://token@host:port), compared in a time that tells
-// nothing of it, or a RoleToken derived from it. A client with the token
+// WithToken makes the embedded server require token from every client, or
+// a RoleToken derived from it. laboro's clients (Token) prove it without
+// sending it: the server greets each connection with a nonce, and the
+// client answers with an HMAC of it keyed with the token. Other NATS
+// clients may present it as a plain token (nats://token@host:port), which
+// crosses the wire in the clear; either is compared in a time that tells
+// nothing of it. A client with the token
 // may do all that laboro does, but not delete a stream or the workers'
 // consumer, which would lose every job without a word to the service
 // (Denied); one with a RoleToken may do only what its role needs.
@@ -41,7 +45,10 @@ type EmbeddedOption func(*server.Options)
 // allowed to the token: NATS cannot tell a purge of one job from a purge
 // of all by its subject.)
 func WithToken(token string) EmbeddedOption {
-	return func(o *server.Options) { o.CustomClientAuthentication = tokenAuth(token) }
+	return func(o *server.Options) {
+		o.CustomClientAuthentication = tokenAuth(token)
+		o.AlwaysEnableNonce = true
+	}
 }
 
 // sameToken compares two tokens in a time that depends on neither.

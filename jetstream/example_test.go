@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -210,5 +211,40 @@ func ExampleRoleToken() {
 	fmt.Println(err != nil)
 	// Output:
 	// worker true
+	// true
+}
+
+// A worker started before its token exists (the server makes it at its
+// first start) looks for it at each attempt to connect, and waits.
+func ExampleRoleTokenFrom() {
+	dir, _ := os.MkdirTemp("", "laboro-nats-")
+	defer os.RemoveAll(dir)
+	const token = "the server's token"
+	srv, err := jetstream.StartEmbedded(dir, "127.0.0.1", -1, jetstream.WithToken(token))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+
+	var current atomic.Value // where the worker finds its token: a file, say
+	current.Store("")
+	connected := make(chan struct{})
+	nc, err := nats.Connect(srv.URL(),
+		jetstream.RoleTokenFrom(jetstream.RoleWorker, "", func() string { return current.Load().(string) }),
+		nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(), nats.MaxReconnects(-1),
+		nats.ReconnectWait(10*time.Millisecond),
+		nats.ConnectHandler(func(*nats.Conn) { close(connected) }))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+	fmt.Println(nc.IsConnected())
+	current.Store(jetstream.RoleToken(token, jetstream.RoleWorker, ""))
+	<-connected
+	fmt.Println(nc.IsConnected())
+	// Output:
+	// false
 	// true
 }

@@ -2,10 +2,12 @@ package jetstream
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,7 +19,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
 )
 
 // The fuzz targets of the decoders that take bytes from the wire: result
@@ -385,4 +389,75 @@ func normalized(w wireJob) wireJob {
 		}
 	}
 	return w
+}
+
+// fakeClient is what tokenAuth.Check sees of a connection: the fields of
+// its CONNECT and the nonce it was greeted with.
+type fakeClient struct {
+	opts  server.ClientOpts
+	nonce []byte
+	user  *server.User
+}
+
+func (c *fakeClient) GetOpts() *server.ClientOpts                 { return &c.opts }
+func (c *fakeClient) GetTLSConnectionState() *tls.ConnectionState { return nil }
+func (c *fakeClient) RegisterUser(u *server.User)                 { c.user = u }
+func (c *fakeClient) RemoteAddress() net.Addr                     { return nil }
+func (c *fakeClient) GetNonce() []byte                            { return c.nonce }
+func (c *fakeClient) Kind() int                                   { return server.CLIENT }
+func (c *fakeClient) GetID() uint64                               { return 1 }
+
+// FuzzTokenProof feeds the server's check of a CONNECT whatever a client
+// may send as its proof (the nkey and sig fields), or as a plain token: it
+// never panics, and admits exactly the proofs and tokens of the server's
+// token and of role tokens derived from it, each with its own rights.
+func FuzzTokenProof(f *testing.F) {
+	const token = "the-server-token-0123456789"
+	nonce := []byte("aNonceOf11b")
+	for _, seed := range []struct{ name, sig, plain string }{
+		{"laboro", base64.RawURLEncoding.EncodeToString(tokenProof([]byte(token), nonce)), ""},
+		{"worker.LABORO", base64.RawURLEncoding.EncodeToString(tokenProof([]byte(roleMAC(token, RoleWorker, "LABORO")), nonce)), ""},
+		{"client.OTHER", "", ""},
+		{"admin.LABORO", "AAAA", ""},
+		{"worker.", "", ""},
+		{"worker.A.B", "", ""},
+		{"", "", token},
+		{"", "", RoleToken(token, RoleClient, "")},
+		{"laboro", "!!not base64", ""},
+	} {
+		f.Add(seed.name, seed.sig, seed.plain, nonce)
+	}
+	auth := tokenAuth(token)
+	f.Fuzz(func(t *testing.T, name, sig, plain string, nonce []byte) {
+		c := &fakeClient{opts: server.ClientOpts{Nkey: name, Sig: sig, Token: plain}, nonce: nonce}
+		admitted := auth.Check(c)
+		// The model: which client this is, and whether its proof or its
+		// token is right.
+		var want bool
+		var role Role
+		var stream string
+		if name != "" {
+			key, ok := []byte(token), name == ownerProof
+			if r, s, cut := strings.Cut(name, "."); !ok && cut && (Role(r) == RoleWorker || Role(r) == RoleClient) && s != "" && !strings.Contains(s, ".") {
+				role, stream, ok = Role(r), s, true
+				key = []byte(roleMAC(token, role, stream))
+			}
+			want = ok && len(nonce) > 0 && sig == base64.RawURLEncoding.EncodeToString(tokenProof(key, nonce))
+		} else if plain == token {
+			want = true
+		} else if r, s, mac, ok := parseRole(plain); ok {
+			role, stream = r, s
+			want = mac == roleMAC(token, r, s)
+		}
+		require.Equal(t, want, admitted, "nkey %q sig %q token %q nonce %q", name, sig, plain, nonce)
+		if !admitted {
+			require.Nil(t, c.user)
+			return
+		}
+		if role == "" {
+			require.Equal(t, ownerPermissions(), c.user.Permissions)
+		} else {
+			require.Equal(t, rolePermissions(role, stream), c.user.Permissions)
+		}
+	})
 }

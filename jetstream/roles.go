@@ -57,22 +57,103 @@ func parseRole(token string) (role Role, stream, mac string, ok bool) {
 	return role, stream, mac, true
 }
 
-// Token is the nats.Option that presents token to an embedded server
-// started WithToken: the server's token, or a RoleToken, whose inbox
-// prefix (where its requests' answers come) it sets too.
+// Token is the nats.Option that proves token to an embedded server
+// started WithToken: the server's token, or a RoleToken, whose inbox prefix
+// (where its requests' answers come) it sets too. The token never crosses
+// the wire: the client answers the nonce of the server's greeting with an
+// HMAC of it keyed with the token, and says only which token it proves
+// (the role and streams of a RoleToken). A program that holds the
+// server's port while the server is down learns nothing it could use
+// against the server, whose next nonce differs; and a server that offers
+// no nonce (one that is not an embedded server started WithToken) is
+// refused before anything is sent, with nats.ErrNkeysNotSupported. A NATS
+// server of the user's own that wants a plain token takes it written in
+// its URL (nats://token@host:port), in the clear.
 func Token(token string) nats.Option {
+	role, stream, key := tokenKey(token)
+	return prove(role, stream, func() []byte { return key })
+}
+
+// RoleTokenFrom is Token with role's rights on the streams of stream (""
+// means DefaultStream), for a token that may not be there yet or may
+// change: token is called at each attempt to connect, and returns a
+// RoleToken of that role and stream, or the server's token, from which
+// one is derived. An empty token is refused by the server like a wrong
+// one (nats.IgnoreAuthErrorAbort keeps a connection trying).
+func RoleTokenFrom(role Role, stream string, token func() string) nats.Option {
+	if stream == "" {
+		stream = DefaultStream
+	}
+	return prove(role, stream, func() []byte {
+		tok := token()
+		if tok == "" {
+			return nil
+		}
+		if TokenRole(tok) == "" {
+			tok = RoleToken(tok, role, stream)
+		}
+		if r, s, key := tokenKey(tok); r == role && s == stream {
+			return key
+		}
+		return nil
+	})
+}
+
+// prove is the nats.Option that proves, at each connection, the key that
+// key returns, for role on stream's streams (no role: the server's
+// token). Without a key, the proof is empty, and refused.
+func prove(role Role, stream string, key func() []byte) nats.Option {
 	return func(o *nats.Options) error {
-		o.Token = token
-		if role, stream, _, ok := parseRole(token); ok {
+		if role != "" {
 			o.InboxPrefix = inboxPrefix(role, stream)
+		}
+		o.Nkey = proofName(role, stream)
+		o.SignatureCB = func(nonce []byte) ([]byte, error) {
+			k := key()
+			if k == nil {
+				return nil, nil
+			}
+			return tokenProof(k, nonce), nil
 		}
 		return nil
 	}
 }
 
+// tokenKey returns the role and stream of a RoleToken and the key of its
+// proofs, its MAC; for the server's token, no role and the token itself.
+func tokenKey(token string) (role Role, stream string, key []byte) {
+	if role, stream, mac, ok := parseRole(token); ok {
+		return role, stream, []byte(mac)
+	}
+	return "", "", []byte(token)
+}
+
+// ownerProof is the name a client proving the server's token gives in
+// place of an nkey; one proving a RoleToken gives its role and stream.
+const ownerProof = "laboro"
+
+// proofName is what a client proving a token says it proves, in the nkey
+// field of its CONNECT: the role and stream of a RoleToken, or ownerProof.
+func proofName(role Role, stream string) string {
+	if role == "" {
+		return ownerProof
+	}
+	return string(role) + "." + stream
+}
+
+// tokenProof is a client's proof that it holds key: an HMAC of the nonce
+// the server greeted it with.
+func tokenProof(key, nonce []byte) []byte {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("laboro nats proof\x00"))
+	mac.Write(nonce)
+	return mac.Sum(nil)
+}
+
 // RoleInbox is the inbox prefix (nats.CustomInboxPrefix) of role on the
-// streams of stream, where the answers to its requests come: Token sets it,
-// and a connection that gets its token later (nats.TokenHandler) needs it.
+// streams of stream, where the answers to its requests come: Token and
+// RoleTokenFrom set it; a client that presents a RoleToken otherwise (as
+// a plain token) needs it.
 func RoleInbox(role Role, stream string) string {
 	if stream == "" {
 		stream = DefaultStream
@@ -155,9 +236,9 @@ func ownerPermissions() *server.Permissions {
 // word to the service.
 var Denied = []string{"$JS.API.STREAM.DELETE.>", "$JS.API.CONSUMER.DELETE.*." + consumerName}
 
-// tokenAuth admits the clients that present the token, with every right
-// but deleting, and those that present a RoleToken derived from it, with
-// their role's.
+// tokenAuth admits the clients that prove the token (Token), or present
+// it, with every right but deleting, and those that prove or present a
+// RoleToken derived from it, with their role's.
 type tokenAuth string
 
 func (t tokenAuth) Check(c server.ClientAuthentication) bool {
@@ -165,17 +246,51 @@ func (t tokenAuth) Check(c server.ClientAuthentication) bool {
 	if opts == nil || t == "" {
 		return false
 	}
+	if opts.Nkey != "" {
+		return t.checkProof(c, opts)
+	}
 	if role, stream, mac, ok := parseRole(opts.Token); ok {
 		if !sameToken(mac, roleMAC(string(t), role, stream)) {
 			return false
 		}
-		c.RegisterUser(&server.User{Username: "laboro-" + string(role), Permissions: rolePermissions(role, stream)})
-		return true
+		return t.admit(c, role, stream)
 	}
 	if !sameToken(opts.Token, string(t)) {
 		return false
 	}
-	c.RegisterUser(&server.User{Username: "laboro", Permissions: ownerPermissions()})
+	return t.admit(c, "", "")
+}
+
+// checkProof admits a client whose proof (Token) is the HMAC, keyed with
+// the token it names, of the nonce it was greeted with.
+func (t tokenAuth) checkProof(c server.ClientAuthentication, opts *server.ClientOpts) bool {
+	var role Role
+	var stream string
+	key := []byte(t)
+	if opts.Nkey != ownerProof {
+		r, s, ok := strings.Cut(opts.Nkey, ".")
+		role, stream = Role(r), s
+		if !ok || (role != RoleWorker && role != RoleClient) || stream == "" || strings.Contains(stream, ".") {
+			return false
+		}
+		key = []byte(roleMAC(string(t), role, stream))
+	}
+	nonce := c.GetNonce()
+	sig, err := base64.RawURLEncoding.Strict().DecodeString(opts.Sig)
+	if len(nonce) == 0 || err != nil || !hmac.Equal(sig, tokenProof(key, nonce)) {
+		return false
+	}
+	return t.admit(c, role, stream)
+}
+
+// admit gives a client the rights of role on stream's streams, or the
+// token's when role is "".
+func (t tokenAuth) admit(c server.ClientAuthentication, role Role, stream string) bool {
+	if role == "" {
+		c.RegisterUser(&server.User{Username: "laboro", Permissions: ownerPermissions()})
+		return true
+	}
+	c.RegisterUser(&server.User{Username: "laboro-" + string(role), Permissions: rolePermissions(role, stream)})
 	return true
 }
 

@@ -1,8 +1,14 @@
 package jetstream
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
+	"io"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,7 +135,7 @@ func TestRoleTokenForged(t *testing.T) {
 		good[:len(good)-1],
 	} {
 		_, err := nats.Connect(srv.URL(), Token(token))
-		assert.True(t, errors.Is(err, nats.ErrAuthorization) || err != nil && strings.Contains(err.Error(), "Authorization"), "%s: %v", token, err)
+		assert.True(t, authRefusal(err), "%s: %v", token, err)
 	}
 	nc, err := nats.Connect(srv.URL(), Token(RoleToken("s3cret", RoleClient, "OTHER")))
 	require.NoError(t, err)
@@ -168,4 +174,233 @@ func TestStreamsNotUpdatedWhenSame(t *testing.T) {
 	_, results, _, err := ensure(ctx, js, cfg, true)
 	require.NoError(t, err)
 	assert.Equal(t, time.Hour, results.CachedInfo().Config.MaxAge)
+}
+
+// recordingProxy forwards connections to addr and keeps what the clients
+// sent.
+type recordingProxy struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	sent bytes.Buffer
+	wg   sync.WaitGroup
+}
+
+func newRecordingProxy(t *testing.T, addr string) *recordingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &recordingProxy{ln: ln}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", addr)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.wg.Add(2)
+			go func() {
+				defer p.wg.Done()
+				defer out.Close()
+				buf := make([]byte, 4096)
+				for {
+					n, err := in.Read(buf)
+					p.mu.Lock()
+					p.sent.Write(buf[:n])
+					p.mu.Unlock()
+					if _, werr := out.Write(buf[:n]); err != nil || werr != nil {
+						return
+					}
+				}
+			}()
+			go func() {
+				defer p.wg.Done()
+				defer in.Close()
+				_, _ = io.Copy(in, out)
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *recordingProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *recordingProxy) recorded() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent.String()
+}
+
+// laboro's clients prove their token with an HMAC of the server's nonce:
+// neither the server's token nor a role token's secret crosses the wire,
+// and what does cannot be replayed, since the next connection's nonce
+// differs.
+func TestTokenNeverCrossesTheWire(t *testing.T) {
+	const token = "the-server-token-0123456789"
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken(token))
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	addr := strings.TrimPrefix(srv.URL(), "nats://")
+	tokens := []string{token, RoleToken(token, RoleWorker, ""), RoleToken(token, RoleClient, "")}
+	for _, tok := range tokens {
+		proxy := newRecordingProxy(t, addr)
+		nc, err := nats.Connect(proxy.url(), Token(tok))
+		require.NoError(t, err, tok)
+		require.NoError(t, nc.Flush())
+		nc.Close()
+
+		sent := proxy.recorded()
+		secretPart := tok
+		if role := TokenRole(tok); role != "" {
+			secretPart = strings.Split(tok, ".")[2]
+			assert.Contains(t, sent, `"nkey":"`+string(role)+`.LABORO"`)
+		} else {
+			assert.Contains(t, sent, `"nkey":"laboro"`)
+		}
+		assert.NotContains(t, sent, secretPart, "the token crossed the wire")
+		assert.NotContains(t, sent, `"auth_token"`)
+
+		// What was sent, replayed on a connection of its own, is refused.
+		connect, _, ok := strings.Cut(sent[strings.Index(sent, "CONNECT "):], "\r\n")
+		require.True(t, ok, sent)
+		raw, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		require.NoError(t, raw.SetDeadline(time.Now().Add(10*time.Second)))
+		r := bufio.NewReader(raw)
+		info, err := r.ReadString('\n')
+		require.NoError(t, err)
+		require.Contains(t, info, `"nonce"`)
+		_, err = io.WriteString(raw, connect+"\r\nPING\r\n")
+		require.NoError(t, err)
+		reply, err := r.ReadString('\n')
+		require.NoError(t, err)
+		assert.Contains(t, reply, "Authorization Violation", "replayed proof of %s", tok)
+		raw.Close()
+	}
+}
+
+// A server that offers no nonce (not an embedded server with a token)
+// gets nothing: the client leaves before its CONNECT.
+func TestTokenProofNeedsANonce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	received := make(chan string, 4)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.WriteString(conn, `INFO {"server_id":"fake","version":"2.10.0","proto":1,"max_payload":1048576}`+"\r\n")
+			b, _ := io.ReadAll(conn) // until the client leaves
+			conn.Close()
+			received <- string(b)
+		}
+	}()
+	const token = "the-server-token-0123456789"
+	for _, opt := range []nats.Option{
+		Token(token),
+		Token(RoleToken(token, RoleWorker, "")),
+		RoleTokenFrom(RoleClient, "", func() string { return token }),
+	} {
+		_, err := nats.Connect("nats://"+ln.Addr().String(), opt, nats.NoReconnect())
+		require.ErrorIs(t, err, nats.ErrNkeysNotSupported)
+		select {
+		case got := <-received:
+			assert.Empty(t, got, "sent to a server without a nonce")
+		case <-testCtx(t, 10*time.Second).Done():
+			t.Fatal("the client did not leave")
+		}
+	}
+}
+
+// A token that comes later (serve makes it at its first start) is looked
+// for at each attempt: refused while there is none, or a wrong one, taken
+// once it is right, with its role's rights only.
+func TestRoleTokenFrom(t *testing.T) {
+	const token = "the-server-token-0123456789"
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken(token))
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	var current atomic.Value
+	current.Store("")
+	reads := make(chan string, 1024) // the token of each attempt
+	errs := make(chan error, 1024)
+	connected := make(chan struct{})
+	report := func(_ *nats.Conn, err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	nc, err := nats.Connect(srv.URL(),
+		RoleTokenFrom(RoleWorker, "", func() string {
+			tok := current.Load().(string)
+			select {
+			case reads <- tok:
+			default:
+			}
+			return tok
+		}),
+		nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(), nats.MaxReconnects(-1),
+		nats.ReconnectWait(5*time.Millisecond), nats.ReconnectJitter(0, 0),
+		nats.ReconnectErrHandler(report),
+		nats.ErrorHandler(func(nc *nats.Conn, _ *nats.Subscription, err error) { report(nc, err) }),
+		nats.ConnectHandler(func(*nats.Conn) { close(connected) }))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	ctx := testCtx(t, 30*time.Second)
+	attempt := func(tok string) {
+		for {
+			select {
+			case read := <-reads:
+				if read == tok {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("no attempt with %q", tok)
+			}
+		}
+	}
+	for _, wrong := range []string{"", "not-the-token", RoleToken(token, RoleClient, "")} {
+		current.Store(wrong)
+		attempt(wrong)
+		attempt(wrong) // the one before failed
+		require.False(t, nc.IsConnected(), "connected with %q", wrong)
+	}
+	current.Store(token) // the server's: a worker's is derived from it
+	select {
+	case <-connected:
+	case <-ctx.Done():
+		t.Fatal("not connected once the token came")
+	}
+	require.NoError(t, nc.Publish("LABORO.submit.b", []byte("x")))
+	var refusals int
+	for {
+		select {
+		case err := <-errs:
+			if authRefusal(err) {
+				refusals++
+				continue
+			}
+			assert.ErrorIs(t, err, nats.ErrPermissionViolation)
+			assert.NotZero(t, refusals, "the wrong tokens were not refused")
+			return
+		case <-ctx.Done():
+			t.Fatal("a worker's connection submitted a job")
+		}
+	}
+}
+
+// authRefusal tells a refusal of the token from other failures.
+func authRefusal(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || err != nil && strings.Contains(err.Error(), "Authorization Violation")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -723,6 +725,90 @@ func TestNoServer(t *testing.T) {
 		p := e2e.Start(t, []string{"LABORO_NATS=" + url}, bin, args...)
 		assert.Equal(t, 1, p.Wait(t, 30*time.Second), "laboro %q", args)
 		assert.Contains(t, p.Log(), "is `laboro serve` running?", "laboro %q", args)
+	}
+}
+
+// fakeNATS is a program holding a NATS address: it greets each connection
+// (with a nonce or without), refuses its CONNECT, and keeps what it was
+// sent.
+func fakeNATS(t *testing.T, nonce bool) (url string, sent func() string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var got strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+			info := `{"server_id":"fake","version":"2.10.0","proto":1,"max_payload":1048576,"auth_required":true`
+			if nonce {
+				info += `,"nonce":"aNonceOf11b"`
+			}
+			_, _ = io.WriteString(conn, "INFO "+info+"}\r\n")
+			r := bufio.NewReader(conn)
+			for {
+				line, err := r.ReadString('\n')
+				mu.Lock()
+				got.WriteString(line)
+				mu.Unlock()
+				if err != nil {
+					break
+				}
+				if strings.HasPrefix(line, "CONNECT ") {
+					_, _ = io.WriteString(conn, "-ERR 'Authorization Violation'\r\n")
+					break
+				}
+			}
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return "nats://" + ln.Addr().String(), func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return got.String()
+	}
+}
+
+// laboro's token is proven, never sent: a program holding the NATS
+// address gets neither the token nor a role's, whether it offers a nonce
+// (it gets a proof of that nonce alone, refused by the real server) or
+// not (it gets no token at all, and is told to be no serve of laboro's).
+func TestTokenNeverSent(t *testing.T) {
+	bin := build(t)
+	const token = "a-token-of-laboro-0123456789"
+	secrets := []string{token}
+	for _, role := range []jetstream.Role{jetstream.RoleWorker, jetstream.RoleClient} {
+		secrets = append(secrets, strings.Split(jetstream.RoleToken(token, role, ""), ".")[2])
+	}
+	env := func(url string) []string {
+		return []string{"LABORO_NATS=" + url, "LABORO_TOKEN=" + token}
+	}
+
+	url, sent := fakeNATS(t, true)
+	p := e2e.Start(t, env(url), bin, "submit", "echo", "x")
+	assert.Equal(t, 1, p.Wait(t, 30*time.Second))
+	assert.Contains(t, p.Log(), "refused the token (from $LABORO_TOKEN or laboro.token): it is wrong")
+	assert.Contains(t, sent(), `"nkey":"client.LABORO"`)
+	for _, s := range secrets {
+		assert.NotContains(t, sent(), s)
+	}
+
+	url, sent = fakeNATS(t, false)
+	p = e2e.Start(t, env(url), bin, "submit", "echo", "x")
+	assert.Equal(t, 1, p.Wait(t, 30*time.Second))
+	assert.Contains(t, p.Log(), "offers no nonce against which to prove laboro's token: it is not laboro serve's")
+	assert.Contains(t, p.Log(), "wants credentials, and it is not laboro serve's: laboro's token is not for it (write them in the URL, or give -creds)")
+	assert.Contains(t, sent(), "CONNECT ", "connected without the token")
+	assert.NotContains(t, sent(), `"nkey"`)
+	for _, s := range secrets {
+		assert.NotContains(t, sent(), s)
 	}
 }
 

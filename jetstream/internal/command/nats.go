@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,14 +56,16 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		url = defaultURL
 	}
 	said := saidOnce{}
-	// presented reports whether a token was presented: without one, the
-	// refusal only says that there is none, which is said already.
+	// noToken is set when laboro's token is not proven: there is none yet,
+	// or the server is not serve's.
 	var noToken atomic.Bool
-	presented := func() bool { return c.creds != "" || !noToken.Load() }
+	// presented reports whether the command has credentials of some kind:
+	// without, a refusal only says that there are none, which is said
+	// already.
+	presented := func() bool { return c.creds != "" || c.token != "" || !noToken.Load() || shown(url) != url }
 	refusedToken := func() {
 		said.once("refused", func() {
-			c.log.Error("NATS refused the token (from $LABORO_TOKEN or laboro.token): it is not the server's, nor derived from it (see laboro token)",
-				zap.String("url", shown(url)))
+			c.log.Error("NATS "+c.refusal(url, !noToken.Load()), zap.String("url", shown(url)))
 		})
 	}
 	dial := &dialer{Dialer: net.Dialer{Timeout: nats.GetDefaultOptions().Timeout}}
@@ -84,6 +87,13 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			if errors.Is(err, nats.ErrAuthorization) && presented() {
 				refusedToken()
+				return
+			}
+			if errors.Is(err, nats.ErrNkeysNotSupported) {
+				said.once("nonce", func() {
+					c.log.Error("NATS offers no nonce against which to prove laboro's token, which is never sent: it is not laboro serve's (for a NATS server of your own, write its credentials in the URL, or give -creds)",
+						zap.String("url", shown(url)))
+				})
 				return
 			}
 			// Why the server cannot be reached, said once: a refused
@@ -118,46 +128,58 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	if c.creds != "" {
 		opts = append(opts, nats.UserCredentials(c.creds))
 	}
-	if waitForServer {
-		opts = append(opts, nats.RetryOnFailedConnect(true))
-	}
 	var nc *nats.Conn
 	var err error
 	role := c.role()
-	if waitForServer && c.token == "" && c.creds == "" && role != "" {
-		// No token yet: serve may not have made it. Look for it at each
-		// attempt, until the server takes it.
-		opts = append(opts, nats.IgnoreAuthErrorAbort(), nats.CustomInboxPrefix(jetstream.RoleInbox(role, c.stream)),
-			nats.TokenHandler(func() string {
-				tok, err := secret.Find("laboro", "LABORO_TOKEN")
-				noToken.Store(tok == "")
-				if err != nil {
-					// Said once for each reason: none yet, or one that
-					// is refused (open to other users, say).
-					said.once(err.Error(), func() {
-						c.log.Warn("no token to present yet; waiting (laboro serve makes laboro.token at its first start; on another machine, copy a worker's token there, see laboro token)",
-							zap.Error(err))
-					})
-				}
-				return c.roleToken(tok, role)
-			}))
-		nc, err = nats.Connect(url, opts...)
-		return c.connected(url, nc, dial.why(err))
+	// laboro's token is proven, never sent; with the rights of this
+	// command's role only, derived from the server's token. Where there is
+	// none yet for a worker (serve may not have made it), it is looked
+	// for at each attempt, until the server takes it.
+	var prove []nats.Option
+	switch {
+	case c.creds != "" || shown(url) != url:
+		// The user's own credentials.
+	case c.token != "":
+		prove = []nats.Option{jetstream.Token(c.roleToken(c.token, role))}
+	case waitForServer && role != "":
+		prove = []nats.Option{nats.IgnoreAuthErrorAbort(), jetstream.RoleTokenFrom(role, c.stream, func() string {
+			tok, err := secret.Find("laboro", "LABORO_TOKEN")
+			noToken.Store(tok == "")
+			if err != nil {
+				// Said once for each reason: none yet, or one that is
+				// refused (open to other users, say).
+				said.once(err.Error(), func() {
+					c.log.Warn("no token to present yet; waiting (laboro serve makes laboro.token at its first start; on another machine, copy a worker's token there, see laboro token)",
+						zap.Error(err))
+				})
+			}
+			return tok
+		})}
 	}
-	if tok := c.roleToken(c.token, role); tok != c.token {
-		// The server's token: connect with the rights of this command's
-		// role only, derived from it. A NATS server of the user's own with
-		// a plain token takes the token itself.
-		nc, err = nats.Connect(url, append(opts, jetstream.Token(tok))...)
-		if !refused(err) {
-			return c.connected(url, nc, dial.why(err))
+	if prove != nil {
+		// A first attempt tells whether the server can take a proof: one
+		// that offers no nonce is not serve's, and is connected to without
+		// the token.
+		proven := append(slices.Clip(opts), prove...)
+		nc, err = nats.Connect(url, proven...)
+		if !errors.Is(err, nats.ErrNkeysNotSupported) {
+			if err != nil && waitForServer {
+				// Not up yet, no token yet, or a refused one: keep
+				// trying, saying why once. Should what comes up offer no
+				// nonce, ReconnectErrHandler says so.
+				nc, err = nats.Connect(url, append(proven, nats.RetryOnFailedConnect(true))...)
+			}
+			return c.connected(url, nc, dial.why(err), !noToken.Load())
 		}
+		c.log.Info("NATS offers no nonce against which to prove laboro's token: it is not laboro serve's; connecting without the token, which is never sent",
+			zap.String("url", shown(url)))
+		noToken.Store(true)
 	}
-	if c.token != "" {
-		opts = append(opts, jetstream.Token(c.token))
+	if waitForServer {
+		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
 	nc, err = nats.Connect(url, opts...)
-	return c.connected(url, nc, dial.why(err))
+	return c.connected(url, nc, dial.why(err), !noToken.Load())
 }
 
 // dialer dials NATS servers as the client would, and keeps the last
@@ -235,17 +257,32 @@ func refused(err error) bool {
 
 // connected turns the outcome of connecting to url into what connect
 // returns, with an error a user can act on.
-func (c *common) connected(url string, nc *nats.Conn, err error) (*nats.Conn, error) {
+// tokenProven says whether laboro's token was proven to the server.
+func (c *common) connected(url string, nc *nats.Conn, err error, tokenProven bool) (*nats.Conn, error) {
 	if refused(err) {
-		if c.token == "" && c.tokenErr != nil {
+		if c.token == "" && c.tokenErr != nil && c.creds == "" && shown(url) == url {
 			return nil, fmt.Errorf("NATS at %s wants a token: %w (copy laboro.token from the machine of laboro serve, or set LABORO_TOKEN)", shown(url), c.tokenErr)
 		}
-		return nil, fmt.Errorf("NATS at %s refused the token (from $LABORO_TOKEN or laboro.token): it is wrong", shown(url))
+		return nil, fmt.Errorf("NATS at %s %s", shown(url), c.refusal(url, tokenProven))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS at %s (is `laboro serve` running?): %w", shown(url), hideCredentials(err, url))
 	}
 	return nc, nil
+}
+
+// refusal says what NATS at url refused; tokenProven says whether
+// laboro's token was proven to it.
+func (c *common) refusal(url string, tokenProven bool) string {
+	switch {
+	case shown(url) != url:
+		return "refused the credentials written in its URL"
+	case c.creds != "":
+		return "refused the credentials of -creds " + c.creds
+	case c.token != "" && !tokenProven:
+		return "wants credentials, and it is not laboro serve's: laboro's token is not for it (write them in the URL, or give -creds)"
+	}
+	return "refused the token (from $LABORO_TOKEN or laboro.token): it is wrong, not the server's nor derived from it (see laboro token)"
 }
 
 // hideCredentials returns err with each of the URLs of urls that it quotes
