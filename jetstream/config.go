@@ -81,6 +81,16 @@ type Config struct {
 	// Dir is where a Manager writes the outputs it receives, handed over in
 	// Result.Output; "" means os.TempDir().
 	Dir string
+	// JobKey, when set, signs the jobs: a Manager puts in each job it
+	// publishes an HMAC of it keyed with JobKey, and a Worker runs only
+	// the jobs that carry the right one. A program posing as the server
+	// (holding its address while it is down, say) then cannot have the
+	// workers run its commands. A job without it, or with another, is not
+	// run: the worker logs why and hands it back, until the delivery limit
+	// (MaxDeliver) fails it. The Manager and its workers need the same key:
+	// JobKey(token, stream) derives it from the server's token or from a
+	// worker's RoleToken, as laboro serve and laboro worker do.
+	JobKey []byte
 	// Logger; nil means none.
 	Logger *zap.Logger
 }
@@ -442,6 +452,8 @@ const (
 	// every outcome of it stored: an id that comes again with another job
 	// is told from a job submitted again.
 	hdrSum = "Laboro-Job-Sum"
+	// hdrSigned is a job's HMAC keyed with Config.JobKey (jobMAC).
+	hdrSigned = "Laboro-Job-Mac"
 
 	reasonMaxDeliver = "max-deliver"
 )

@@ -248,3 +248,57 @@ func ExampleRoleTokenFrom() {
 	// false
 	// true
 }
+
+// The Manager signs its jobs with the key of the server's token, and a
+// worker holding a worker's token of that server checks them: it runs no
+// job that anyone else put in the stream.
+func ExampleJobKey() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "laboro-nats-")
+	defer os.RemoveAll(dir)
+	const token = "the server's token"
+	srv, err := jetstream.StartEmbedded(dir, "127.0.0.1", -1, jetstream.WithToken(token))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	owner, err := nats.Connect(srv.URL(), jetstream.Token(token))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer owner.Close()
+	workerToken := jetstream.RoleToken(token, jetstream.RoleWorker, "")
+	wc, err := nats.Connect(srv.URL(), jetstream.Token(workerToken))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer wc.Close()
+
+	m, err := jetstream.NewManager(ctx, owner, jetstream.Config{JobKey: jetstream.JobKey(token, "")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close()
+	workerCtx, stopWorker := context.WithCancel(ctx)
+	workerDone := make(chan error, 1)
+	go func() {
+		w := &jetstream.Worker{Conn: wc, Config: jetstream.Config{JobKey: jetstream.JobKey(workerToken, "")}}
+		workerDone <- w.Run(workerCtx)
+	}()
+	defer func() { stopWorker(); <-workerDone }()
+
+	res := m.Run(ctx, laboro.Job{ID: "signed", Command: "echo signed by the manager"})
+	fmt.Println(res.Status)
+	if res.Output != nil {
+		res.Output.WriteTo(os.Stdout)
+		res.Output.Close()
+	}
+	// Output:
+	// succeeded
+	// signed by the manager
+}

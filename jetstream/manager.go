@@ -545,6 +545,9 @@ func (m *Manager) publish(ctx context.Context, job laboro.Job, sum string) error
 	msg := nats.NewMsg(m.cfg.jobsSubject(job.ID))
 	msg.Header.Set(hdrJob, job.ID)
 	msg.Header.Set(hdrSum, sum)
+	if len(m.cfg.JobKey) > 0 {
+		msg.Header.Set(hdrSigned, jobMAC(m.cfg.JobKey, msg.Subject, data))
+	}
 	msg.Data = data
 	ack, err := publish(ctx, m.js, msg, job.ID)
 	if err != nil {

@@ -150,6 +150,40 @@ func tokenProof(key, nonce []byte) []byte {
 	return mac.Sum(nil)
 }
 
+// JobKey returns the key of the jobs of the streams of stream (""
+// means DefaultStream; see Config.JobKey), from the server's token or from
+// a worker's RoleToken of those streams, which give the same key; nil for
+// any other token (a client's has no part in running jobs).
+func JobKey(token, stream string) []byte {
+	if stream == "" {
+		stream = DefaultStream
+	}
+	role, s, mac, ok := parseRole(token)
+	switch {
+	case token == "":
+		return nil
+	case !ok:
+		mac = roleMAC(token, RoleWorker, stream)
+	case role != RoleWorker || s != stream:
+		return nil
+	}
+	return []byte(mac)
+}
+
+// jobMAC is the signature of a job's message (Config.JobKey): an HMAC of
+// its subject, which names the job, and its body.
+func jobMAC(key []byte, subject string, data []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("laboro job\x00" + subject + "\x00"))
+	mac.Write(data)
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// signedBy reports whether a job's message carries its HMAC keyed with key.
+func signedBy(key []byte, subject string, h nats.Header, data []byte) bool {
+	return hmac.Equal([]byte(h.Get(hdrSigned)), []byte(jobMAC(key, subject, data)))
+}
+
 // RoleInbox is the inbox prefix (nats.CustomInboxPrefix) of role on the
 // streams of stream, where the answers to its requests come: Token and
 // RoleTokenFrom set it; a client that presents a RoleToken otherwise (as

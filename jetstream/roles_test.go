@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,8 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // roleConn connects with token and gathers the server's refusals.
@@ -403,4 +407,48 @@ func TestRoleTokenFrom(t *testing.T) {
 // authRefusal tells a refusal of the token from other failures.
 func authRefusal(err error) bool {
 	return errors.Is(err, nats.ErrAuthorization) || err != nil && strings.Contains(err.Error(), "Authorization Violation")
+}
+
+// With a JobKey a worker runs only the jobs its Manager signed: a job
+// published by anyone else (a program posing as the server, a Manager
+// with another key or none) is handed back until its delivery limit fails
+// it, never run.
+func TestSignedJobs(t *testing.T) {
+	const token = "the-server-token-0123456789"
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken(token))
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	owner, _ := roleConn(t, srv.URL(), token)
+	worker, _ := roleConn(t, srv.URL(), RoleToken(token, RoleWorker, ""))
+	key := JobKey(token, "")
+	require.Equal(t, key, JobKey(RoleToken(token, RoleWorker, ""), ""), "the worker's token gives the server's key")
+	assert.Nil(t, JobKey(RoleToken(token, RoleClient, ""), ""))
+	assert.Nil(t, JobKey(RoleToken(token, RoleWorker, "OTHER"), ""))
+
+	// The first to make the workers' consumer gives it its delivery limit.
+	signed := newManager(t, owner, Config{JobKey: key, MaxDeliver: 2})
+	core, logs := observer.New(zap.ErrorLevel)
+	runWorker(t, &Worker{Conn: worker, Config: Config{JobKey: JobKey(RoleToken(token, RoleWorker, ""), "")},
+		Concurrency: 2, OutputDir: t.TempDir(), Logger: zap.New(core)})
+	ctx := testCtx(t, time.Minute)
+
+	res := signed.Run(ctx, laboro.Job{ID: "signed", Command: "echo ran"})
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, "ran\n", string(output(t, res)))
+	assert.Zero(t, logs.Len(), "%v", logs.All())
+
+	dir := t.TempDir()
+	for i, m := range []*Manager{
+		newManager(t, owner, Config{}),
+		newManager(t, owner, Config{JobKey: JobKey("another server's token", "")}),
+	} {
+		mark := filepath.Join(dir, strconv.Itoa(i))
+		id := "forged" + strconv.Itoa(i)
+		res := m.Run(ctx, laboro.Job{ID: id, Args: []string{"touch", mark}})
+		assert.Equal(t, laboro.StatusFailed, res.Status, id)
+		assert.ErrorIs(t, res.Err, ErrMaxDeliver, id)
+		assert.NoFileExists(t, mark, "%s ran", id)
+		refusals := logs.FilterMessageSnippet("not signed with this worker's key").FilterField(zap.String("subject", "LABORO.jobs."+id))
+		assert.Equal(t, 2, refusals.Len(), "%s: refused at each delivery", id)
+	}
 }

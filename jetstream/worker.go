@@ -27,6 +27,10 @@ const fetchWait = 500 * time.Millisecond
 // acknowledgement.
 const publishTimeout = 30 * time.Second
 
+// unsignedDelay is how long a job without the worker's signature (see
+// Config.JobKey) waits before it is delivered again.
+const unsignedDelay = time.Second
+
 // Worker pulls jobs with the workers' durable consumer, runs each through a
 // local laboro.Executor as a process (its output in <pid>.output), sends
 // in-progress acknowledgements every AckWait/3 while it runs, publishes the
@@ -400,6 +404,15 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 	attempt, seq := uint64(1), uint64(0)
 	if md, err := msg.Metadata(); err == nil {
 		attempt, seq = md.NumDelivered, md.Sequence.Stream
+	}
+	if len(r.cfg.JobKey) > 0 && !signedBy(r.cfg.JobKey, msg.Subject(), msg.Headers(), msg.Data()) {
+		// Not the Manager's: a program posing as the server, or a Manager
+		// without this worker's key. Handed back, it fails at the
+		// delivery limit; run here, it would run anyone's command.
+		r.log.Error("job not run: it is not signed with this worker's key (is the server laboro's, and this worker's token from it?)",
+			zap.String("subject", msg.Subject()), zap.Uint64("attempt", attempt))
+		_ = msg.NakWithDelay(unsignedDelay)
+		return
 	}
 	var wj wireJob
 	if err := json.Unmarshal(msg.Data(), &wj); err != nil || validID(wj.ID) != nil {

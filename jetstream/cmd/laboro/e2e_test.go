@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,8 @@ import (
 	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/laboro-go/laboro/internal/freeport"
 	"github.com/laboro-go/laboro/jetstream"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -810,6 +813,34 @@ func TestTokenNeverSent(t *testing.T) {
 	for _, s := range secrets {
 		assert.NotContains(t, sent(), s)
 	}
+}
+
+// A worker runs only the jobs serve signed with its token's key: a job
+// put in the stream by anyone else (a program posing as the server would
+// hand it such jobs) is not run, and the worker says why.
+func TestWorkerRunsOnlySignedJobs(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "0")
+	token := e2e.Token(t, "laboro")
+	w := e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-c", "1")
+	out, log, code := s.run("submit", "-wait", "echo signed")
+	require.Equal(t, 0, code, log)
+	assert.Equal(t, "signed\n", out)
+
+	nc, err := nats.Connect(s.url, jetstream.Token(token))
+	require.NoError(t, err)
+	defer nc.Close()
+	mark := filepath.Join(t.TempDir(), "forged")
+	job, err := json.Marshal(map[string]any{"id": "forged", "args": []string{"touch", mark}})
+	require.NoError(t, err)
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = js.Publish(ctx, "LABORO.jobs.forged", job)
+	require.NoError(t, err)
+	w.Await(t, regexp.MustCompile(`job not run: it is not signed with this worker's key.*LABORO.jobs.forged`), 30*time.Second)
+	assert.NoFileExists(t, mark)
 }
 
 // The credentials of $LABORO_NATS's URLs reach neither the help (as -nats's

@@ -60,10 +60,11 @@
 // directory, which serve makes at its first start and the commands read;
 // no job sees it, and it never crosses the wire (each command proves it
 // with an HMAC of the server's nonce; a server that offers none is not
-// serve's, and is connected to without the token). Each command connects
-// with its role's rights only (a worker's, or a client's for submit,
-// status, output and cancel); token prints the token of a role, for a
-// machine that is to have only that.
+// serve's, and is connected to without the token); a worker runs only the
+// jobs serve signed with its key. Each command connects with its role's
+// rights only (a worker's, or a client's for submit, status, output and
+// cancel); token prints the token of a role, for a machine that is to have
+// only that.
 // -creds gives a credentials file for a cluster that wants one; a user and
 // password or a token written in a NATS URL are used, but shown nowhere
 // (logs, errors) and left out of the jobs' $LABORO_NATS. Logs go to

@@ -10,6 +10,7 @@ import (
 	"iter"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -32,9 +33,13 @@ type common struct {
 	token      string // the server's token; see connect
 	tokenSet   bool   // token is decided (serve's own server)
 	tokenErr   error  // why no token was found
-	level      zapcore.Level
-	format     cli.LogFormat
-	log        *zap.Logger
+	// found is the token a connection that waited for one found (see
+	// connect), and proved once connected closes.
+	found  atomic.Pointer[string]
+	proved chan struct{}
+	level  zapcore.Level
+	format cli.LogFormat
+	log    *zap.Logger
 }
 
 // newCommon returns the flags of subcommand name, whose arguments are

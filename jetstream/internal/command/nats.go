@@ -145,6 +145,9 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		prove = []nats.Option{nats.IgnoreAuthErrorAbort(), jetstream.RoleTokenFrom(role, c.stream, func() string {
 			tok, err := secret.Find("laboro", "LABORO_TOKEN")
 			noToken.Store(tok == "")
+			if tok != "" {
+				c.found.Store(&tok)
+			}
 			if err != nil {
 				// Said once for each reason: none yet, or one that is
 				// refused (open to other users, say).
@@ -167,7 +170,10 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 				// Not up yet, no token yet, or a refused one: keep
 				// trying, saying why once. Should what comes up offer no
 				// nonce, ReconnectErrHandler says so.
-				nc, err = nats.Connect(url, append(proven, nats.RetryOnFailedConnect(true))...)
+				c.proved = make(chan struct{})
+				var once sync.Once
+				nc, err = nats.Connect(url, append(proven, nats.RetryOnFailedConnect(true),
+					nats.ConnectHandler(func(*nats.Conn) { once.Do(func() { close(c.proved) }) }))...)
 			}
 			return c.connected(url, nc, dial.why(err), !noToken.Load())
 		}
@@ -180,6 +186,33 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	}
 	nc, err = nats.Connect(url, opts...)
 	return c.connected(url, nc, dial.why(err), !noToken.Load())
+}
+
+// jobKey returns the key of the jobs a worker may run (see
+// jetstream.Config.JobKey): that of laboro's token, which its server signs
+// them with; nil without a token. A worker that connected before it had
+// its token (it waits for serve's first start) waits for the connection
+// that proves it, or for ctx or stop to end; ok is false if they did.
+func (c *common) jobKey(ctx context.Context, stop <-chan struct{}) (key []byte, ok bool) {
+	if c.proved != nil {
+		select {
+		case <-c.proved:
+		default:
+			c.log.Info("waiting for the NATS server to take laboro's token")
+		}
+		select {
+		case <-c.proved:
+		case <-ctx.Done():
+			return nil, false
+		case <-stop:
+			return nil, false
+		}
+	}
+	tok := c.token
+	if found := c.found.Load(); tok == "" && found != nil {
+		tok = *found
+	}
+	return jetstream.JobKey(tok, c.stream), true
 }
 
 // dialer dials NATS servers as the client would, and keeps the last

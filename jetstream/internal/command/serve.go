@@ -95,6 +95,9 @@ func serve(args []string) int {
 	cfg := c.config()
 	cfg.Replicas = *replicas
 	cfg.Dir = *dir
+	// The jobs are signed with the key of laboro's token, which the
+	// workers holding it check (jetstream.Config.JobKey).
+	cfg.JobKey = jetstream.JobKey(c.token, c.stream)
 
 	errs := make(chan error, 2)
 	service := &jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency, MaxTracked: *keep}

@@ -39,9 +39,11 @@ func worker(args []string) int {
 	}
 	defer c.log.Sync()
 	w := &jetstream.Worker{Config: c.config(), Concurrency: *n, OutputDir: *dir, Name: *name}
+	drained := make(chan struct{})
 	ctx, stop := interruptTwice(func() {
 		c.log.Info("finishing the running jobs; interrupt again to stop at once (they would run again elsewhere)")
 		w.Drain()
+		close(drained)
 	})
 	defer stop()
 	nc, err := c.connect(c.url, true)
@@ -50,7 +52,14 @@ func worker(args []string) int {
 		return exitFailed
 	}
 	defer nc.Close()
-	w.Conn = nc
+	// It runs only the jobs signed with its token's key: a program posing
+	// as the server cannot have it run commands.
+	key, ok := c.jobKey(ctx, drained)
+	if !ok {
+		c.log.Info("worker stopped before it connected")
+		return 0
+	}
+	w.Conn, w.Config.JobKey = nc, key
 	url := c.url
 	if url == "" {
 		url = defaultURL
