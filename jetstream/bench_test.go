@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -259,5 +260,26 @@ func BenchmarkServiceRestart(b *testing.B) {
 			}
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 		})
+	}
+}
+
+// BenchmarkSignJob is what Config.JobKey adds to a job: its signature,
+// made by the Manager and checked by the worker, over a job's subject and
+// body as a Manager publishes them.
+func BenchmarkSignJob(b *testing.B) {
+	key := JobKey("the server's token", "")
+	data, err := json.Marshal(toWire(laboro.Job{ID: "batch-12345", Command: "make -C /src/project test TARGET=linux-amd64"}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	subject := Config{}.withDefaults().jobsSubject("batch-12345")
+	h := nats.Header{}
+	h.Set(hdrSigned, jobMAC(key, subject, data))
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if !signedBy(key, subject, h, data) {
+			b.Fatal("not signed")
+		}
 	}
 }

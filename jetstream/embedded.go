@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // Embedded is a NATS server with JetStream running inside this process,
@@ -113,6 +114,10 @@ func StartEmbedded(dir, host string, port int, opts ...EmbeddedOption) (e *Embed
 
 // URL returns the URL clients connect to, for example "nats://127.0.0.1:4222".
 func (e *Embedded) URL() string { return e.srv.ClientURL() }
+
+// InProcess is the nats.Option that connects to the server inside this
+// process, without a socket (nor TLS, which a socket would want).
+func (e *Embedded) InProcess() nats.Option { return nats.InProcessServer(e.srv) }
 
 // Shutdown stops the server and waits until it has stopped. Its data stays
 // in the directory, for the next StartEmbedded. It is safe to call more

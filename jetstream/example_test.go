@@ -302,3 +302,26 @@ func ExampleJobKey() {
 	// succeeded
 	// signed by the manager
 }
+
+// The program that runs the embedded server reaches it without a socket:
+// a server speaking TLS, whose certificate names the host the workers
+// reach, needs none of it for its own process.
+func ExampleEmbedded_InProcess() {
+	dir, _ := os.MkdirTemp("", "laboro-nats-")
+	defer os.RemoveAll(dir)
+	srv, err := jetstream.StartEmbedded(dir, "127.0.0.1", -1, jetstream.WithToken("the server's token"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	nc, err := nats.Connect("", srv.InProcess(), jetstream.Token("the server's token"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+	fmt.Println(nc.IsConnected())
+	// Output:
+	// true
+}

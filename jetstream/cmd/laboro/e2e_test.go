@@ -25,6 +25,7 @@ import (
 	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/laboro-go/laboro/internal/freeport"
 	"github.com/laboro-go/laboro/jetstream"
+	"github.com/laboro-go/laboro/protocols/fuq/fuqtest"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -841,6 +842,38 @@ func TestWorkerRunsOnlySignedJobs(t *testing.T) {
 	require.NoError(t, err)
 	w.Await(t, regexp.MustCompile(`job not run: it is not signed with this worker's key.*LABORO.jobs.forged`), 30*time.Second)
 	assert.NoFileExists(t, mark)
+}
+
+// serve's embedded server speaks TLS with -tls-cert and -tls-key: a
+// worker and a client given its CA (-ca) run jobs through it, and so know
+// it is the server; a client without is told what to give. Beyond the
+// loopback without TLS, serve warns.
+func TestTLS(t *testing.T) {
+	pki := fuqtest.NewPKI(t)
+	ca := filepath.Join(pki.Dir, "ca.crt")
+	s := newSystem(t)
+	s.serve = e2e.Start(t, []string{"LABORO_NATS="}, s.bin, "serve", "-data", s.data, "-listen", s.listen,
+		"-workers", "0", "-tls-cert", filepath.Join(pki.Dir, "fuq.crt"), "-tls-key", filepath.Join(pki.Dir, "fuq.key"))
+	s.serve.Await(t, regexp.MustCompile(`serving`), 20*time.Second)
+	e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-c", "1", "-ca", ca)
+	out, log, code := s.run("submit", "-wait", "-ca", ca, "echo over TLS")
+	require.Equal(t, 0, code, log)
+	assert.Equal(t, "over TLS\n", out)
+
+	_, log, code = s.run("status")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, log, "speaks TLS with a certificate this command cannot verify (give -ca with the CA that signed it)")
+	_, log, code = s.run("status", "-ca", filepath.Join(pki.Dir, "fuq.key"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, log, "fuq.key: no PEM certificate in it")
+
+	p := e2e.Start(t, nil, s.bin, "serve", "-tls-cert", ca)
+	assert.Equal(t, 2, p.Wait(t, 30*time.Second))
+	assert.Contains(t, p.Log(), "-tls-cert and -tls-key go together")
+
+	p = e2e.Start(t, []string{"LABORO_NATS=", "LABORO_TOKEN=a-token-of-twenty-chars"}, s.bin,
+		"serve", "-data", t.TempDir(), "-listen", "0.0.0.0:0", "-workers", "0")
+	p.Await(t, regexp.MustCompile(`listens beyond this machine without TLS.*give -tls-cert and -tls-key`), 20*time.Second)
 }
 
 // The credentials of $LABORO_NATS's URLs reach neither the help (as -nats's

@@ -1,8 +1,8 @@
 // Command laboro runs shell jobs on NATS JetStream, on one machine or many.
 //
 //	laboro run    [-workers N] [-results DIR] [-joblog FILE [-resume|-resume-failed]] [-retries N] [-halt now|soon,fail=N] (-f FILE | COMMAND…)
-//	laboro serve  [-nats URL,…] [-data DIR] [-listen HOST:PORT] [-workers N] [-c N]
-//	laboro worker [-nats URL,…] [-c N] [-dir DIR]
+//	laboro serve  [-nats URL,…] [-data DIR] [-listen HOST:PORT] [-tls-cert FILE -tls-key FILE] [-workers N] [-c N]
+//	laboro worker [-nats URL,…] [-ca FILE] [-c N] [-dir DIR]
 //	laboro submit [-nats URL,…] [-batch NAME] [-wait] (-f FILE | COMMAND…)
 //	laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
 //	laboro output [-nats URL,…] ID…
@@ -61,10 +61,12 @@
 // no job sees it, and it never crosses the wire (each command proves it
 // with an HMAC of the server's nonce; a server that offers none is not
 // serve's, and is connected to without the token); a worker runs only the
-// jobs serve signed with its key. Each command connects with its role's
-// rights only (a worker's, or a client's for submit, status, output and
-// cancel); token prints the token of a role, for a machine that is to have
-// only that.
+// jobs serve signed with its key. With -tls-cert and -tls-key the embedded
+// server speaks TLS (serve warns when it listens beyond the loopback
+// without), and the other commands verify it with -ca. Each command
+// connects with its role's rights only (a worker's, or a client's for
+// submit, status, output and cancel); token prints the token of a role,
+// for a machine that is to have only that.
 // -creds gives a credentials file for a cluster that wants one; a user and
 // password or a token written in a NATS URL are used, but shown nowhere
 // (logs, errors) and left out of the jobs' $LABORO_NATS. Logs go to

@@ -30,8 +30,8 @@ var commands = map[string]func(args []string) int{
 }
 
 const usage = `usage:
-  laboro serve  [-nats URL,…] [-data DIR] [-listen HOST:PORT] [-workers N] [-c N]
-  laboro worker [-nats URL,…] [-c N] [-dir DIR]
+  laboro serve  [-nats URL,…] [-data DIR] [-listen HOST:PORT] [-tls-cert FILE -tls-key FILE] [-workers N] [-c N]
+  laboro worker [-nats URL,…] [-ca FILE] [-c N] [-dir DIR]
   laboro submit [-nats URL,…] [-batch NAME] [-wait] (-f FILE | COMMAND…)
   laboro status [-nats URL,…] [-watch] [-failed] [BATCH|ID…]
   laboro output [-nats URL,…] ID…

@@ -16,6 +16,7 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/jetstream"
+	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -30,9 +31,11 @@ type common struct {
 	ackWait    time.Duration
 	maxDeliver int
 	creds      string
-	token      string // the server's token; see connect
-	tokenSet   bool   // token is decided (serve's own server)
-	tokenErr   error  // why no token was found
+	ca         string      // -ca: the CA of the server's certificate
+	inProcess  nats.Option // serve's connection to its embedded server
+	token      string      // the server's token; see connect
+	tokenSet   bool        // token is decided (serve's own server)
+	tokenErr   error       // why no token was found
 	// found is the token a connection that waited for one found (see
 	// connect), and proved once connected closes.
 	found  atomic.Pointer[string]
@@ -64,6 +67,9 @@ func newCommon(name, synopsis, doc string) *common {
 		c.url = nats
 		c.fs.Var((*natsURL)(&c.url), "nats", "NATS server `URLs`, comma-separated ($LABORO_NATS)")
 		c.fs.StringVar(&c.creds, "creds", "", "NATS credentials file (user JWT and seed)")
+	}
+	if name != "run" && name != "token" {
+		c.fs.StringVar(&c.ca, "ca", "", "the CA of the NATS server's certificate, PEM, for a server that speaks TLS (default: the system's roots)")
 	}
 	if name != "run" { // run's jobs go through no stream
 		c.fs.StringVar(&c.stream, "stream", jetstream.DefaultStream, "name of the streams to use")

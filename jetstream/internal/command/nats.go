@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -127,6 +128,19 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	}
 	if c.creds != "" {
 		opts = append(opts, nats.UserCredentials(c.creds))
+	}
+	if c.ca != "" {
+		pem, err := os.ReadFile(c.ca)
+		if err == nil && !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			err = errors.New("no PEM certificate in it")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("-ca %s: %w", c.ca, err)
+		}
+		opts = append(opts, nats.RootCAs(c.ca))
+	}
+	if c.inProcess != nil {
+		opts = append(opts, c.inProcess)
 	}
 	var nc *nats.Conn
 	var err error
@@ -299,6 +313,10 @@ func (c *common) connected(url string, nc *nats.Conn, err error, tokenProven boo
 		return nil, fmt.Errorf("NATS at %s %s", shown(url), c.refusal(url, tokenProven))
 	}
 	if err != nil {
+		var unknown x509.UnknownAuthorityError
+		if errors.As(err, &unknown) || strings.Contains(err.Error(), "x509: ") {
+			return nil, fmt.Errorf("NATS at %s speaks TLS with a certificate this command cannot verify (give -ca with the CA that signed it): %w", shown(url), hideCredentials(err, url))
+		}
 		return nil, fmt.Errorf("cannot reach NATS at %s (is `laboro serve` running?): %w", shown(url), hideCredentials(err, url))
 	}
 	return nc, nil

@@ -2,18 +2,21 @@ package command
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/console"
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/internal/web"
 	"github.com/laboro-go/laboro/jetstream"
+	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -41,6 +44,8 @@ func serve(args []string) int {
 	httpAddr := c.fs.String("http", "", "serve a live web console of the fleet's jobs and /metrics on this HOST:PORT, behind laboro.token (loopback unless -http-public)")
 	httpPublic := c.fs.Bool("http-public", false, "let -http listen beyond this machine")
 	keep := c.fs.Int("keep", jetstream.DefaultMaxTracked, "jobs whose state serve keeps for status; past it, the batches that ended are forgotten, oldest first")
+	tlsCert := c.fs.String("tls-cert", "", "the embedded server speaks TLS with this certificate (PEM), with -tls-key; its clients give -ca")
+	tlsKey := c.fs.String("tls-key", "", "the certificate's key (PEM), with -tls-cert")
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
@@ -66,6 +71,19 @@ func serve(args []string) int {
 			return c.usageError("-listen %q: %v", *listen, err)
 		}
 	}
+	var certs []tls.Certificate
+	switch {
+	case (*tlsCert == "") != (*tlsKey == ""):
+		return c.usageError("-tls-cert and -tls-key go together")
+	case *tlsCert != "" && c.url != "":
+		return c.usageError("-tls-cert is for the embedded server; with -nats, the cluster has its own")
+	case *tlsCert != "":
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return c.usageError("-tls-cert %s, -tls-key %s: %v", *tlsCert, *tlsKey, err)
+		}
+		certs = []tls.Certificate{cert}
+	}
 	defer c.log.Sync()
 	local := &jetstream.Worker{}
 	serviceCtx, stopService := context.WithCancel(context.Background())
@@ -79,12 +97,19 @@ func serve(args []string) int {
 
 	url := c.url
 	if url == "" {
-		srv, code := c.embedded(*data, *listen)
+		srv, code := c.embedded(*data, *listen, certs)
 		if srv == nil {
 			return code
 		}
 		defer srv.Shutdown()
 		url = srv.URL()
+		if certs != nil {
+			// Its certificate names the host the workers reach; this
+			// process reaches the server without a socket, and so
+			// without TLS.
+			c.inProcess = srv.InProcess()
+			url = "nats://" + strings.TrimPrefix(url, "tls://")
+		}
 	}
 	nc, err := c.connect(url, false)
 	if err != nil {
@@ -178,7 +203,7 @@ func serve(args []string) int {
 
 // embedded starts serve's embedded NATS server, with its data in data,
 // listening on listen. On failure it returns nil and the exit status.
-func (c *common) embedded(data, listen string) (*jetstream.Embedded, int) {
+func (c *common) embedded(data, listen string, certs []tls.Certificate) (*jetstream.Embedded, int) {
 	host, port, _ := splitHostPort(listen) // checked by serve
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		c.log.Error("data directory", zap.Error(err))
@@ -200,7 +225,17 @@ func (c *common) embedded(data, listen string) (*jetstream.Embedded, int) {
 		c.log.Error("the clients' token", zap.Error(err))
 		return nil, exitFailed
 	}
-	srv, err := jetstream.StartEmbedded(data, host, port, jetstream.WithToken(tok))
+	opts := []jetstream.EmbeddedOption{jetstream.WithToken(tok)}
+	if certs != nil {
+		opts = append(opts, func(o *server.Options) {
+			o.TLSConfig = &tls.Config{Certificates: certs, MinVersion: tls.VersionTLS12}
+			o.TLSTimeout = 2
+		})
+	} else if !secret.Loopback(host) {
+		c.log.Warn("the embedded server listens beyond this machine without TLS: the token stays off the wire, but a worker cannot tell the server from a program posing as it (which could take its results), and the jobs' commands and outputs cross the network in clear; give -tls-cert and -tls-key",
+			zap.String("listen", listen))
+	}
+	srv, err := jetstream.StartEmbedded(data, host, port, opts...)
 	if err != nil {
 		c.log.Error("embedded NATS server", zap.Error(err))
 		return nil, exitFailed
