@@ -36,23 +36,33 @@ func benchCore(b *testing.B, n, buffer int) *laboro.Executor {
 // benchJetStream starts an embedded server in a temporary directory, a
 // Manager given to an Executor that runs up to concurrency jobs at once,
 // and the given number of in-process Workers of Concurrency 1, each on a
-// connection of its own. Everything is stopped at the end of the benchmark
-// (of each of its invocations).
-func benchJetStream(b *testing.B, concurrency, buffer, workers int) *laboro.Executor {
+// connection of its own. With token set, as laboro serve and its workers
+// run: the server wants the token, the workers prove a worker's token
+// derived from it, and the jobs are signed (Config.JobKey). Everything is
+// stopped at the end of the benchmark (of each of its invocations).
+func benchJetStream(b *testing.B, concurrency, buffer, workers int, token string) *laboro.Executor {
 	b.Helper()
-	srv, err := StartEmbedded(b.TempDir(), "127.0.0.1", -1)
+	var opts []EmbeddedOption
+	var ownerAuth, workerAuth []nats.Option
+	if token != "" {
+		opts = append(opts, WithToken(token))
+		ownerAuth = []nats.Option{Token(token)}
+		workerAuth = []nats.Option{Token(RoleToken(token, RoleWorker, ""))}
+	}
+	key := JobKey(token, "")
+	srv, err := StartEmbedded(b.TempDir(), "127.0.0.1", -1, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.URL())
+	nc, err := nats.Connect(srv.URL(), ownerAuth...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(nc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m, err := NewManager(ctx, nc, Config{Dir: b.TempDir()})
+	m, err := NewManager(ctx, nc, Config{Dir: b.TempDir(), JobKey: key})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,12 +80,12 @@ func benchJetStream(b *testing.B, concurrency, buffer, workers int) *laboro.Exec
 	})
 	for range workers {
 		// A connection of its own, as a worker on another machine has.
-		wc, err := nats.Connect(srv.URL())
+		wc, err := nats.Connect(srv.URL(), workerAuth...)
 		if err != nil {
 			b.Fatal(err)
 		}
 		conns = append(conns, wc)
-		w := &Worker{Conn: wc, Concurrency: 1, OutputDir: b.TempDir()}
+		w := &Worker{Conn: wc, Config: Config{JobKey: key}, Concurrency: 1, OutputDir: b.TempDir()}
 		wg.Go(func() {
 			if err := w.Run(wctx); err != nil {
 				b.Error(err)
@@ -102,9 +112,13 @@ func BenchmarkJobs(b *testing.B) {
 			runJobs(b, benchCore(b, n, max(b.N, 1)))
 		})
 		b.Run(fmt.Sprintf("jetstream/workers=%d", n), func(b *testing.B) {
-			runJobs(b, benchJetStream(b, 64, max(b.N, 1), n))
+			runJobs(b, benchJetStream(b, 64, max(b.N, 1), n, ""))
 		})
 	}
+	// As laboro serve runs: the token proven, the jobs signed.
+	b.Run("jetstream-token/workers=4", func(b *testing.B) {
+		runJobs(b, benchJetStream(b, 64, max(b.N, 1), 4, "the server's token"))
+	})
 }
 
 // runJobs submits b.N jobs to ex, waits for every result and reports the
@@ -152,7 +166,7 @@ func BenchmarkLatency(b *testing.B) {
 		runLatency(b, benchCore(b, 1, 1))
 	})
 	b.Run("jetstream", func(b *testing.B) {
-		runLatency(b, benchJetStream(b, 1, 1, 1))
+		runLatency(b, benchJetStream(b, 1, 1, 1, ""))
 	})
 }
 
