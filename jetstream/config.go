@@ -539,10 +539,6 @@ func retry(ctx context.Context, nc *nats.Conn, f func(context.Context) error) er
 // whose id is being stored by an attempt still under way.
 const errCodeDuplicateInProcess natsjs.ErrorCode = 10158
 
-// transient tells whether err may go away if the request is made again: no
-// answer (a server restarting, a connection being re-established), or
-// JetStream saying it is not available for now. Other refusals from the
-// server, and a closed connection, are for good.
 // notConnected is the reason to log while waiting for the NATS server: the
 // connection's state and its own last error (a wrong token) while it is
 // not connected, rather than the request's timeout that err then is.
@@ -556,6 +552,10 @@ func notConnected(nc *nats.Conn, err error) zap.Field {
 	return zap.Error(err)
 }
 
+// transient tells whether err may go away if the request is made again: no
+// answer (a server restarting, a connection being re-established), or
+// JetStream saying it is not available for now. Other refusals from the
+// server, and a closed connection, are for good.
 func transient(nc *nats.Conn, err error) bool {
 	if nc.IsClosed() {
 		return false
