@@ -21,6 +21,12 @@ import (
 // streams.
 var ErrNoService = errors.New("jetstream: no service serves these streams (is `laboro serve` running?)")
 
+// ErrSubmissionsFull is matched by the error of a submission that the
+// SUBMITTED stream refused because it holds Config.SubmittedMaxBytes
+// already: the jobs of the batch before it are stored, and nothing stored
+// was dropped to make room.
+var ErrSubmissionsFull = errors.New("jetstream: the SUBMITTED stream is full (Config.SubmittedMaxBytes; purge the batches that ended, or raise it)")
+
 // publishWindow is how many submissions a Client has unacknowledged at once.
 const publishWindow = 256
 
@@ -138,6 +144,9 @@ func (c *Client) submit(ctx context.Context, batch string, jobs iter.Seq2[laboro
 			select {
 			case <-f.Ok():
 			case err := <-f.Err():
+				if storeFailed(err) {
+					err = fmt.Errorf("%w: %w", ErrSubmissionsFull, err)
+				}
 				return fmt.Errorf("jetstream: submit %s: %w", f.Msg().Header.Get(hdrJob), err)
 			case <-ctx.Done():
 				return ctx.Err()

@@ -61,3 +61,62 @@ func TestSubmitAll(t *testing.T) {
 	assert.ErrorIs(t, err, readErr)
 	assert.Zero(t, stored("bad"), "nothing stored of a batch that failed")
 }
+
+// A full SUBMITTED stream refuses what comes, with ErrSubmissionsFull,
+// and drops nothing it holds: the jobs stored before it run.
+func TestSubmissionsFull(t *testing.T) {
+	nc := setup(t)
+	cfg := Config{Dir: t.TempDir(), SubmittedMaxBytes: 4 << 10}
+	cl := &Client{Conn: nc, Config: cfg}
+	ctx := testCtx(t, time.Minute)
+	var jobs []laboro.Job
+	for range 100 {
+		jobs = append(jobs, laboro.Job{Command: "echo a command line of some length, as jobs have"})
+	}
+	_, err := cl.Submit(ctx, "b", jobs)
+	require.ErrorIs(t, err, ErrSubmissionsFull)
+	assert.ErrorContains(t, err, "maximum bytes exceeded")
+
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	s, err := js.Stream(ctx, cfg.withDefaults().submitStream())
+	require.NoError(t, err)
+	info := s.CachedInfo()
+	stored := info.State.Msgs
+	require.NotZero(t, stored)
+	assert.Less(t, stored, uint64(100))
+	assert.Equal(t, uint64(1), info.State.FirstSeq, "a submission was dropped to make room")
+	_, err = cl.Submit(ctx, "c", jobs[:1])
+	require.ErrorIs(t, err, ErrSubmissionsFull)
+
+	// What is stored runs.
+	startWorker(t, nc, Config{}, 2)
+	startService(t, nc, cfg, 4)
+	b, err := cl.Wait(ctx, "b", int(stored), 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, int(stored), b.Succeeded)
+}
+
+// A SUBMITTED stream that holds more than its new bound when a Service
+// sets it keeps every submission, and refuses new ones.
+func TestSubmissionsBoundLater(t *testing.T) {
+	nc := setup(t)
+	ctx := testCtx(t, time.Minute)
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir(), SubmittedMaxBytes: -1}}
+	var jobs []laboro.Job
+	for range 100 {
+		jobs = append(jobs, laboro.Job{Command: "echo a command line of some length, as jobs have"})
+	}
+	_, err := cl.Submit(ctx, "b", jobs)
+	require.NoError(t, err)
+	cfg := Config{SubmittedMaxBytes: 4 << 10}
+	require.NoError(t, ensureSubmitted(ctx, nc, cfg.withDefaults(), true))
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	s, err := js.Stream(ctx, cfg.withDefaults().submitStream())
+	require.NoError(t, err)
+	assert.Equal(t, uint64(100), s.CachedInfo().State.Msgs)
+	assert.Equal(t, uint64(1), s.CachedInfo().State.FirstSeq)
+	_, err = cl.Submit(ctx, "c", jobs[:1])
+	require.ErrorIs(t, err, ErrSubmissionsFull)
+}

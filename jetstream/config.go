@@ -78,6 +78,14 @@ type Config struct {
 	// negative, no bound.
 	ResultsMaxAge   time.Duration
 	ResultsMaxBytes int64
+	// SubmittedMaxBytes bounds the SUBMITTED stream (every submission,
+	// which the Service reads back when it starts): once it holds that
+	// much, submitting fails (ErrSubmissionsFull) and nothing stored is
+	// dropped, until batches are purged. 0 means DefaultSubmittedMaxBytes;
+	// negative, no bound. A stream that holds more already when a Service
+	// bounds it keeps every submission, and takes new ones once purged
+	// below the bound.
+	SubmittedMaxBytes int64
 	// Dir is where a Manager writes the outputs it receives, handed over in
 	// Result.Output; "" means os.TempDir().
 	Dir string
@@ -115,6 +123,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.ResultsMaxAge = limit(c.ResultsMaxAge, DefaultResultsMaxAge)
 	c.ResultsMaxBytes = limit(c.ResultsMaxBytes, DefaultResultsMaxBytes)
+	c.SubmittedMaxBytes = limit(c.SubmittedMaxBytes, DefaultSubmittedMaxBytes)
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -126,6 +135,9 @@ const (
 	DefaultMaxOutput       = 64 << 20
 	DefaultResultsMaxAge   = 7 * 24 * time.Hour
 	DefaultResultsMaxBytes = 4 << 30
+	// DefaultSubmittedMaxBytes holds a few million submissions of shell
+	// command lines.
+	DefaultSubmittedMaxBytes = 4 << 30
 )
 
 // limit is a bound's value: def for 0, none (0 for NATS) for a negative.
@@ -535,9 +547,20 @@ func retry(ctx context.Context, nc *nats.Conn, f func(context.Context) error) er
 	}
 }
 
-// errCodeDuplicateInProcess is the server's error code for a message
-// whose id is being stored by an attempt still under way.
-const errCodeDuplicateInProcess natsjs.ErrorCode = 10158
+// The server's error codes: errCodeDuplicateInProcess for a message whose
+// id is being stored by an attempt still under way; errCodeStoreFailed for
+// a message a stream cannot take (full, with DiscardNew).
+const (
+	errCodeDuplicateInProcess natsjs.ErrorCode = 10158
+	errCodeStoreFailed        natsjs.ErrorCode = 10077
+)
+
+// storeFailed tells whether err is a stream's refusal to store a message
+// (it is full).
+func storeFailed(err error) bool {
+	var apiErr *natsjs.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStoreFailed
+}
 
 // notConnected is the reason to log while waiting for the NATS server: the
 // connection's state and its own last error (a wrong token) while it is
@@ -565,8 +588,8 @@ func transient(nc *nats.Conn, err error) bool {
 		// 10158: a copy of the message, with the same id, is being
 		// stored (an attempt made again while the first is under way): the
 		// next attempt gets the first one's answer.
-		return apiErr.Code == 503 || apiErr.ErrorCode == natsjs.JSErrCodeJetStreamNotEnabled ||
-			apiErr.ErrorCode == errCodeDuplicateInProcess
+		return (apiErr.Code == 503 && apiErr.ErrorCode != errCodeStoreFailed) ||
+			apiErr.ErrorCode == natsjs.JSErrCodeJetStreamNotEnabled || apiErr.ErrorCode == errCodeDuplicateInProcess
 	}
 	return true
 }

@@ -381,6 +381,10 @@ func ensureSubmitted(ctx context.Context, nc *nats.Conn, cfg Config, update bool
 		Storage:     natsjs.FileStorage,
 		Replicas:    replicas(ctx, js, cfg.submitStream(), cfg.Replicas),
 		Duplicates:  DuplicateWindow,
+		// Full, it refuses what comes: a submission dropped would be a
+		// job lost.
+		MaxBytes: bytesLimit(cfg.SubmittedMaxBytes),
+		Discard:  natsjs.DiscardNew,
 	})
 	if err != nil {
 		return fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
