@@ -36,8 +36,9 @@ type common struct {
 	token      string      // the server's token; see connect
 	tokenSet   bool        // token is decided (serve's own server)
 	tokenErr   error       // why no token was found
-	// found is the token a connection that waited for one found (see
-	// connect), and proved once connected closes.
+	// found is the token that a worker's connection, made before there
+	// was one, found; proved is closed once that connection is up (see
+	// connect and jobKey).
 	found  atomic.Pointer[string]
 	proved chan struct{}
 	level  zapcore.Level

@@ -202,7 +202,8 @@ func serve(args []string) int {
 }
 
 // embedded starts serve's embedded NATS server, with its data in data,
-// listening on listen. On failure it returns nil and the exit status.
+// listening on listen, speaking TLS with certs if any. On failure it
+// returns nil and the exit status.
 func (c *common) embedded(data, listen string, certs []tls.Certificate) (*jetstream.Embedded, int) {
 	host, port, _ := splitHostPort(listen) // checked by serve
 	if err := os.MkdirAll(data, 0o700); err != nil {
