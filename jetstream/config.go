@@ -37,7 +37,9 @@ const (
 
 // ErrMaxDeliver is the Err (wrapped) of a result whose job was delivered
 // Config.MaxDeliver times without a result, for example because it made
-// every worker that ran it die.
+// every worker that ran it die, or because the workers would not run it
+// (its error then says which worker, and why: not signed with its key,
+// see Config.JobKey, or not readable by it).
 var ErrMaxDeliver = errors.New("jetstream: job delivered the maximum number of times without a result")
 
 // Config is shared by a Manager and its Workers; they must agree on Stream.
@@ -94,8 +96,9 @@ type Config struct {
 	// the jobs that carry the right one. A program posing as the server
 	// (holding its address while it is down, say) then cannot have the
 	// workers run its commands. A job without it, or with another, is not
-	// run: the worker logs why and hands it back, until the delivery limit
-	// (MaxDeliver) fails it. The Manager and its workers need the same key:
+	// run: the worker logs why, tells the Managers, and hands it back,
+	// until the delivery limit (MaxDeliver) fails it with that reason in
+	// its error. The Manager and its workers need the same key:
 	// JobKey(token, stream) derives it from the server's token or from a
 	// worker's RoleToken, as laboro serve and laboro worker do.
 	JobKey []byte
@@ -180,6 +183,11 @@ func (c Config) cancelSubject(id string) string {
 // its output; workersSubject where worker name says it is there.
 func (c Config) liveSubject(id string) string      { return c.Stream + ".live." + id }
 func (c Config) workersSubject(name string) string { return c.Stream + ".workers." + name }
+
+// refusedSubject is where a worker says why it did not run job id (core
+// NATS: nothing is stored); a Manager names the last reason it heard in
+// the job's failure at its delivery limit.
+func (c Config) refusedSubject(id string) string { return c.Stream + ".refused." + id }
 
 // rollSubject is where a service that starts asks every worker to say it
 // is there at once.
@@ -453,7 +461,8 @@ const (
 	hdrStatus  = "Laboro-Status"  // laboro.Status as a number
 	hdrExit    = "Laboro-Exit"
 	hdrError   = "Laboro-Error"
-	hdrReason  = "Laboro-Reason" // "max-deliver" for the Manager's own failure
+	hdrReason  = "Laboro-Reason" // "max-deliver" for the Manager's own failure; a refusal's reason
+	hdrWorker  = "Laboro-Worker" // the name of the worker that refused a job
 	hdrPID     = "Laboro-Pid"
 	hdrStarted = "Laboro-Started" // RFC 3339, nanoseconds
 	hdrEnded   = "Laboro-Ended"
@@ -468,7 +477,18 @@ const (
 	hdrSigned = "Laboro-Job-Mac"
 
 	reasonMaxDeliver = "max-deliver"
+	// A worker's reasons for not running a job (on refusedSubject).
+	reasonUnsigned    = "unsigned"
+	reasonUndecodable = "undecodable"
 )
+
+// refusals says, for each reason a worker gives for not running a job,
+// what it means to the job's user.
+var refusals = map[string]string{
+	reasonUnsigned: "it is not signed with the worker's key (the worker's token is from another server, " +
+		"or the Manager has no Config.JobKey)",
+	reasonUndecodable: "it could not read the job (a worker of another version?)",
+}
 
 // headerText makes s fit on one header line.
 func headerText(s string) string {

@@ -265,6 +265,45 @@ func TestMaxDeliverFails(t *testing.T) {
 	require.ErrorIs(t, res.Err, laboro.ErrDuplicateID)
 }
 
+// TestUnreadableJobFailsSayingWhy: a job a worker cannot read (a Manager
+// of another version, say) is not run, and fails at its delivery limit
+// with the reason, rather than wait forever; a message that names no job
+// is dropped.
+func TestUnreadableJobFailsSayingWhy(t *testing.T) {
+	nc := setup(t)
+	newManager(t, nc, Config{MaxDeliver: 2})
+	core, logs := observer.New(zap.ErrorLevel)
+	runWorker(t, &Worker{Conn: nc, OutputDir: t.TempDir(), Logger: zap.New(core), Name: "w1"})
+	ended, err := nc.SubscribeSync("LABORO.results.unreadable")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	ctx := testCtx(t, time.Minute)
+	junk := nats.NewMsg("LABORO.jobs.nojob")
+	junk.Data = []byte("{")
+	_, err = js.PublishMsg(ctx, junk)
+	require.NoError(t, err)
+	job := nats.NewMsg("LABORO.jobs.unreadable")
+	job.Header.Set(hdrJob, "unreadable")
+	job.Data = []byte(`{"id": 7}`)
+	_, err = js.PublishMsg(ctx, job)
+	require.NoError(t, err)
+
+	msg, err := ended.NextMsgWithContext(ctx)
+	require.NoError(t, err)
+	res := decodeResult(msg.Header, nil)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorIs(t, res.Err, ErrMaxDeliver)
+	assert.ErrorContains(t, res.Err, `worker "w1" did not run it: it could not read the job`)
+	assert.Equal(t, 2, logs.FilterMessage("job not run: this worker cannot read it").Len())
+	assert.Equal(t, 1, logs.FilterMessageSnippet("names no job").Len(), "%v", logs.All())
+	// The Manager deletes the failed job once its failure is stored.
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 0 },
+		10*time.Second, 50*time.Millisecond, "both messages are gone from the work queue")
+}
+
 func TestLargeOutputInChunks(t *testing.T) {
 	nc := setup(t)
 	m := newManager(t, nc, Config{})

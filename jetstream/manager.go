@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,7 +57,13 @@ type Manager struct {
 	delSub *nats.Subscription // deletions of the streams and consumer
 	adv    chan *nats.Msg
 	done   chan struct{} // closed when the advisory goroutine has returned
-	once   sync.Once
+	// The workers' refusals (see Config.refusedSubject), on a channel of
+	// their own (a flood of them drops refusals, never an advisory), and
+	// the last heard for each job, kept by the advisory goroutine.
+	refSub  *nats.Subscription
+	refused chan *nats.Msg
+	lastRef map[string]string
+	once    sync.Once
 
 	// ending publishes the ends of interrupted Runs (see record); Close
 	// waits for it for a while, then ends endCtx.
@@ -120,10 +127,14 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 		return nil, err
 	}
 	m := &Manager{nc: nc, js: js, cfg: cfg, log: cfg.Logger, jobs: jobs, results: results,
-		adv: make(chan *nats.Msg, 64), done: make(chan struct{})}
+		adv: make(chan *nats.Msg, 64), done: make(chan struct{}),
+		refused: make(chan *nats.Msg, 64), lastRef: map[string]string{}}
 	m.sub, err = nc.ChanSubscribe(cfg.advisorySubject(), m.adv)
 	if err == nil {
 		m.delSub, err = nc.ChanSubscribe(cfg.deletedSubject(), m.adv)
+	}
+	if err == nil {
+		m.refSub, err = nc.ChanSubscribe(cfg.refusedSubject("*"), m.refused)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
@@ -189,9 +200,10 @@ func (m *Manager) Close() error {
 
 // unsubscribe ends the subscriptions to advisories.
 func (m *Manager) unsubscribe() {
-	m.sub.Unsubscribe()
-	if m.delSub != nil {
-		m.delSub.Unsubscribe()
+	for _, sub := range []*nats.Subscription{m.sub, m.delSub, m.refSub} {
+		if sub != nil {
+			sub.Unsubscribe()
+		}
 	}
 }
 
@@ -569,6 +581,8 @@ func (m *Manager) advisories() {
 			return
 		case <-check.C:
 			m.checkStreams()
+		case msg := <-m.refused:
+			m.heardRefusal(msg)
 		case msg := <-m.adv:
 			if msg.Sub == m.delSub {
 				if m.cfg.deletedOurs(msg.Subject) {
@@ -775,6 +789,52 @@ func (m *Manager) problem(p string) {
 	m.problems = append([]string{p}, m.problems[:min(len(m.problems), maxProblems-1)]...)
 }
 
+// maxRefusals bounds the refusals a Manager remembers, and maxWorkerName
+// the length of a refusing worker's name it keeps.
+const (
+	maxRefusals   = 256
+	maxWorkerName = 128
+)
+
+// heardRefusal remembers why a worker did not run a job, for the job's
+// failure should it reach its delivery limit.
+func (m *Manager) heardRefusal(msg *nats.Msg) {
+	id := strings.TrimPrefix(msg.Subject, m.cfg.refusedSubject(""))
+	why, ok := refusals[msg.Header.Get(hdrReason)]
+	if !ok || validID(id) != nil {
+		return
+	}
+	worker := msg.Header.Get(hdrWorker)
+	if len(worker) > maxWorkerName {
+		worker = strings.ToValidUTF8(worker[:maxWorkerName], "") + "…"
+	}
+	if _, ok := m.lastRef[id]; !ok && len(m.lastRef) >= maxRefusals {
+		for old := range m.lastRef { // any one: jobs that ran are never asked for
+			delete(m.lastRef, old)
+			break
+		}
+	}
+	m.lastRef[id] = fmt.Sprintf("worker %q did not run it: %s", worker, why)
+}
+
+// refusal returns the last refusal heard for job id, and forgets it. The
+// refusals a worker sent before the advisory at hand came before it on the
+// connection, so they are on m.refused by now.
+func (m *Manager) refusal(id string) string {
+	for {
+		select {
+		case msg := <-m.refused:
+			m.heardRefusal(msg)
+			continue
+		default:
+		}
+		break
+	}
+	why := m.lastRef[id]
+	delete(m.lastRef, id)
+	return why
+}
+
 func (m *Manager) maxDelivered(msg *nats.Msg) {
 	var adv struct {
 		StreamSeq  uint64 `json:"stream_seq"`
@@ -793,7 +853,12 @@ func (m *Manager) maxDelivered(msg *nats.Msg) {
 	}
 	id := raw.Header.Get(hdrJob)
 	if validID(id) != nil {
-		m.log.Warn("max-deliveries advisory for a message that is no job", zap.Uint64("seq", adv.StreamSeq))
+		// Not a Manager's (no Run waits for it): off the work queue.
+		m.log.Warn("a message that names no job reached its delivery limit: deleted", zap.Uint64("seq", adv.StreamSeq),
+			zap.String("subject", raw.Subject))
+		if err := m.jobs.DeleteMsg(ctx, adv.StreamSeq); err != nil {
+			m.log.Warn("delete a message past its delivery limit", zap.Uint64("seq", adv.StreamSeq), zap.Error(err))
+		}
 		return
 	}
 	res := nats.NewMsg(m.cfg.resultsSubject(id))
@@ -805,7 +870,11 @@ func (m *Manager) maxDelivered(msg *nats.Msg) {
 	if sum := raw.Header.Get(hdrSum); sum != "" {
 		res.Header.Set(hdrSum, sum)
 	}
-	res.Header.Set(hdrError, fmt.Sprintf("delivered %d times", adv.Deliveries))
+	text := fmt.Sprintf("delivered %d times", adv.Deliveries)
+	if why := m.refusal(id); why != "" {
+		text += "; " + why
+	}
+	res.Header.Set(hdrError, headerText(text))
 	res.Header.Set(hdrChunk, "0")
 	res.Header.Set(hdrChunks, "0")
 	if _, err := publish(ctx, m.js, res, id+".max-deliver"); err != nil {

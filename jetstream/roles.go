@@ -223,8 +223,8 @@ func rolePermissions(role Role, stream string) *server.Permissions {
 			// Look up whether a job's Run ended, and store results.
 			api + "DIRECT.GET." + results + "." + c.cancelSubject(">"),
 			c.resultsSubject(">"),
-			// Say it is there, and what it runs.
-			c.workersSubject("*"),
+			// Say it is there, and what it runs; why it did not run a job.
+			c.workersSubject("*"), c.refusedSubject("*"),
 		}
 		// Hear of ended jobs, of requests for the output of those it runs
 		// (answered through Response), and of a new service's roll call.

@@ -419,7 +419,7 @@ func TestSignedJobs(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
 	owner, _ := roleConn(t, srv.URL(), token)
-	worker, _ := roleConn(t, srv.URL(), RoleToken(token, RoleWorker, ""))
+	worker, denied := roleConn(t, srv.URL(), RoleToken(token, RoleWorker, ""))
 	key := JobKey(token, "")
 	require.Equal(t, key, JobKey(RoleToken(token, RoleWorker, ""), ""), "the worker's token gives the server's key")
 	assert.Nil(t, JobKey(RoleToken(token, RoleClient, ""), ""))
@@ -429,13 +429,20 @@ func TestSignedJobs(t *testing.T) {
 	signed := newManager(t, owner, Config{JobKey: key, MaxDeliver: 2})
 	core, logs := observer.New(zap.ErrorLevel)
 	runWorker(t, &Worker{Conn: worker, Config: Config{JobKey: JobKey(RoleToken(token, RoleWorker, ""), "")},
-		Concurrency: 2, OutputDir: t.TempDir(), Logger: zap.New(core)})
+		Concurrency: 2, OutputDir: t.TempDir(), Logger: zap.New(core), Name: "keyed"})
 	ctx := testCtx(t, time.Minute)
 
 	res := signed.Run(ctx, laboro.Job{ID: "signed", Command: "echo ran"})
 	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 	assert.Equal(t, "ran\n", string(output(t, res)))
 	assert.Zero(t, logs.Len(), "%v", logs.All())
+
+	// A message that names no job, unsigned: refused, then deleted at its
+	// delivery limit (no Run waits for it).
+	ojs, err := natsjs.New(owner)
+	require.NoError(t, err)
+	_, err = ojs.Publish(ctx, "LABORO.jobs.stray", []byte(`{"id":"stray","command":"true"}`))
+	require.NoError(t, err)
 
 	dir := t.TempDir()
 	for i, m := range []*Manager{
@@ -447,8 +454,18 @@ func TestSignedJobs(t *testing.T) {
 		res := m.Run(ctx, laboro.Job{ID: id, Args: []string{"touch", mark}})
 		assert.Equal(t, laboro.StatusFailed, res.Status, id)
 		assert.ErrorIs(t, res.Err, ErrMaxDeliver, id)
+		assert.ErrorContains(t, res.Err, `worker "keyed" did not run it: it is not signed with the worker's key`,
+			"%s: the user reads why", id)
 		assert.NoFileExists(t, mark, "%s ran", id)
 		refusals := logs.FilterMessageSnippet("not signed with this worker's key").FilterField(zap.String("subject", "LABORO.jobs."+id))
 		assert.Equal(t, 2, refusals.Len(), "%s: refused at each delivery", id)
 	}
+	select {
+	case err := <-denied:
+		t.Errorf("the worker's role may not say why it refuses a job: %v", err)
+	default:
+	}
+	require.Eventually(t, func() bool { return streamMsgs(t, owner, "LABORO_JOBS") == 0 },
+		30*time.Second, 50*time.Millisecond, "the stray message is deleted")
+	assert.Equal(t, 2, logs.FilterField(zap.String("subject", "LABORO.jobs.stray")).Len())
 }

@@ -27,9 +27,10 @@ const fetchWait = 500 * time.Millisecond
 // acknowledgement.
 const publishTimeout = 30 * time.Second
 
-// unsignedDelay is how long a job without the worker's signature (see
-// Config.JobKey) waits before it is delivered again.
-const unsignedDelay = time.Second
+// refusedDelay is how long a job a worker does not run (not signed with
+// its key, see Config.JobKey, or unreadable) waits before it is delivered
+// again.
+const refusedDelay = time.Second
 
 // Worker pulls jobs with the workers' durable consumer, runs each through a
 // local laboro.Executor as a process (its output in <pid>.output), sends
@@ -142,8 +143,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	name := w.Name
+	if name == "" {
+		name = defaultWorkerName()
+	}
 	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons, results: results, draining: w.drain(),
-		taken: map[string]*taken{}, recent: map[string]time.Time{}}
+		name: name, taken: map[string]*taken{}, recent: map[string]time.Time{}}
 	// Hear of the Runs that end before taking any job: the server handles
 	// a connection's messages in order, so this subscription is in place
 	// before the first job is delivered.
@@ -172,10 +177,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("jetstream: hear the roll call: %w", err)
 	}
 	defer roll.Unsubscribe()
-	name := w.Name
-	if name == "" {
-		name = defaultWorkerName()
-	}
 	beatCtx, stopBeat := context.WithCancel(context.Background())
 	beaten := make(chan struct{})
 	go func() { defer close(beaten); r.beat(beatCtx, w.Conn, name, n, changed) }()
@@ -207,6 +208,7 @@ type workerRun struct {
 	js      natsjs.JetStream
 	cfg     Config
 	log     *zap.Logger
+	name    string // Worker.Name, or its default
 	ex      *laboro.Executor
 	results natsjs.Stream
 	// cons is the JOBS stream's consumer, replaced (under consMu) when the
@@ -390,6 +392,21 @@ func (r *workerRun) over(ctx context.Context, t *taken, id string, seq uint64, a
 	return msg != nil && final(msg.Header), err
 }
 
+// refuse hands a job back without running it, after telling the Managers
+// why (see Config.refusedSubject): delivered until its limit, it then
+// fails with the reason.
+func (r *workerRun) refuse(msg natsjs.Msg, reason string) {
+	if id := msg.Headers().Get(hdrJob); validID(id) == nil {
+		note := nats.NewMsg(r.cfg.refusedSubject(id))
+		note.Header.Set(hdrReason, reason)
+		note.Header.Set(hdrWorker, headerText(r.name))
+		if err := r.js.Conn().PublishMsg(note); err != nil {
+			r.log.Debug("say why a job is not run", zap.Error(err))
+		}
+	}
+	_ = msg.NakWithDelay(refusedDelay)
+}
+
 // recheck looks for the record of the end of job id, which this worker
 // may have missed (it was reconnecting), and ends the job if it is there.
 func (r *workerRun) recheck(ctx context.Context, id string) {
@@ -411,12 +428,20 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		// delivery limit; run here, it would run anyone's command.
 		r.log.Error("job not run: it is not signed with this worker's key (is the server laboro's, and this worker's token from it?)",
 			zap.String("subject", msg.Subject()), zap.Uint64("attempt", attempt))
-		_ = msg.NakWithDelay(unsignedDelay)
+		r.refuse(msg, reasonUnsigned)
 		return
 	}
 	var wj wireJob
 	if err := json.Unmarshal(msg.Data(), &wj); err != nil || validID(wj.ID) != nil {
-		r.log.Error("undecodable job dropped", zap.Error(err), zap.String("id", wj.ID))
+		if id := msg.Headers().Get(hdrJob); validID(id) == nil {
+			// A job a Manager waits for: it fails at its delivery limit,
+			// saying why, rather than wait forever.
+			r.log.Error("job not run: this worker cannot read it", zap.Error(err), zap.String("job", id))
+			r.refuse(msg, reasonUndecodable)
+			return
+		}
+		r.log.Error("undecodable message in the jobs stream dropped: it names no job", zap.Error(err),
+			zap.String("subject", msg.Subject()))
 		msg.Term()
 		return
 	}
