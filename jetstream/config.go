@@ -102,6 +102,18 @@ type Config struct {
 	// JobKey(token, stream) derives it from the server's token or from a
 	// worker's RoleToken, as laboro serve and laboro worker do.
 	JobKey []byte
+	// ProveServer, with JobKey, has a Worker give its results, and the
+	// live output of the jobs it runs, only to a server on which a
+	// Manager proves that it holds JobKey (it answers a fresh challenge
+	// with an HMAC of it; a Manager with a JobKey always does), asked
+	// once a connection. Until then a result waits (one that cannot go
+	// within 30 s is dropped, and its job delivered again), and requests
+	// for live output go unanswered. A program posing as the server, then,
+	// gets from the worker neither commands' outputs nor results. It asks
+	// for a Manager running whenever the worker's server is: laboro worker
+	// sets it, as serve runs its server and its Manager together; a worker
+	// that must store results while no Manager runs leaves it off.
+	ProveServer bool
 	// Logger; nil means none.
 	Logger *zap.Logger
 }
@@ -188,6 +200,10 @@ func (c Config) workersSubject(name string) string { return c.Stream + ".workers
 // NATS: nothing is stored); a Manager names the last reason it heard in
 // the job's failure at its delivery limit.
 func (c Config) refusedSubject(id string) string { return c.Stream + ".refused." + id }
+
+// proveSubject is where a worker challenges the Managers on its server to
+// prove they hold its JobKey (see Config.ProveServer).
+func (c Config) proveSubject() string { return c.Stream + ".api.prove" }
 
 // rollSubject is where a service that starts asks every worker to say it
 // is there at once.

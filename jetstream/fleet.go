@@ -131,6 +131,15 @@ func (r *workerRun) answerLive(msg *nats.Msg) {
 	if msg.Reply == "" {
 		return
 	}
+	if !r.proven() {
+		// Not to a program posing as the server; the next request may
+		// find it proven.
+		select {
+		case r.reprove <- struct{}{}:
+		default:
+		}
+		return
+	}
 	id := strings.TrimPrefix(msg.Subject, r.cfg.liveSubject(""))
 	running := r.ex.Running()
 	i := slices.IndexFunc(running, func(run laboro.Running) bool { return run.Job.ID == id })

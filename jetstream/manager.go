@@ -63,6 +63,9 @@ type Manager struct {
 	refSub  *nats.Subscription
 	refused chan *nats.Msg
 	lastRef map[string]string
+	// proveSub answers the workers' challenges (Config.ProveServer), with
+	// a JobKey.
+	proveSub *nats.Subscription
 	once    sync.Once
 
 	// ending publishes the ends of interrupted Runs (see record); Close
@@ -136,6 +139,9 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 	if err == nil {
 		m.refSub, err = nc.ChanSubscribe(cfg.refusedSubject("*"), m.refused)
 	}
+	if err == nil && len(cfg.JobKey) > 0 {
+		m.proveSub, err = nc.Subscribe(cfg.proveSubject(), m.answerChallenge)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
 	}
@@ -200,7 +206,7 @@ func (m *Manager) Close() error {
 
 // unsubscribe ends the subscriptions to advisories.
 func (m *Manager) unsubscribe() {
-	for _, sub := range []*nats.Subscription{m.sub, m.delSub, m.refSub} {
+	for _, sub := range []*nats.Subscription{m.sub, m.delSub, m.refSub, m.proveSub} {
 		if sub != nil {
 			sub.Unsubscribe()
 		}
@@ -787,6 +793,17 @@ func (m *Manager) problem(p string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.problems = append([]string{p}, m.problems[:min(len(m.problems), maxProblems-1)]...)
+}
+
+// answerChallenge proves to a worker that this Manager holds its JobKey
+// (see Config.ProveServer).
+func (m *Manager) answerChallenge(msg *nats.Msg) {
+	if msg.Reply == "" || len(msg.Data) != challengeLen {
+		return
+	}
+	if err := msg.Respond([]byte(serverProof(m.cfg.JobKey, msg.Data))); err != nil {
+		m.log.Debug("answer a worker's challenge", zap.Error(err))
+	}
 }
 
 // maxRefusals bounds the refusals a Manager remembers, and maxWorkerName

@@ -179,6 +179,20 @@ func jobMAC(key []byte, subject string, data []byte) string {
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
+// serverProof is the answer to a worker's challenge that proves a
+// Manager with key on the server (see Config.ProveServer): an HMAC keyed
+// with key, under a label of its own, so that no other proof or signature
+// can be had from it.
+func serverProof(key, challenge []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("laboro server proof\x00"))
+	mac.Write(challenge)
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// challengeLen is the length of a worker's challenge.
+const challengeLen = 32
+
 // signedBy reports whether a job's message carries its HMAC keyed with key.
 func signedBy(key []byte, subject string, h nats.Header, data []byte) bool {
 	return hmac.Equal([]byte(h.Get(hdrSigned)), []byte(jobMAC(key, subject, data)))
@@ -223,8 +237,9 @@ func rolePermissions(role Role, stream string) *server.Permissions {
 			// Look up whether a job's Run ended, and store results.
 			api + "DIRECT.GET." + results + "." + c.cancelSubject(">"),
 			c.resultsSubject(">"),
-			// Say it is there, and what it runs; why it did not run a job.
-			c.workersSubject("*"), c.refusedSubject("*"),
+			// Say it is there, and what it runs; why it did not run a job;
+			// have the server prove it is laboro's.
+			c.workersSubject("*"), c.refusedSubject("*"), c.proveSubject(),
 		}
 		// Hear of ended jobs, of requests for the output of those it runs
 		// (answered through Response), and of a new service's roll call.

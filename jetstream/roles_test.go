@@ -3,9 +3,11 @@ package jetstream
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 )
 
@@ -468,4 +471,94 @@ func TestSignedJobs(t *testing.T) {
 	require.Eventually(t, func() bool { return streamMsgs(t, owner, "LABORO_JOBS") == 0 },
 		30*time.Second, 50*time.Millisecond, "the stray message is deleted")
 	assert.Equal(t, 2, logs.FilterField(zap.String("subject", "LABORO.jobs.stray")).Len())
+}
+
+// TestWorkerProvesItsServer: a worker with Config.ProveServer gives a
+// job's result and live output only to a server on which a Manager proves
+// that it holds the worker's key. Before that (no Manager with the key on
+// the server: a program posing as it), the job runs (it is signed) but its
+// output is not answered for and its result waits; the Manager with the
+// key comes, and the result goes.
+func TestWorkerProvesItsServer(t *testing.T) {
+	const token = "the-server-token-0123456789"
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken(token))
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	owner, _ := roleConn(t, srv.URL(), token)
+	worker, denied := roleConn(t, srv.URL(), RoleToken(token, RoleWorker, ""))
+	key := JobKey(token, "")
+	cfg := Config{JobKey: key}.withDefaults()
+
+	// On the server only a Manager with another key: its answers prove
+	// nothing.
+	wrong := newManager(t, owner, Config{JobKey: JobKey("another server's token", "")})
+	warned := make(chan zapcore.Entry, 1)
+	core, logs := observer.New(zap.InfoLevel)
+	log := zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
+		if strings.Contains(e.Message, "does not prove") {
+			select {
+			case warned <- e:
+			default:
+			}
+		}
+		return nil
+	}))
+	runWorker(t, &Worker{Conn: worker, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log})
+
+	dir := t.TempDir()
+	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
+	data, err := json.Marshal(wireJob{ID: "held", Args: []string{"sh", "-c", "echo out; touch " + started +
+		"; while [ ! -e " + release + " ]; do sleep 0.02; done"}})
+	require.NoError(t, err)
+	job := nats.NewMsg(cfg.jobsSubject("held"))
+	job.Header.Set(hdrJob, "held")
+	job.Header.Set(hdrSigned, jobMAC(key, job.Subject, data))
+	job.Data = data
+	results, err := owner.SubscribeSync(cfg.resultsSubject("held"))
+	require.NoError(t, err)
+	js, err := natsjs.New(owner)
+	require.NoError(t, err)
+	ctx := testCtx(t, time.Minute)
+	_, err = js.PublishMsg(ctx, job)
+	require.NoError(t, err)
+
+	// It runs: its output is not answered for.
+	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil },
+		30*time.Second, 20*time.Millisecond, "the job runs")
+	_, err = owner.Request(cfg.liveSubject("held"), nil, 500*time.Millisecond)
+	assert.ErrorIs(t, err, nats.ErrTimeout, "live output answered to an unproven server")
+	// It ends: its result waits.
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	select {
+	case e := <-warned:
+		assert.Equal(t, zapcore.WarnLevel, e.Level)
+	case <-ctx.Done():
+		t.Fatal("the worker did not say that its server proves nothing")
+	}
+	warning := logs.FilterMessageSnippet("does not prove").All()[0]
+	assert.Contains(t, warning.ContextMap()["error"], "not made with this worker's key")
+	stored, err := lookup(ctx, owner, mustStream(t, js, "LABORO_RESULTS"), cfg.resultsSubject("held"))
+	require.NoError(t, err)
+	assert.Nil(t, stored, "a result given to an unproven server")
+
+	// The Manager with the key comes: the result goes.
+	require.NoError(t, wrong.Close())
+	newManager(t, owner, Config{JobKey: key})
+	msg, err := results.NextMsgWithContext(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, strconv.Itoa(int(laboro.StatusSucceeded)), msg.Header.Get(hdrStatus))
+	assert.Equal(t, "out\n", string(msg.Data))
+	assert.Equal(t, 1, logs.FilterMessageSnippet("proved that laboro's service is on it").Len())
+	select {
+	case err := <-denied:
+		t.Errorf("the worker's role may not challenge its server: %v", err)
+	default:
+	}
+}
+
+func mustStream(t *testing.T, js natsjs.JetStream, name string) natsjs.Stream {
+	t.Helper()
+	s, err := js.Stream(testCtx(t, 10*time.Second), name)
+	require.NoError(t, err)
+	return s
 }

@@ -2,6 +2,8 @@ package jetstream
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -10,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -148,7 +151,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		name = defaultWorkerName()
 	}
 	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons, results: results, draining: w.drain(),
-		name: name, taken: map[string]*taken{}, recent: map[string]time.Time{}}
+		name: name, taken: map[string]*taken{}, recent: map[string]time.Time{}, reprove: make(chan struct{}, 1)}
 	// Hear of the Runs that end before taking any job: the server handles
 	// a connection's messages in order, so this subscription is in place
 	// before the first job is delivered.
@@ -188,6 +191,16 @@ func (w *Worker) Run(ctx context.Context) error {
 			r.heard, r.heardFrom, r.reconnects = true, info.State.LastSeq, w.Conn.Stats().Reconnects
 		}
 	}
+	// Have the server prove itself now, and whenever a request for live
+	// output finds it unproven: the first result need not wait for it.
+	select {
+	case r.reprove <- struct{}{}:
+	default:
+	}
+	proverCtx, stopProver := context.WithCancel(ctx)
+	prover := make(chan struct{})
+	go func() { defer close(prover); r.prover(proverCtx) }()
+	defer func() { stopProver(); <-prover }()
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() { r.loop(ctx) })
@@ -230,6 +243,14 @@ type workerRun struct {
 	mu     sync.Mutex
 	taken  map[string]*taken    // the jobs being handled, by id
 	recent map[string]time.Time // ends heard of for jobs not taken, and when
+
+	// With Config.ProveServer: provenOn is the connection's reconnections
+	// plus one when its server last proved it laboro's (see prove), 0
+	// before; proofMu has one proof asked at a time; reprove asks the
+	// prover goroutine for one, without waiting.
+	provenOn atomic.Uint64
+	proofMu  sync.Mutex
+	reprove  chan struct{}
 }
 
 // taken is a job this worker handles.
@@ -390,6 +411,88 @@ func (r *workerRun) over(ctx context.Context, t *taken, id string, seq uint64, a
 	}
 	msg, err = lookup(ctx, r.js.Conn(), r.results, r.cfg.resultsSubject(id))
 	return msg != nil && final(msg.Header), err
+}
+
+// proving reports whether this worker asks its server to prove itself
+// before it gives it results or outputs (Config.ProveServer).
+func (r *workerRun) proving() bool { return r.cfg.ProveServer && len(r.cfg.JobKey) > 0 }
+
+// proven reports whether the server of the connection in use proved that
+// a Manager with this worker's key is on it, or no proof is asked for.
+func (r *workerRun) proven() bool {
+	return !r.proving() || r.provenOn.Load() == r.js.Conn().Stats().Reconnects+1
+}
+
+// prove has the server prove itself (see proven), asking again while it
+// cannot, until ctx ends.
+func (r *workerRun) prove(ctx context.Context) error {
+	if r.proven() {
+		return nil
+	}
+	r.proofMu.Lock()
+	defer r.proofMu.Unlock()
+	pause := pauses()
+	for said := false; ; {
+		if r.proven() {
+			return nil
+		}
+		err := r.challenge(ctx)
+		if err == nil {
+			if said {
+				r.log.Info("the NATS server proved that laboro's service is on it: results go to it again")
+			}
+			return nil
+		}
+		if !said {
+			r.log.Warn("the NATS server does not prove that laboro's service is on it: this worker gives it no result or output until it does (is another program on its address?)",
+				zap.Error(err))
+			said = true
+		}
+		if pause.Wait(ctx) != nil {
+			return fmt.Errorf("the NATS server does not prove that laboro's service is on it: %w", err)
+		}
+	}
+}
+
+// prover asks for a proof each time reprove says, until ctx ends; one
+// attempt each, quietly: a result's publication insists, and says why.
+func (r *workerRun) prover(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.reprove:
+		}
+		if r.proving() && !r.proven() && r.proofMu.TryLock() {
+			if err := r.challenge(ctx); err != nil {
+				r.log.Debug("the NATS server does not prove that laboro's service is on it (yet)", zap.Error(err))
+			}
+			r.proofMu.Unlock()
+		}
+	}
+}
+
+// challenge sends the Managers on the server a fresh challenge, and
+// records the connection as proven if the answer is the HMAC of it keyed
+// with this worker's key. r.proofMu is held.
+func (r *workerRun) challenge(ctx context.Context) error {
+	nc := r.js.Conn()
+	epoch := nc.Stats().Reconnects + 1
+	c := make([]byte, challengeLen)
+	rand.Read(c)
+	ctx, cancel := context.WithTimeout(ctx, firstAttempt)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, r.cfg.proveSubject(), c)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(msg.Data, []byte(serverProof(r.cfg.JobKey, c))) {
+		return errors.New("its answer to the challenge is not made with this worker's key")
+	}
+	// Proven on the connection of before the request: one made since is
+	// asked again.
+	r.provenOn.Store(epoch)
+	return nil
 }
 
 // refuse hands a job back without running it, after telling the Managers
@@ -559,6 +662,9 @@ func (r *workerRun) finish(ctx context.Context, msg natsjs.Msg, log *zap.Logger,
 // publish sends res, its output in chunks, to the RESULTS stream; sum is
 // what the job runs, as its message says (none from an older Manager).
 func (r *workerRun) publish(ctx context.Context, id, sum string, attempt uint64, res laboro.Result) error {
+	if err := r.prove(ctx); err != nil {
+		return err
+	}
 	var src io.Reader
 	var size int64
 	if res.Output != nil {

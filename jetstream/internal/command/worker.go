@@ -52,14 +52,16 @@ func worker(args []string) int {
 		return exitFailed
 	}
 	defer nc.Close()
-	// It runs only the jobs signed with its token's key: a program posing
-	// as the server cannot have it run commands.
+	// It runs only the jobs signed with its token's key, and gives its
+	// results only to a server where serve proves it holds that key: a
+	// program posing as the server can neither have it run commands nor
+	// take what they print.
 	key, ok := c.jobKey(ctx, drained)
 	if !ok {
 		c.log.Info("worker stopped before it connected")
 		return 0
 	}
-	w.Conn, w.Config.JobKey = nc, key
+	w.Conn, w.Config.JobKey, w.Config.ProveServer = nc, key, true
 	url := c.url
 	if url == "" {
 		url = defaultURL
