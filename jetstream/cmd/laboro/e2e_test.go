@@ -1220,10 +1220,22 @@ func (cc consoleClient) setConcurrency(n int) {
 }
 
 // serve -http shows the fleet's jobs, and its concurrency level caps the
-// jobs out across every worker, changed while they run.
+// jobs out across every worker, changed while they run; a running job's
+// output comes live from its worker, serve's own or a laboro worker
+// (which gives it only once serve proved itself).
 func TestServeConsole(t *testing.T) {
+	t.Run("serve's workers", func(t *testing.T) { testServeConsole(t, "local") })
+	t.Run("laboro worker", func(t *testing.T) { testServeConsole(t, "outside") })
+}
+
+func testServeConsole(t *testing.T, worker string) {
 	s := newSystem(t)
-	s.start("-workers", "2", "-http", "127.0.0.1:0")
+	if worker == "local" {
+		s.start("-workers", "2", "-http", "127.0.0.1:0")
+	} else {
+		s.start("-workers", "0", "-http", "127.0.0.1:0")
+		e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-c", "2", "-name", worker)
+	}
 	base := s.serve.Await(t, regexp.MustCompile(`console.*"url": "(http://[^/]+)/\?token=…"`), 20*time.Second)
 	token := e2e.Token(t, "laboro")
 	assert.NotContains(t, s.serve.Log(), token)
@@ -1258,9 +1270,9 @@ func TestServeConsole(t *testing.T) {
 		code, body := cc.call("GET", "/api/state", nil)
 		return code == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil &&
 			len(st.Workers) == 1 && len(st.Workers[0].Running) == 2 &&
-			st.Running[0].Worker == "local" && st.Running[1].Worker == "local"
+			st.Running[0].Worker == worker && st.Running[1].Worker == worker
 	}, 30*time.Second, 10*time.Millisecond, "%+v", st)
-	assert.Equal(t, "local", st.Workers[0].Name)
+	assert.Equal(t, worker, st.Workers[0].Name)
 	assert.Equal(t, 2, st.Workers[0].Slots)
 	code, body := cc.call("GET", "/metrics", nil)
 	require.Equal(t, http.StatusOK, code)

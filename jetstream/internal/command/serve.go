@@ -233,7 +233,7 @@ func (c *common) embedded(data, listen string, certs []tls.Certificate) (*jetstr
 			o.TLSTimeout = 2
 		})
 	} else if !secret.Loopback(host) {
-		c.log.Warn("the embedded server listens beyond this machine without TLS: the token stays off the wire, but a worker cannot tell the server from a program posing as it (which could take its results), and the jobs' commands and outputs cross the network in clear; give -tls-cert and -tls-key",
+		c.log.Warn("the embedded server listens beyond this machine without TLS: the token stays off the wire and a worker gives its results only to a server that proves it is this one, but the jobs' commands and outputs cross the network in clear, for any program between to read; give -tls-cert and -tls-key",
 			zap.String("listen", listen))
 	}
 	srv, err := jetstream.StartEmbedded(data, host, port, opts...)
