@@ -66,7 +66,7 @@ type Manager struct {
 	// proveSub answers the workers' challenges (Config.ProveServer), with
 	// a JobKey.
 	proveSub *nats.Subscription
-	once    sync.Once
+	once     sync.Once
 
 	// ending publishes the ends of interrupted Runs (see record); Close
 	// waits for it for a while, then ends endCtx.
