@@ -251,6 +251,7 @@ type workerRun struct {
 	provenOn atomic.Uint64
 	proofMu  sync.Mutex
 	reprove  chan struct{}
+	unproven bool // a proof failed, and was said so, since the last one; under proofMu
 }
 
 // taken is a job this worker handles.
@@ -432,21 +433,18 @@ func (r *workerRun) prove(ctx context.Context) error {
 	r.proofMu.Lock()
 	defer r.proofMu.Unlock()
 	pause := pauses()
-	for said := false; ; {
+	for {
 		if r.proven() {
 			return nil
 		}
 		err := r.challenge(ctx)
 		if err == nil {
-			if said {
-				r.log.Info("the NATS server proved that laboro's service is on it: results go to it again")
-			}
 			return nil
 		}
-		if !said {
+		if !r.unproven {
 			r.log.Warn("the NATS server does not prove that laboro's service is on it: this worker gives it no result or output until it does (is another program on its address?)",
 				zap.Error(err))
-			said = true
+			r.unproven = true
 		}
 		if pause.Wait(ctx) != nil {
 			return fmt.Errorf("the NATS server does not prove that laboro's service is on it: %w", err)
@@ -492,6 +490,10 @@ func (r *workerRun) challenge(ctx context.Context) error {
 	// Proven on the connection of before the request: one made since is
 	// asked again.
 	r.provenOn.Store(epoch)
+	if r.unproven {
+		r.log.Info("the NATS server proved that laboro's service is on it: results go to it again")
+		r.unproven = false
+	}
 	return nil
 }
 
