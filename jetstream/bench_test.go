@@ -38,7 +38,8 @@ func benchCore(b *testing.B, n, buffer int) *laboro.Executor {
 // and the given number of in-process Workers of Concurrency 1, each on a
 // connection of its own. With token set, as laboro serve and its workers
 // run: the server wants the token, the workers prove a worker's token
-// derived from it, and the jobs are signed (Config.JobKey). Everything is
+// derived from it, the jobs are signed (Config.JobKey) and the workers
+// have the server prove itself (Config.ProveServer). Everything is
 // stopped at the end of the benchmark (of each of its invocations).
 func benchJetStream(b *testing.B, concurrency, buffer, workers int, token string) *laboro.Executor {
 	b.Helper()
@@ -85,7 +86,7 @@ func benchJetStream(b *testing.B, concurrency, buffer, workers int, token string
 			b.Fatal(err)
 		}
 		conns = append(conns, wc)
-		w := &Worker{Conn: wc, Config: Config{JobKey: key}, Concurrency: 1, OutputDir: b.TempDir()}
+		w := &Worker{Conn: wc, Config: Config{JobKey: key, ProveServer: key != nil}, Concurrency: 1, OutputDir: b.TempDir()}
 		wg.Go(func() {
 			if err := w.Run(wctx); err != nil {
 				b.Error(err)
