@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"iter"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -41,8 +42,54 @@ type Client struct {
 	// Conn is the connection to NATS; it stays the caller's.
 	Conn *nats.Conn
 	// Config must agree with the Service's on Stream; its Dir receives the
-	// outputs that Result reads.
+	// outputs that Result reads. With ProveServer and ClientKey, the
+	// Client deals only with a server on which the Service proves that
+	// it holds ClientKey.
 	Config Config
+
+	checkOnce sync.Once
+	check     *serverCheck // with Config.ProveServer and ClientKey
+}
+
+// trust has the server prove itself before a call, with
+// Config.ProveServer and ClientKey, asked once a connection. While no
+// Service answers, wait says whether to wait for one (until ctx ends),
+// or to return ErrNoService at once. An answer that proves another key
+// fails with ErrServerUnproven.
+func (c *Client) trust(ctx context.Context, wait bool) error {
+	cfg := c.Config.withDefaults()
+	if !cfg.ProveServer || len(cfg.ClientKey) == 0 {
+		return nil
+	}
+	c.checkOnce.Do(func() { c.check = &serverCheck{key: cfg.ClientKey, subject: cfg.proveSubject(RoleClient)} })
+	if c.check.proven(c.Conn) {
+		return nil
+	}
+	c.check.mu.Lock()
+	defer c.check.mu.Unlock()
+	pause := pauses()
+	for said := false; ; {
+		if c.check.proven(c.Conn) {
+			return nil
+		}
+		err := c.check.challenge(ctx, c.Conn)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrServerUnproven):
+			return err
+		case !wait && errors.Is(err, nats.ErrNoResponders):
+			return ErrNoService
+		}
+		if !said {
+			cfg.Logger.Warn("waiting for laboro's service to prove itself on the NATS server (is it starting? if laboro serve is not running, another program holds its address)",
+				zap.Error(err))
+			said = true
+		}
+		if pause.Wait(ctx) != nil {
+			return fmt.Errorf("%w: %w", ErrServerUnproven, err)
+		}
+	}
 }
 
 // NewBatch returns a new batch name, for example "20261122-041500-3fa2c1":
@@ -156,6 +203,9 @@ func (c *Client) submit(ctx context.Context, batch string, jobs iter.Seq2[laboro
 		return nil
 	}
 	for id, data := range sp.records() {
+		if err := c.trust(ctx, true); err != nil {
+			return 0, err
+		}
 		msg := nats.NewMsg(subject)
 		msg.Header.Set(hdrJob, id)
 		msg.Data = data // the message holds it until its acknowledgement
@@ -233,6 +283,9 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any) er
 	if err != nil {
 		return err
 	}
+	if err := c.trust(ctx, false); err != nil {
+		return err
+	}
 	msg, err := c.Conn.RequestWithContext(ctx, subject, data)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return ErrNoService
@@ -296,6 +349,9 @@ func (c *Client) Result(ctx context.Context, id string) (laboro.Result, error) {
 	}
 	cfg := c.Config.withDefaults()
 	if cfg.Dir, err = outputsIn(cfg.Dir); err != nil {
+		return laboro.Result{}, err
+	}
+	if err := c.trust(ctx, true); err != nil {
 		return laboro.Result{}, err
 	}
 	results, err := waitStream(ctx, js, cfg.resultsStream(), cfg.Logger)

@@ -102,17 +102,25 @@ type Config struct {
 	// JobKey(token, stream) derives it from the server's token or from a
 	// worker's RoleToken, as laboro serve and laboro worker do.
 	JobKey []byte
-	// ProveServer, with JobKey, has a Worker give its results, and the
-	// live output of the jobs it runs, only to a server on which a
-	// Manager proves that it holds JobKey (it answers a fresh challenge
-	// with an HMAC of it; a Manager with a JobKey always does), asked
-	// once a connection. Until then a result waits (one that cannot go
-	// within 30 s is dropped, and its job delivered again), and requests
-	// for live output go unanswered. A program posing as the server, then,
-	// gets from the worker neither commands' outputs nor results. It asks
-	// for a Manager running whenever the worker's server is: laboro worker
-	// sets it, as serve runs its server and its Manager together; a worker
-	// that must store results while no Manager runs leaves it off.
+	// ClientKey, when set, has a Service prove to the Clients that ask
+	// (see ProveServer) that it holds it. ClientKey(token, stream)
+	// derives it from the server's token or from a client's RoleToken, as
+	// laboro serve and its client commands do.
+	ClientKey []byte
+	// ProveServer has a Worker, with JobKey, and a Client, with ClientKey,
+	// deal only with a server on which laboro's service proves that it
+	// holds that key (it answers a fresh challenge with an HMAC of it: a
+	// Manager with a JobKey, a Service with a ClientKey), asked once a
+	// connection. A program posing as the server, then, gets from a worker
+	// neither results nor live outputs, and from a client no job. Until
+	// the server proves itself, a worker's result waits (one that cannot
+	// go within 30 s is dropped, and its job delivered again) and requests
+	// for live output go unanswered; a Client's calls wait while no
+	// service answers, and fail (ErrServerUnproven) when one answers with
+	// another key. It asks for a service running whenever the server is:
+	// laboro's commands set it, as serve runs its server and its service
+	// together; a worker that must store results, or a client that must
+	// submit, while no service runs leaves it off.
 	ProveServer bool
 	// Logger; nil means none.
 	Logger *zap.Logger
@@ -202,8 +210,9 @@ func (c Config) workersSubject(name string) string { return c.Stream + ".workers
 func (c Config) refusedSubject(id string) string { return c.Stream + ".refused." + id }
 
 // proveSubject is where a worker challenges the Managers on its server to
-// prove they hold its JobKey (see Config.ProveServer).
-func (c Config) proveSubject() string { return c.Stream + ".api.prove" }
+// prove they hold its JobKey, and a client the Service to prove it holds
+// its ClientKey (see Config.ProveServer).
+func (c Config) proveSubject(role Role) string { return c.Stream + ".api.prove." + string(role) }
 
 // rollSubject is where a service that starts asks every worker to say it
 // is there at once.

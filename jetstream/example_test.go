@@ -287,7 +287,9 @@ func ExampleJobKey() {
 	workerCtx, stopWorker := context.WithCancel(ctx)
 	workerDone := make(chan error, 1)
 	go func() {
-		w := &jetstream.Worker{Conn: wc, Config: jetstream.Config{JobKey: jetstream.JobKey(workerToken, "")}}
+		// It runs only signed jobs, and gives its results only where the
+		// Manager proves that it holds the key.
+		w := &jetstream.Worker{Conn: wc, Config: jetstream.Config{JobKey: jetstream.JobKey(workerToken, ""), ProveServer: true}}
 		workerDone <- w.Run(workerCtx)
 	}()
 	defer func() { stopWorker(); <-workerDone }()
@@ -301,6 +303,50 @@ func ExampleJobKey() {
 	// Output:
 	// succeeded
 	// signed by the manager
+}
+
+// A Client that has the Service prove itself before it submits: a program
+// posing as the server would get no job from it.
+func ExampleClientKey() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "laboro-nats-")
+	defer os.RemoveAll(dir)
+	const token = "the server's token"
+	srv, err := jetstream.StartEmbedded(dir, "127.0.0.1", -1, jetstream.WithToken(token))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	owner, err := nats.Connect(srv.URL(), jetstream.Token(token))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer owner.Close()
+	clientToken := jetstream.RoleToken(token, jetstream.RoleClient, "")
+	cc, err := nats.Connect(srv.URL(), jetstream.Token(clientToken))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cc.Close()
+
+	serviceCtx, stopService := context.WithCancel(ctx)
+	serviceDone := make(chan error, 1)
+	go func() {
+		s := &jetstream.Service{Conn: owner, Config: jetstream.Config{Dir: dir, ClientKey: jetstream.ClientKey(token, "")}}
+		serviceDone <- s.Run(serviceCtx)
+	}()
+	defer func() { stopService(); <-serviceDone }()
+
+	client := &jetstream.Client{Conn: cc, Config: jetstream.Config{Dir: dir,
+		ClientKey: jetstream.ClientKey(clientToken, ""), ProveServer: true}}
+	ids, err := client.Submit(ctx, "nightly", []laboro.Job{{Command: "make test"}})
+	fmt.Println(ids, err)
+	// Output:
+	// [nightly-1] <nil>
 }
 
 // The program that runs the embedded server reaches it without a socket:

@@ -140,7 +140,7 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 		m.refSub, err = nc.ChanSubscribe(cfg.refusedSubject("*"), m.refused)
 	}
 	if err == nil && len(cfg.JobKey) > 0 {
-		m.proveSub, err = nc.Subscribe(cfg.proveSubject(), m.answerChallenge)
+		m.proveSub, err = nc.Subscribe(cfg.proveSubject(RoleWorker), m.answerChallenge)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: advisories: %w", err)
@@ -798,10 +798,7 @@ func (m *Manager) problem(p string) {
 // answerChallenge proves to a worker that this Manager holds its JobKey
 // (see Config.ProveServer).
 func (m *Manager) answerChallenge(msg *nats.Msg) {
-	if msg.Reply == "" || len(msg.Data) != challengeLen {
-		return
-	}
-	if err := msg.Respond([]byte(serverProof(m.cfg.JobKey, msg.Data))); err != nil {
+	if err := answerChallenge(msg, m.cfg.JobKey); err != nil {
 		m.log.Debug("answer a worker's challenge", zap.Error(err))
 	}
 }

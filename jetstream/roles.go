@@ -154,17 +154,27 @@ func tokenProof(key, nonce []byte) []byte {
 // means DefaultStream; see Config.JobKey), from the server's token or from
 // a worker's RoleToken of those streams, which give the same key; nil for
 // any other token (a client's has no part in running jobs).
-func JobKey(token, stream string) []byte {
+func JobKey(token, stream string) []byte { return roleKey(token, RoleWorker, stream) }
+
+// ClientKey returns the key with which a Service of the streams of stream
+// ("" means DefaultStream) proves itself to Clients (see Config.ClientKey),
+// from the server's token or from a client's RoleToken of those streams,
+// which give the same key; nil for any other token.
+func ClientKey(token, stream string) []byte { return roleKey(token, RoleClient, stream) }
+
+// roleKey is the MAC of role's token on stream's streams, from the
+// server's token or from that role token; nil for any other.
+func roleKey(token string, role Role, stream string) []byte {
 	if stream == "" {
 		stream = DefaultStream
 	}
-	role, s, mac, ok := parseRole(token)
+	r, s, mac, ok := parseRole(token)
 	switch {
 	case token == "":
 		return nil
 	case !ok:
-		mac = roleMAC(token, RoleWorker, stream)
-	case role != RoleWorker || s != stream:
+		mac = roleMAC(token, role, stream)
+	case r != role || s != stream:
 		return nil
 	}
 	return []byte(mac)
@@ -178,20 +188,6 @@ func jobMAC(key []byte, subject string, data []byte) string {
 	mac.Write(data)
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
-
-// serverProof is the answer to a worker's challenge that proves a
-// Manager with key on the server (see Config.ProveServer): an HMAC keyed
-// with key, under a label of its own, so that no other proof or signature
-// can be had from it.
-func serverProof(key, challenge []byte) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte("laboro server proof\x00"))
-	mac.Write(challenge)
-	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
-
-// challengeLen is the length of a worker's challenge.
-const challengeLen = 32
 
 // signedBy reports whether a job's message carries its HMAC keyed with key.
 func signedBy(key []byte, subject string, h nats.Header, data []byte) bool {
@@ -239,7 +235,7 @@ func rolePermissions(role Role, stream string) *server.Permissions {
 			c.resultsSubject(">"),
 			// Say it is there, and what it runs; why it did not run a job;
 			// have the server prove it is laboro's.
-			c.workersSubject("*"), c.refusedSubject("*"), c.proveSubject(),
+			c.workersSubject("*"), c.refusedSubject("*"), c.proveSubject(RoleWorker),
 		}
 		// Hear of ended jobs, of requests for the output of those it runs
 		// (answered through Response), and of a new service's roll call.
@@ -251,7 +247,7 @@ func rolePermissions(role Role, stream string) *server.Permissions {
 			api + "STREAM.INFO." + submitted, api + "STREAM.INFO." + results,
 			api + "STREAM.CREATE." + submitted,
 			c.submitSubject(">"),
-			c.statusSubject(), c.cancelAPISubject(),
+			c.statusSubject(), c.cancelAPISubject(), c.proveSubject(RoleClient),
 			// Read results: look them up, and read them in order.
 			api + "DIRECT.GET." + results + ".>", api + "STREAM.MSG.GET." + results,
 			api + "CONSUMER.CREATE." + results + ".>", api + "CONSUMER.INFO." + results + ".>",

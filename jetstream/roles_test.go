@@ -536,7 +536,7 @@ func TestWorkerProvesItsServer(t *testing.T) {
 		t.Fatal("the worker did not say that its server proves nothing")
 	}
 	warning := logs.FilterMessageSnippet("does not prove").All()[0]
-	assert.Contains(t, warning.ContextMap()["error"], "not made with this worker's key")
+	assert.Contains(t, warning.ContextMap()["error"], ErrServerUnproven.Error())
 	stored, err := lookup(ctx, owner, mustStream(t, js, "LABORO_RESULTS"), cfg.resultsSubject("held"))
 	require.NoError(t, err)
 	assert.Nil(t, stored, "a result given to an unproven server")
@@ -561,4 +561,53 @@ func mustStream(t *testing.T, js natsjs.JetStream, name string) natsjs.Stream {
 	s, err := js.Stream(testCtx(t, 10*time.Second), name)
 	require.NoError(t, err)
 	return s
+}
+
+// TestClientProvesItsServer: a Client with Config.ProveServer submits and
+// asks only where the Service proves that it holds the client's key. A
+// program answering with another key gets no job, and the Client says
+// why; with no service, a status request says there is none; the Service
+// with the key comes, and the same Client submits and asks.
+func TestClientProvesItsServer(t *testing.T) {
+	const token = "the-server-token-0123456789"
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken(token))
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	owner, _ := roleConn(t, srv.URL(), token)
+	clientConn, denied := roleConn(t, srv.URL(), RoleToken(token, RoleClient, ""))
+	key := ClientKey(RoleToken(token, RoleClient, ""), "")
+	require.Equal(t, ClientKey(token, ""), key, "the client's token gives the server's key")
+	assert.Nil(t, ClientKey(RoleToken(token, RoleWorker, ""), ""))
+	cl := &Client{Conn: clientConn, Config: Config{ClientKey: key, ProveServer: true, Dir: t.TempDir()}}
+	ctx := testCtx(t, time.Minute)
+
+	_, err = cl.Status(ctx, StatusRequest{})
+	assert.ErrorIs(t, err, ErrNoService)
+
+	// A program that answers, without the key.
+	poser, err := owner.Subscribe("LABORO.api.prove.client", func(msg *nats.Msg) {
+		require.NoError(t, answerChallenge(msg, ClientKey("another server's token", "")))
+	})
+	require.NoError(t, err)
+	require.NoError(t, owner.Flush())
+	_, err = cl.Submit(ctx, "b1", []laboro.Job{{Command: "true"}})
+	assert.ErrorIs(t, err, ErrServerUnproven)
+	assert.Zero(t, streamMsgs(t, owner, "LABORO_SUBMITTED"), "a job given to an unproven server")
+	_, err = cl.Status(ctx, StatusRequest{})
+	assert.ErrorIs(t, err, ErrServerUnproven)
+	require.NoError(t, poser.Unsubscribe())
+
+	startService(t, owner, Config{ClientKey: ClientKey(token, ""), JobKey: JobKey(token, "")}, 2)
+	ids, err := cl.Submit(ctx, "b1", []laboro.Job{{Command: "true"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b1-1"}, ids)
+	reply, err := cl.Status(ctx, StatusRequest{IDs: ids})
+	require.NoError(t, err)
+	require.Len(t, reply.Jobs, 1)
+	assert.NotEqual(t, StateUnknown, reply.Jobs[0].State)
+	select {
+	case err := <-denied:
+		t.Errorf("the client's role may not challenge its server: %v", err)
+	default:
+	}
 }

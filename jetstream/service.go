@@ -237,10 +237,20 @@ func (s *Service) run(ctx context.Context) error {
 	if err := s.Conn.Publish(cfg.rollSubject(), nil); err != nil {
 		log.Warn("roll call of the workers", zap.Error(err))
 	}
-	for subject, answer := range map[string]func(context.Context, *nats.Msg){
+	answers := map[string]func(context.Context, *nats.Msg){
 		cfg.statusSubject():    sv.answerStatus,
 		cfg.cancelAPISubject(): sv.answerCancel,
-	} {
+	}
+	if len(cfg.ClientKey) > 0 {
+		// Prove to the Clients that this is laboro's service (see
+		// Config.ProveServer).
+		answers[cfg.proveSubject(RoleClient)] = func(_ context.Context, msg *nats.Msg) {
+			if err := answerChallenge(msg, cfg.ClientKey); err != nil {
+				log.Debug("answer a client's challenge", zap.Error(err))
+			}
+		}
+	}
+	for subject, answer := range answers {
 		sub, err := s.Conn.Subscribe(subject, func(msg *nats.Msg) { answer(ctx, msg) })
 		if err != nil {
 			return fmt.Errorf("jetstream: requests on %s: %w", subject, err)

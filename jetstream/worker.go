@@ -2,8 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -12,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -151,7 +148,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		name = defaultWorkerName()
 	}
 	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons, results: results, draining: w.drain(),
-		name: name, taken: map[string]*taken{}, recent: map[string]time.Time{}, reprove: make(chan struct{}, 1)}
+		name: name, taken: map[string]*taken{}, recent: map[string]time.Time{}, reprove: make(chan struct{}, 1),
+		check: serverCheck{key: cfg.JobKey, subject: cfg.proveSubject(RoleWorker)}}
 	// Hear of the Runs that end before taking any job: the server handles
 	// a connection's messages in order, so this subscription is in place
 	// before the first job is delivered.
@@ -244,14 +242,13 @@ type workerRun struct {
 	taken  map[string]*taken    // the jobs being handled, by id
 	recent map[string]time.Time // ends heard of for jobs not taken, and when
 
-	// With Config.ProveServer: provenOn is the connection's reconnections
-	// plus one when its server last proved it laboro's (see prove), 0
-	// before; proofMu has one proof asked at a time; reprove asks the
-	// prover goroutine for one, without waiting.
-	provenOn atomic.Uint64
-	proofMu  sync.Mutex
+	// With Config.ProveServer, check has the server prove itself (see
+	// prove); reprove asks the prover goroutine for a proof, without
+	// waiting; unproven, under check.mu, is set when a proof failed, and
+	// was said so, since the last one.
+	check    serverCheck
 	reprove  chan struct{}
-	unproven bool // a proof failed, and was said so, since the last one; under proofMu
+	unproven bool
 }
 
 // taken is a job this worker handles.
@@ -421,7 +418,7 @@ func (r *workerRun) proving() bool { return r.cfg.ProveServer && len(r.cfg.JobKe
 // proven reports whether the server of the connection in use proved that
 // a Manager with this worker's key is on it, or no proof is asked for.
 func (r *workerRun) proven() bool {
-	return !r.proving() || r.provenOn.Load() == r.js.Conn().Stats().Reconnects+1
+	return !r.proving() || r.check.proven(r.js.Conn())
 }
 
 // prove has the server prove itself (see proven), asking again while it
@@ -430,8 +427,8 @@ func (r *workerRun) prove(ctx context.Context) error {
 	if r.proven() {
 		return nil
 	}
-	r.proofMu.Lock()
-	defer r.proofMu.Unlock()
+	r.check.mu.Lock()
+	defer r.check.mu.Unlock()
 	pause := pauses()
 	for {
 		if r.proven() {
@@ -461,35 +458,21 @@ func (r *workerRun) prover(ctx context.Context) {
 			return
 		case <-r.reprove:
 		}
-		if r.proving() && !r.proven() && r.proofMu.TryLock() {
+		if r.proving() && !r.proven() && r.check.mu.TryLock() {
 			if err := r.challenge(ctx); err != nil {
 				r.log.Debug("the NATS server does not prove that laboro's service is on it (yet)", zap.Error(err))
 			}
-			r.proofMu.Unlock()
+			r.check.mu.Unlock()
 		}
 	}
 }
 
-// challenge sends the Managers on the server a fresh challenge, and
-// records the connection as proven if the answer is the HMAC of it keyed
-// with this worker's key. r.proofMu is held.
+// challenge has the server prove itself once, and says so if it did
+// after failing. r.check.mu is held.
 func (r *workerRun) challenge(ctx context.Context) error {
-	nc := r.js.Conn()
-	epoch := nc.Stats().Reconnects + 1
-	c := make([]byte, challengeLen)
-	rand.Read(c)
-	ctx, cancel := context.WithTimeout(ctx, firstAttempt)
-	defer cancel()
-	msg, err := nc.RequestWithContext(ctx, r.cfg.proveSubject(), c)
-	if err != nil {
+	if err := r.check.challenge(ctx, r.js.Conn()); err != nil {
 		return err
 	}
-	if !hmac.Equal(msg.Data, []byte(serverProof(r.cfg.JobKey, c))) {
-		return errors.New("its answer to the challenge is not made with this worker's key")
-	}
-	// Proven on the connection of before the request: one made since is
-	// asked again.
-	r.provenOn.Store(epoch)
 	if r.unproven {
 		r.log.Info("the NATS server proved that laboro's service is on it: results go to it again")
 		r.unproven = false

@@ -26,6 +26,7 @@ import (
 	"github.com/laboro-go/laboro/internal/freeport"
 	"github.com/laboro-go/laboro/jetstream"
 	"github.com/laboro-go/laboro/protocols/fuq/fuqtest"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -814,6 +815,41 @@ func TestTokenNeverSent(t *testing.T) {
 	for _, s := range secrets {
 		assert.NotContains(t, sent(), s)
 	}
+}
+
+// anyone admits every client: a program posing as serve's server, which
+// takes whatever proof it is given.
+type anyone struct{}
+
+func (anyone) Check(server.ClientAuthentication) bool { return true }
+
+// A program posing as serve's server (a NATS server of its own with
+// JetStream, that takes any proof of the token) gets no job from laboro
+// submit: serve's service does not prove itself there, and submit says it
+// waits for it.
+func TestSubmitGivesAPoserNothing(t *testing.T) {
+	bin := build(t)
+	poser, err := jetstream.StartEmbedded(t.TempDir(), "127.0.0.1", -1, func(o *server.Options) {
+		o.CustomClientAuthentication, o.AlwaysEnableNonce = anyone{}, true
+	})
+	require.NoError(t, err)
+	t.Cleanup(poser.Shutdown)
+	p := e2e.Start(t, []string{"LABORO_NATS=" + poser.URL(), "LABORO_TOKEN=a-token-of-laboro-0123456789"},
+		bin, "submit", "echo", "secret-argument")
+	p.Await(t, regexp.MustCompile(`waiting for laboro's service to prove itself on the NATS server`), 30*time.Second)
+
+	nc, err := nats.Connect(poser.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "LABORO_SUBMITTED")
+	require.NoError(t, err, "submit made its stream, as it does on serve's server")
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, info.State.Msgs, "a job given to a program posing as serve")
 }
 
 // A worker runs only the jobs serve signed with its token's key: a job

@@ -41,6 +41,9 @@ type common struct {
 	// connect and jobKey).
 	found  atomic.Pointer[string]
 	proved chan struct{}
+	// tokenProven is set when connect connected proving laboro's token:
+	// the server is serve's, whose service can prove itself in turn.
+	tokenProven bool
 	level  zapcore.Level
 	format cli.LogFormat
 	log    *zap.Logger

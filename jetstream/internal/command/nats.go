@@ -189,7 +189,8 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 				nc, err = nats.Connect(url, append(proven, nats.RetryOnFailedConnect(true),
 					nats.ConnectHandler(func(*nats.Conn) { once.Do(func() { close(c.proved) }) }))...)
 			}
-			return c.connected(url, nc, dial.why(err), !noToken.Load())
+			c.tokenProven = !noToken.Load()
+			return c.connected(url, nc, dial.why(err), c.tokenProven)
 		}
 		c.log.Info("NATS offers no nonce against which to prove laboro's token: it is not laboro serve's; connecting without the token, which is never sent",
 			zap.String("url", shown(url)))
@@ -378,6 +379,11 @@ func (c *common) client() (cl *jetstream.Client, release func(), ok bool) {
 	}
 	cfg := c.config()
 	cfg.Dir = dir
+	if c.tokenProven {
+		// Submit and ask only where serve proves itself: not to a
+		// program holding its address while it is down.
+		cfg.ClientKey, cfg.ProveServer = jetstream.ClientKey(c.roleToken(c.token, jetstream.RoleClient), c.stream), true
+	}
 	return &jetstream.Client{Conn: nc, Config: cfg}, func() { nc.Close(); os.RemoveAll(dir) }, true
 }
 

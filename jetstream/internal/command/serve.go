@@ -121,8 +121,10 @@ func serve(args []string) int {
 	cfg.Replicas = *replicas
 	cfg.Dir = *dir
 	// The jobs are signed with the key of laboro's token, which the
-	// workers holding it check (jetstream.Config.JobKey).
+	// workers holding it check (jetstream.Config.JobKey); the service
+	// proves itself to the clients with the key of theirs (ClientKey).
 	cfg.JobKey = jetstream.JobKey(c.token, c.stream)
+	cfg.ClientKey = jetstream.ClientKey(c.token, c.stream)
 
 	errs := make(chan error, 2)
 	service := &jetstream.Service{Conn: nc, Config: cfg, Concurrency: *concurrency, MaxTracked: *keep}
