@@ -44,9 +44,9 @@ type common struct {
 	// tokenProven is set when connect connected proving laboro's token:
 	// the server is serve's, whose service can prove itself in turn.
 	tokenProven bool
-	level  zapcore.Level
-	format cli.LogFormat
-	log    *zap.Logger
+	level       zapcore.Level
+	format      cli.LogFormat
+	log         *zap.Logger
 }
 
 // newCommon returns the flags of subcommand name, whose arguments are
