@@ -82,7 +82,7 @@ func (c *Client) trust(ctx context.Context, wait bool) error {
 			return ErrNoService
 		}
 		if !said {
-			cfg.Logger.Warn("waiting for laboro's service to prove itself on the NATS server (is it starting? if laboro serve is not running, another program holds its address)",
+			cfg.Logger.Info("waiting for laboro's service to prove itself on the NATS server (is it starting? if laboro serve is not running, another program holds its address)",
 				zap.Error(err))
 			said = true
 		}

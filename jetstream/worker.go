@@ -430,6 +430,7 @@ func (r *workerRun) prove(ctx context.Context) error {
 	r.check.mu.Lock()
 	defer r.check.mu.Unlock()
 	pause := pauses()
+	first := time.Now()
 	for {
 		if r.proven() {
 			return nil
@@ -438,7 +439,11 @@ func (r *workerRun) prove(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if !r.unproven {
+		// Said at once for an answer with another key; for no answer, once
+		// it lasts while connected (a server restarting, or starting its
+		// service, is silent for a moment).
+		lasting := r.js.Conn().IsConnected() && time.Since(first) >= proofPatience
+		if !r.unproven && (errors.Is(err, ErrServerUnproven) || lasting) {
 			r.log.Warn("the NATS server does not prove that laboro's service is on it: this worker gives it no result or output until it does (is another program on its address?)",
 				zap.Error(err))
 			r.unproven = true
@@ -448,6 +453,10 @@ func (r *workerRun) prove(ctx context.Context) error {
 		}
 	}
 }
+
+// proofPatience is how long a worker's server may leave its challenges
+// unanswered, while connected, before the worker says so.
+const proofPatience = 5 * time.Second
 
 // prover asks for a proof each time reprove says, until ctx ends; one
 // attempt each, quietly: a result's publication insists, and says why.
