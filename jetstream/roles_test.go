@@ -41,6 +41,17 @@ func roleConn(t *testing.T, url, token string) (*nats.Conn, <-chan error) {
 	return nc, refusals
 }
 
+// tokenServer starts an embedded server that wants token, and connects
+// to it with the token (the owner's rights).
+func tokenServer(t *testing.T, token string) (url string, owner *nats.Conn) {
+	t.Helper()
+	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken(token))
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	owner, _ = roleConn(t, srv.URL(), token)
+	return srv.URL(), owner
+}
+
 // refused publishes to subject and waits for the server's refusal.
 func refused(t *testing.T, nc *nats.Conn, refusals <-chan error, subject string) {
 	t.Helper()
@@ -418,11 +429,8 @@ func authRefusal(err error) bool {
 // it, never run.
 func TestSignedJobs(t *testing.T) {
 	const token = "the-server-token-0123456789"
-	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken(token))
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	owner, _ := roleConn(t, srv.URL(), token)
-	worker, denied := roleConn(t, srv.URL(), RoleToken(token, RoleWorker, ""))
+	url, owner := tokenServer(t, token)
+	worker, denied := roleConn(t, url, RoleToken(token, RoleWorker, ""))
 	key := JobKey(token, "")
 	require.Equal(t, key, JobKey(RoleToken(token, RoleWorker, ""), ""), "the worker's token gives the server's key")
 	assert.Nil(t, JobKey(RoleToken(token, RoleClient, ""), ""))
@@ -481,11 +489,8 @@ func TestSignedJobs(t *testing.T) {
 // key comes, and the result goes.
 func TestWorkerProvesItsServer(t *testing.T) {
 	const token = "the-server-token-0123456789"
-	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken(token))
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	owner, _ := roleConn(t, srv.URL(), token)
-	worker, denied := roleConn(t, srv.URL(), RoleToken(token, RoleWorker, ""))
+	url, owner := tokenServer(t, token)
+	worker, denied := roleConn(t, url, RoleToken(token, RoleWorker, ""))
 	key := JobKey(token, "")
 	cfg := Config{JobKey: key}.withDefaults()
 
@@ -570,18 +575,15 @@ func mustStream(t *testing.T, js natsjs.JetStream, name string) natsjs.Stream {
 // with the key comes, and the same Client submits and asks.
 func TestClientProvesItsServer(t *testing.T) {
 	const token = "the-server-token-0123456789"
-	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken(token))
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	owner, _ := roleConn(t, srv.URL(), token)
-	clientConn, denied := roleConn(t, srv.URL(), RoleToken(token, RoleClient, ""))
+	url, owner := tokenServer(t, token)
+	clientConn, denied := roleConn(t, url, RoleToken(token, RoleClient, ""))
 	key := ClientKey(RoleToken(token, RoleClient, ""), "")
 	require.Equal(t, ClientKey(token, ""), key, "the client's token gives the server's key")
 	assert.Nil(t, ClientKey(RoleToken(token, RoleWorker, ""), ""))
 	cl := &Client{Conn: clientConn, Config: Config{ClientKey: key, ProveServer: true, Dir: t.TempDir()}}
 	ctx := testCtx(t, time.Minute)
 
-	_, err = cl.Status(ctx, StatusRequest{})
+	_, err := cl.Status(ctx, StatusRequest{})
 	assert.ErrorIs(t, err, ErrNoService)
 
 	// A program that answers, without the key.
