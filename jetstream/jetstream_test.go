@@ -265,6 +265,47 @@ func TestMaxDeliverFails(t *testing.T) {
 	require.ErrorIs(t, res.Err, laboro.ErrDuplicateID)
 }
 
+// TestMaxDeliverWhileNoManager: a job that reaches its delivery limit
+// while no Manager listens for the advisory (it is sent once) is failed by
+// the next Manager, rather than stay in the work queue forever with its
+// Run waiting.
+func TestMaxDeliverWhileNoManager(t *testing.T) {
+	nc := setup(t)
+	cfg := Config{AckWait: time.Second, MaxDeliver: 2}
+	m1 := newManager(t, nc, cfg)
+	advisories, err := nc.SubscribeSync(cfg.withDefaults().advisorySubject())
+	require.NoError(t, err)
+
+	// A worker that dies with every job it takes.
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	ctx := testCtx(t, time.Minute)
+	cons, err := js.Consumer(ctx, "LABORO_JOBS", consumerName)
+	require.NoError(t, err)
+	delivered := make(chan struct{}, 2)
+	cc, err := cons.Consume(func(natsjs.Msg) { delivered <- struct{}{} })
+	require.NoError(t, err)
+	defer cc.Stop()
+
+	job := laboro.Job{ID: "orphan", Command: "true"}
+	first := make(chan laboro.Result, 1)
+	go func() { first <- m1.Run(ctx, job) }()
+	<-delivered
+	require.NoError(t, m1.Close())
+	assert.Equal(t, laboro.StatusKilled, (<-first).Status, "a closed Manager's Run")
+	_, err = advisories.NextMsgWithContext(ctx)
+	require.NoError(t, err, "the job reached its limit")
+	cc.Stop()
+	assert.Equal(t, uint64(1), streamMsgs(t, nc, "LABORO_JOBS"), "nobody heard the advisory: the job stays")
+
+	res := newManager(t, nc, cfg).Run(ctx, job)
+	assert.Equal(t, laboro.StatusFailed, res.Status)
+	assert.ErrorIs(t, res.Err, ErrMaxDeliver)
+	assert.ErrorContains(t, res.Err, "delivered 2 times (its limit was reached while no Manager listened)")
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 0 },
+		10*time.Second, 50*time.Millisecond, "the job is off the work queue")
+}
+
 // TestUnreadableJobFailsSayingWhy: a job a worker cannot read (a Manager
 // of another version, say) is not run, and fails at its delivery limit
 // with the reason, rather than wait forever; a message that names no job

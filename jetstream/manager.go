@@ -95,6 +95,9 @@ type Manager struct {
 	// stale is the first sequence of the JOBS stream when the last check
 	// found it acknowledged (see sweep), or 0.
 	stale uint64
+	// lapsedFrom is where the last check saw jobs past their delivery
+	// limit whose advisory nobody heard (see lapsed), or 0.
+	lapsedFrom uint64
 }
 
 // maxProblems bounds the problems a Manager remembers.
@@ -633,6 +636,7 @@ func (m *Manager) checkStreams() {
 func (m *Manager) sweep(jobs natsjs.Stream) {
 	st := jobs.CachedInfo().State
 	if st.Msgs == 0 {
+		m.stale, m.lapsedFrom = 0, 0
 		return
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, attemptTimeout)
@@ -641,6 +645,7 @@ func (m *Manager) sweep(jobs natsjs.Stream) {
 	if err != nil {
 		return // made again by the workers when missing
 	}
+	m.lapsed(jobs, cons)
 	floor := cons.CachedInfo().AckFloor.Stream
 	if st.FirstSeq > floor {
 		m.stale = 0
@@ -865,40 +870,98 @@ func (m *Manager) maxDelivered(msg *nats.Msg) {
 		m.log.Warn("job of a max-deliveries advisory", zap.Uint64("seq", adv.StreamSeq), zap.Error(err))
 		return
 	}
+	m.failDelivered(ctx, raw, adv.Deliveries, "")
+}
+
+// failDelivered publishes the failure of raw, a job delivered deliveries
+// times without a result, and removes it from the work queue; note, if
+// set, is added to its error.
+func (m *Manager) failDelivered(ctx context.Context, raw *natsjs.RawStreamMsg, deliveries uint64, note string) {
 	id := raw.Header.Get(hdrJob)
 	if validID(id) != nil {
 		// Not a Manager's (no Run waits for it): off the work queue.
-		m.log.Warn("a message that names no job reached its delivery limit: deleted", zap.Uint64("seq", adv.StreamSeq),
+		m.log.Warn("a message that names no job reached its delivery limit: deleted", zap.Uint64("seq", raw.Sequence),
 			zap.String("subject", raw.Subject))
-		if err := m.jobs.DeleteMsg(ctx, adv.StreamSeq); err != nil {
-			m.log.Warn("delete a message past its delivery limit", zap.Uint64("seq", adv.StreamSeq), zap.Error(err))
+		if err := m.jobs.DeleteMsg(ctx, raw.Sequence); err != nil {
+			m.log.Warn("delete a message past its delivery limit", zap.Uint64("seq", raw.Sequence), zap.Error(err))
 		}
 		return
 	}
 	res := nats.NewMsg(m.cfg.resultsSubject(id))
 	res.Header.Set(hdrJob, id)
-	res.Header.Set(hdrAttempt, strconv.FormatUint(adv.Deliveries, 10))
+	res.Header.Set(hdrAttempt, strconv.FormatUint(deliveries, 10))
 	res.Header.Set(hdrStatus, strconv.Itoa(int(laboro.StatusFailed)))
 	res.Header.Set(hdrExit, "-1")
 	res.Header.Set(hdrReason, reasonMaxDeliver)
 	if sum := raw.Header.Get(hdrSum); sum != "" {
 		res.Header.Set(hdrSum, sum)
 	}
-	text := fmt.Sprintf("delivered %d times", adv.Deliveries)
+	text := fmt.Sprintf("delivered %d times", deliveries)
 	if why := m.refusal(id); why != "" {
 		text += "; " + why
 	}
-	res.Header.Set(hdrError, headerText(text))
+	res.Header.Set(hdrError, headerText(text+note))
 	res.Header.Set(hdrChunk, "0")
 	res.Header.Set(hdrChunks, "0")
 	if _, err := publish(ctx, m.js, res, id+".max-deliver"); err != nil {
 		m.log.Warn("publish the failure of a job past its delivery limit", zap.String("job", id), zap.Error(err))
 		return
 	}
-	if err := m.jobs.DeleteMsg(ctx, adv.StreamSeq); err != nil {
+	if err := m.jobs.DeleteMsg(ctx, raw.Sequence); err != nil {
 		m.log.Warn("delete a job past its delivery limit", zap.String("job", id), zap.Error(err))
 	}
-	m.log.Info("job failed after its delivery limit", zap.String("job", id), zap.Uint64("deliveries", adv.Deliveries))
+	m.log.Info("job failed after its delivery limit", zap.String("job", id), zap.Uint64("deliveries", deliveries))
+}
+
+// maxLapsed bounds the jobs one check fails for a missed advisory.
+const maxLapsed = 256
+
+// lapsed fails the jobs that reached their delivery limit while no
+// Manager listened for the advisory (it is sent once, to whoever listens
+// then), which would otherwise stay in the work queue, never delivered
+// again, and their Runs wait. When the workers' consumer has nothing left
+// to deliver and nothing delivered that waits for its acknowledgement, a
+// job it delivered that is still in the stream above its acknowledgement
+// floor is such a job (or one acknowledged that the server kept, see
+// sweep: its result is stored, and it is only removed). Seen so at two
+// checks in a row, each fails as the advisory would have had it.
+func (m *Manager) lapsed(jobs natsjs.Stream, cons natsjs.Consumer) {
+	st, ci := jobs.CachedInfo().State, cons.CachedInfo()
+	from := max(st.FirstSeq, ci.AckFloor.Stream+1)
+	if st.Msgs == 0 || ci.NumAckPending > 0 || ci.NumPending > 0 || from > ci.Delivered.Stream {
+		m.lapsedFrom = 0
+		return
+	}
+	if m.lapsedFrom != from {
+		m.lapsedFrom = from // seen once: it may be on its way
+		return
+	}
+	m.lapsedFrom = 0
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	defer cancel()
+	deliveries := uint64(max(ci.Config.MaxDeliver, 1))
+	for seq, n := from, 0; seq <= ci.Delivered.Stream && n < maxLapsed; n++ {
+		raw, err := jobs.GetMsg(ctx, seq, natsjs.WithGetMsgSubject(m.cfg.jobsSubject(">")))
+		if err != nil || raw.Sequence > ci.Delivered.Stream {
+			if err != nil && !errors.Is(err, natsjs.ErrMsgNotFound) {
+				m.log.Warn("looking for jobs past their delivery limit", zap.Error(err))
+			}
+			return
+		}
+		seq = raw.Sequence + 1
+		if id := raw.Header.Get(hdrJob); validID(id) == nil {
+			if stored, err := lookup(ctx, m.nc, m.results, m.cfg.resultsSubject(id)); err != nil {
+				continue
+			} else if stored != nil && final(stored.Header) {
+				if err := jobs.DeleteMsg(ctx, raw.Sequence); err == nil {
+					m.log.Warn("removed from the work queue a job the server kept after its result", zap.String("job", id))
+				}
+				continue
+			}
+		}
+		m.log.Warn("a job reached its delivery limit while no Manager listened: failed now", zap.String("job", raw.Header.Get(hdrJob)))
+		m.failDelivered(ctx, raw, deliveries, " (its limit was reached while no Manager listened)")
+	}
 }
 
 // assembler puts a job's result back together from its chunks, per
