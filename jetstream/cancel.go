@@ -100,6 +100,16 @@ func endedJobs(ctx context.Context, nc *nats.Conn, results natsjs.Stream, cfg Co
 	return ids, nil
 }
 
+// jobEnded reports whether job id has the record of the end of its Run
+// in results, or a result stored.
+func jobEnded(ctx context.Context, nc *nats.Conn, results natsjs.Stream, cfg Config, id string) (bool, error) {
+	if msg, err := lookup(ctx, nc, results, cfg.cancelSubject(id)); msg != nil || err != nil {
+		return msg != nil, err
+	}
+	msg, err := lookup(ctx, nc, results, cfg.resultsSubject(id))
+	return msg != nil && final(msg.Header), err
+}
+
 // final tells whether h, the headers of a result message, end an attempt.
 func final(h nats.Header) bool {
 	chunk, err1 := strconv.Atoi(h.Get(hdrChunk))

@@ -950,11 +950,13 @@ func (m *Manager) lapsed(jobs natsjs.Stream, cons natsjs.Consumer) {
 		}
 		seq = raw.Sequence + 1
 		if id := raw.Header.Get(hdrJob); validID(id) == nil {
-			if stored, err := lookup(ctx, m.nc, m.results, m.cfg.resultsSubject(id)); err != nil {
+			ended, err := jobEnded(ctx, m.nc, m.results, m.cfg, id)
+			if err != nil {
 				continue
-			} else if stored != nil && final(stored.Header) {
+			}
+			if ended {
 				if err := jobs.DeleteMsg(ctx, raw.Sequence); err == nil {
-					m.log.Warn("removed from the work queue a job the server kept after its result", zap.String("job", id))
+					m.log.Warn("removed from the work queue a job the server kept after its end", zap.String("job", id))
 				}
 				continue
 			}

@@ -403,12 +403,11 @@ func (r *workerRun) over(ctx context.Context, t *taken, id string, seq uint64, a
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AckWait/2)
 	defer cancel()
-	msg, err := lookup(ctx, r.js.Conn(), r.results, r.cfg.cancelSubject(id))
-	if msg != nil || err != nil || !again {
+	if !again {
+		msg, err := lookup(ctx, r.js.Conn(), r.results, r.cfg.cancelSubject(id))
 		return msg != nil, err
 	}
-	msg, err = lookup(ctx, r.js.Conn(), r.results, r.cfg.resultsSubject(id))
-	return msg != nil && final(msg.Header), err
+	return jobEnded(ctx, r.js.Conn(), r.results, r.cfg, id)
 }
 
 // proving reports whether this worker asks its server to prove itself
