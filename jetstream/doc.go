@@ -31,7 +31,8 @@
 // Delivery is at least once: a worker that dies mid-job has its job
 // redelivered after Config.AckWait; a job delivered Config.MaxDeliver times
 // without a result ends StatusFailed with an error matching ErrMaxDeliver
-// (the Manager listens for JetStream's max-deliveries advisory); duplicate
+// (the Manager listens for JetStream's max-deliveries advisory, and finds
+// the jobs whose advisory came while no Manager listened); duplicate
 // results are dropped by job id and attempt, the first complete one wins.
 //
 // A Service, what the laboro command's `serve` runs, reads the jobs that
