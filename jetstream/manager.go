@@ -840,14 +840,13 @@ func (m *Manager) heardRefusal(msg *nats.Msg) {
 // refusals a worker sent before the advisory at hand came before it on the
 // connection, so they are on m.refused by now.
 func (m *Manager) refusal(id string) string {
-	for {
+	for drained := false; !drained; {
 		select {
 		case msg := <-m.refused:
 			m.heardRefusal(msg)
-			continue
 		default:
+			drained = true
 		}
-		break
 	}
 	why := m.lastRef[id]
 	delete(m.lastRef, id)
