@@ -120,6 +120,54 @@ func BenchmarkJobs(b *testing.B) {
 	b.Run("jetstream-token/workers=4", func(b *testing.B) {
 		runJobs(b, benchJetStream(b, 64, max(b.N, 1), 4, "the server's token"))
 	})
+	// As laboro serve runs its own job slots.
+	b.Run("serve/slots=4", func(b *testing.B) {
+		runJobs(b, benchServe(b, 64, max(b.N, 1), 4))
+	})
+}
+
+// benchServe is benchJetStream as laboro serve runs the jobs itself: the
+// Manager and one Worker of the given slots share the process's one
+// connection to its embedded server, made in process, and the jobs are
+// signed.
+func benchServe(b *testing.B, concurrency, buffer, slots int) *laboro.Executor {
+	b.Helper()
+	const token = "the server's token"
+	srv, err := StartEmbedded(b.TempDir(), "127.0.0.1", -1, WithToken(token))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.URL(), Token(token), srv.InProcess())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	cfg := Config{Dir: b.TempDir(), JobKey: JobKey(token, "")}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := NewManager(ctx, nc, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	w := &Worker{Conn: nc, Config: cfg, Concurrency: slots, OutputDir: b.TempDir()}
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	b.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	})
+	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(concurrency),
+		laboro.WithConcurrency(concurrency), laboro.WithBufferSize(buffer))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ex.Close() }) // runs first: before the Manager closes
+	return ex
 }
 
 // runJobs submits b.N jobs to ex, waits for every result and reports the

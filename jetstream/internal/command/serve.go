@@ -102,14 +102,11 @@ func serve(args []string) int {
 			return code
 		}
 		defer srv.Shutdown()
-		url = srv.URL()
-		if certs != nil {
-			// Its certificate names the host the workers reach; this
-			// process reaches the server without a socket, and so
-			// without TLS.
-			c.inProcess = srv.InProcess()
-			url = "nats://" + strings.TrimPrefix(url, "tls://")
-		}
+		// This process (the service and its own workers) reaches the
+		// server without a socket: no system call a message, and no TLS,
+		// whose certificate names the host the other workers reach.
+		c.inProcess = srv.InProcess()
+		url = "nats://" + strings.TrimPrefix(srv.URL(), "tls://")
 	}
 	nc, err := c.connect(url, false)
 	if err != nil {
