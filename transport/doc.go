@@ -49,6 +49,6 @@
 //     with ErrAttempts, so that a job that kills its worker does not go
 //     round for ever.
 //
-// The jetstream module's Manager needs no Dispatcher: NATS JetStream's
+// The jetstream package's Manager needs no Dispatcher: NATS JetStream's
 // work queue, acknowledgements and redelivery do the same there.
 package transport
