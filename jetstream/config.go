@@ -117,7 +117,13 @@ type Config struct {
 	// go within 30 s is dropped, and its job delivered again) and requests
 	// for live output go unanswered; a Client's calls wait while no
 	// service answers, and fail (ErrServerUnproven) when one answers with
-	// another key. It asks for a service running whenever the server is:
+	// another key. Each attempt at a result checks that the connection is
+	// still the one proven: one made again after the connection came
+	// back, perhaps to another server, waits for that server's proof. (A
+	// connection keeps what is sent while it is down for the server it
+	// connects to next, unproven: give a worker's connection
+	// nats.ReconnectBufSize(-1), as laboro worker does, so that nothing is
+	// kept.) It asks for a service running whenever the server is:
 	// laboro's commands set it, as serve runs its server and its service
 	// together; a worker that must store results, or a client that must
 	// submit, while no service runs leaves it off.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -559,6 +560,95 @@ func TestWorkerProvesItsServer(t *testing.T) {
 		t.Errorf("the worker's role may not challenge its server: %v", err)
 	default:
 	}
+}
+
+// A result whose publication is under way when the worker's connection
+// moves to another server (its address taken while laboro's server is
+// away) is not given to that server: each attempt is proven first. It
+// goes once the worker is back on a server where the Manager proves
+// itself.
+func TestResultGoesOnlyToAProvenServer(t *testing.T) {
+	const token = "the-server-token-0123456789"
+	url, owner := tokenServer(t, token)
+	// The poser takes the worker's token (as one that relays the server's
+	// nonce would) and has the streams, but no Manager with the key.
+	poserURL, poserOwner := tokenServer(t, token)
+	key := JobKey(token, "")
+	cfg := Config{JobKey: key}.withDefaults()
+	m := newManager(t, owner, Config{JobKey: key})
+	newManager(t, poserOwner, Config{JobKey: JobKey("another server's token", "")})
+
+	leaked := make(chan *nats.Msg, 1)
+	sub, err := poserOwner.ChanSubscribe(cfg.resultsSubject("held"), leaked)
+	require.NoError(t, err)
+	t.Cleanup(func() { sub.Unsubscribe() })
+	require.NoError(t, poserOwner.Flush())
+
+	relay := e2e.NewRelay(t, strings.TrimPrefix(url, "nats://"))
+	conn, err := nats.Connect("nats://"+relay.Addr(), Token(RoleToken(token, RoleWorker, "")),
+		nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	warned := make(chan struct{}, 1)
+	core, logs := observer.New(zap.InfoLevel)
+	log := zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
+		if strings.Contains(e.Message, "does not prove") {
+			select {
+			case warned <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	}))
+	runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log})
+
+	dir := t.TempDir()
+	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
+	ctx := testCtx(t, 2*time.Minute)
+	done := make(chan laboro.Result, 1)
+	go func() {
+		done <- m.Run(ctx, laboro.Job{ID: "held", Script: "touch " + started +
+			"; while [ ! -e " + release + " ]; do sleep 0.02; done; echo out"})
+	}()
+	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil },
+		30*time.Second, 20*time.Millisecond, "the job runs")
+
+	// The job ends while the network stalls: its result is sent, and lost.
+	relay.Stall()
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	require.NoError(t, relay.Dropped(ctx, cfg.resultsSubject("held")))
+	// The connection comes back, to the poser.
+	relay.Retarget(strings.TrimPrefix(poserURL, "nats://"))
+	relay.Cut()
+	relay.Resume()
+	select {
+	case <-warned:
+	case <-leaked:
+		t.Fatal("the result went to a server that proved nothing")
+	case <-ctx.Done():
+		t.Fatal("the worker did not say that the server it came back to proves nothing")
+	}
+	poserJS, err := natsjs.New(poserOwner)
+	require.NoError(t, err)
+	poserResults := mustStream(t, poserJS, "LABORO_RESULTS")
+	stored, err := lookup(ctx, poserOwner, poserResults, cfg.resultsSubject("held"))
+	require.NoError(t, err)
+	assert.Nil(t, stored, "a result given to an unproven server")
+
+	// Back on laboro's server: the result goes.
+	relay.Retarget(strings.TrimPrefix(url, "nats://"))
+	relay.Cut()
+	select {
+	case res := <-done:
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		assert.Equal(t, "out\n", string(output(t, res)))
+	case <-ctx.Done():
+		t.Fatal("no result once back on laboro's server")
+	}
+	stored, err = lookup(ctx, poserOwner, poserResults, cfg.resultsSubject("held"))
+	require.NoError(t, err)
+	assert.Nil(t, stored, "a result given to an unproven server")
+	assert.Positive(t, logs.FilterMessageSnippet("proved that laboro's service is on it").Len())
 }
 
 func mustStream(t *testing.T, js natsjs.JetStream, name string) natsjs.Stream {

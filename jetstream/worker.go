@@ -275,9 +275,12 @@ func (r *workerRun) loop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if deleted(err) {
+			switch {
+			case deleted(err):
 				r.recreate(ctx, cons, err)
-			} else {
+			case !r.js.Conn().IsConnected():
+				r.log.Debug("fetching a job", zap.Error(err)) // said on the disconnection
+			default:
 				r.log.Warn("fetching a job", zap.Error(err))
 			}
 			pause.Wait(ctx)
@@ -588,7 +591,7 @@ wait:
 		case <-h.Done():
 			break wait
 		case <-tick.C:
-			if err := msg.InProgress(); err != nil {
+			if err := msg.InProgress(); err != nil && r.js.Conn().IsConnected() {
 				log.Warn("in-progress acknowledgement", zap.Error(err))
 			}
 			r.recheck(ctx, wj.ID)
@@ -655,9 +658,6 @@ func (r *workerRun) finish(ctx context.Context, msg natsjs.Msg, log *zap.Logger,
 // publish sends res, its output in chunks, to the RESULTS stream; sum is
 // what the job runs, as its message says (none from an older Manager).
 func (r *workerRun) publish(ctx context.Context, id, sum string, attempt uint64, res laboro.Result) error {
-	if err := r.prove(ctx); err != nil {
-		return err
-	}
 	var src io.Reader
 	var size int64
 	if res.Output != nil {
@@ -700,7 +700,18 @@ func (r *workerRun) publish(ctx context.Context, id, sum string, attempt uint64,
 			msg.Data = buf[:n]
 		}
 		msgID := id + "." + strconv.FormatUint(attempt, 10) + "." + strconv.Itoa(i)
-		if _, err := publish(ctx, r.js, msg, msgID); err != nil {
+		err := retry(ctx, r.js.Conn(), func(actx context.Context) error {
+			// Proven before each attempt: one made again once the
+			// connection is back, perhaps to another server, asks that
+			// server first (what is sent while the connection is down
+			// goes to the next server as soon as it connects).
+			if err := r.prove(ctx); err != nil {
+				return err
+			}
+			_, err := r.js.PublishMsg(actx, msg, natsjs.WithMsgID(msgID))
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}

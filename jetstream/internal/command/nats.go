@@ -142,6 +142,13 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	if c.inProcess != nil {
 		opts = append(opts, c.inProcess)
 	}
+	if c.role() == jetstream.RoleWorker {
+		// Nothing a worker sends while its connection is down is kept
+		// for the server it connects to next, which has yet to prove
+		// itself before it is given a result (jetstream.Config.ProveServer):
+		// what cannot go then is sent again later, or fails.
+		opts = append(opts, nats.ReconnectBufSize(-1))
+	}
 	var nc *nats.Conn
 	var err error
 	role := c.role()
