@@ -108,6 +108,9 @@ func NewBatch() string {
 // not run again (the first submission stands). Jobs need a Command, Args or
 // Script. A job's Timeout bounds its run on a worker, from its start there
 // (see JobOptions.RunTimeout). Every job is checked before any is stored.
+// A job whose publication is lost with the connection (a server
+// restarting) is sent again once the connection is back: its id has it
+// stored once.
 func (c *Client) Submit(ctx context.Context, batch string, jobs []laboro.Job) ([]string, error) {
 	ids := make([]string, 0, len(jobs))
 	_, err := c.submit(ctx, batch, func(yield func(laboro.Job, error) bool) {
@@ -185,16 +188,38 @@ func (c *Client) submit(ctx context.Context, batch string, jobs iter.Seq2[laboro
 			stored(job.ID)
 		}
 	}
+	// resend stores a job whose publication failed on the way (the
+	// connection dropped: a server restarting), once the connection is
+	// back and its server proven: under the same id, it is stored once
+	// however many copies arrive.
+	resend := func(msg *nats.Msg, err error) error {
+		id := msg.Header.Get(hdrJob)
+		if !storeFailed(err) && transient(c.Conn, err) {
+			err = retry(ctx, c.Conn, func(actx context.Context) error {
+				if err := c.trust(ctx, true); err != nil {
+					return err
+				}
+				_, err := js.PublishMsg(actx, msg, natsjs.WithMsgID(id))
+				return err
+			})
+		}
+		if storeFailed(err) {
+			err = fmt.Errorf("%w: %w", ErrSubmissionsFull, err)
+		}
+		if err != nil {
+			return fmt.Errorf("jetstream: submit %s: %w", id, err)
+		}
+		return nil
+	}
 	pending := make([]natsjs.PubAckFuture, 0, publishWindow)
 	flush := func() error {
 		for _, f := range pending {
 			select {
 			case <-f.Ok():
 			case err := <-f.Err():
-				if storeFailed(err) {
-					err = fmt.Errorf("%w: %w", ErrSubmissionsFull, err)
+				if err := resend(f.Msg(), err); err != nil {
+					return err
 				}
-				return fmt.Errorf("jetstream: submit %s: %w", f.Msg().Header.Get(hdrJob), err)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -211,7 +236,10 @@ func (c *Client) submit(ctx context.Context, batch string, jobs iter.Seq2[laboro
 		msg.Data = data // the message holds it until its acknowledgement
 		f, err := js.PublishMsgAsync(msg, natsjs.WithMsgID(id))
 		if err != nil {
-			return 0, fmt.Errorf("jetstream: submit %s: %w", id, err)
+			if err := resend(msg, err); err != nil {
+				return 0, err
+			}
+			continue
 		}
 		if pending = append(pending, f); len(pending) == publishWindow {
 			if err := flush(); err != nil {
@@ -228,13 +256,17 @@ func (c *Client) submit(ctx context.Context, batch string, jobs iter.Seq2[laboro
 	return n, nil
 }
 
-// batchSize returns how many jobs the SUBMITTED stream holds on subject.
+// batchSize returns how many jobs the SUBMITTED stream holds on subject,
+// asking again while the server does not answer.
 func batchSize(ctx context.Context, js natsjs.JetStream, cfg Config, subject string) (int, error) {
-	s, err := js.Stream(ctx, cfg.submitStream())
-	if err != nil {
-		return 0, fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
-	}
-	info, err := s.Info(ctx, natsjs.WithSubjectFilter(subject))
+	var info *natsjs.StreamInfo
+	err := retry(ctx, js.Conn(), func(ctx context.Context) error {
+		s, err := js.Stream(ctx, cfg.submitStream())
+		if err == nil {
+			info, err = s.Info(ctx, natsjs.WithSubjectFilter(subject))
+		}
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
 	}

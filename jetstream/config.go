@@ -629,9 +629,10 @@ func notConnected(nc *nats.Conn, err error) zap.Field {
 // transient tells whether err may go away if the request is made again: no
 // answer (a server restarting, a connection being re-established), or
 // JetStream saying it is not available for now. Other refusals from the
-// server, and a closed connection, are for good.
+// server, a closed connection and a server that proves another key
+// (ErrServerUnproven) are for good.
 func transient(nc *nats.Conn, err error) bool {
-	if nc.IsClosed() {
+	if nc.IsClosed() || errors.Is(err, ErrServerUnproven) {
 		return false
 	}
 	var apiErr *natsjs.APIError

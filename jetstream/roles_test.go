@@ -651,6 +651,54 @@ func TestResultGoesOnlyToAProvenServer(t *testing.T) {
 	assert.Positive(t, logs.FilterMessageSnippet("proved that laboro's service is on it").Len())
 }
 
+// A submission whose connection drops while its jobs are on the way (a
+// network that stalls, a server restarting) goes on once the connection is
+// back and the service has proved itself again: every job is stored, once.
+func TestSubmitRidesOutADroppedConnection(t *testing.T) {
+	const token = "the-server-token-0123456789"
+	url, owner := tokenServer(t, token)
+	startService(t, owner, Config{ClientKey: ClientKey(token, ""), JobKey: JobKey(token, "")}, 1)
+	relay := e2e.NewRelay(t, strings.TrimPrefix(url, "nats://"))
+	conn, err := nats.Connect("nats://"+relay.Addr(), Token(RoleToken(token, RoleClient, "")),
+		nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	cl := &Client{Conn: conn, Config: Config{ClientKey: ClientKey(token, ""), ProveServer: true, Dir: t.TempDir()}}
+
+	const n = 2000
+	jobs := make([]laboro.Job, n)
+	for i := range jobs {
+		jobs[i] = laboro.Job{Command: "true"}
+	}
+	subject := Config{}.withDefaults().submitSubject("big")
+	// The first job's publication, and all that follows it, are lost.
+	relay.StallOn("HPUB " + subject)
+	ctx := testCtx(t, 2*time.Minute)
+	type submitted struct {
+		ids []string
+		err error
+	}
+	done := make(chan submitted, 1)
+	go func() {
+		ids, err := cl.Submit(ctx, "big", jobs)
+		done <- submitted{ids, err}
+	}()
+	require.NoError(t, relay.Dropped(ctx, subject))
+	relay.Cut()
+	relay.Resume()
+	var res submitted
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		t.Fatal("the submission did not end")
+	}
+	require.NoError(t, res.err)
+	require.Len(t, res.ids, n)
+	assert.Equal(t, "big-1", res.ids[0])
+	assert.Equal(t, "big-2000", res.ids[n-1])
+	assert.Equal(t, uint64(n), streamMsgs(t, owner, "LABORO_SUBMITTED"), "each job stored once")
+}
+
 func mustStream(t *testing.T, js natsjs.JetStream, name string) natsjs.Stream {
 	t.Helper()
 	s, err := js.Stream(testCtx(t, 10*time.Second), name)

@@ -23,6 +23,7 @@ type Relay struct {
 	mu      sync.Mutex
 	target  string
 	stalled bool
+	stallOn []byte        // what stalls the relay when a client sends it
 	dropped []byte        // what the clients sent while stalled (its end)
 	changed chan struct{} // closed when dropped grows
 	conns   []net.Conn
@@ -83,6 +84,9 @@ func (r *Relay) forward(up, c net.Conn) {
 		n, err := c.Read(buf)
 		if n > 0 {
 			r.mu.Lock()
+			if r.stallOn != nil && bytes.Contains(buf[:n], r.stallOn) {
+				r.stalled, r.stallOn = true, nil
+			}
 			stalled := r.stalled
 			if stalled {
 				if len(r.dropped)+n > maxDropped {
@@ -113,10 +117,18 @@ func (r *Relay) Stall() {
 	r.mu.Unlock()
 }
 
+// StallOn stalls the relay (see Stall) as a client sends s: what the
+// client sent with it is dropped.
+func (r *Relay) StallOn(s string) {
+	r.mu.Lock()
+	r.stallOn = []byte(s)
+	r.mu.Unlock()
+}
+
 // Resume passes on what the clients send again.
 func (r *Relay) Resume() {
 	r.mu.Lock()
-	r.stalled, r.dropped = false, nil
+	r.stalled, r.stallOn, r.dropped = false, nil, nil
 	r.mu.Unlock()
 }
 

@@ -244,6 +244,46 @@ func TestRestartAndWorkerKilled(t *testing.T) {
 	assert.Contains(t, workers[1].Log(), "reconnected to NATS")
 }
 
+// A submission whose connection drops while its jobs are on the way goes
+// on once the connection is back: the batch runs whole, each job once.
+func TestSubmitThroughADroppedConnection(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "2")
+	relay := e2e.NewRelay(t, s.listen)
+
+	const n = 400
+	dir := t.TempDir()
+	marks := filepath.Join(dir, "marks")
+	jobs := filepath.Join(dir, "jobs.txt")
+	var text strings.Builder
+	for i := range n {
+		fmt.Fprintf(&text, "echo %d >> %s\n", i, marks)
+	}
+	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
+	// The first job's publication, and all that follows it, are lost.
+	relay.StallOn("HPUB LABORO.submit.big")
+	p := e2e.Start(t, []string{"LABORO_NATS=nats://" + relay.Addr()}, s.bin, "submit", "-batch", "big", "-wait", "-f", jobs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, relay.Dropped(ctx, "HPUB LABORO.submit.big"))
+	relay.Cut()
+	relay.Resume()
+	require.Equal(t, 0, p.Wait(t, 2*time.Minute), p.Log())
+	assert.Equal(t, fmt.Sprintf("batch big: %d jobs, %d succeeded, 0 failed\n", n, n), p.Stdout.String())
+	assert.Contains(t, p.Log(), "reconnected to NATS")
+
+	b, err := os.ReadFile(marks)
+	require.NoError(t, err)
+	seen := map[string]int{}
+	for _, l := range strings.Fields(string(b)) {
+		seen[l]++
+	}
+	assert.Len(t, seen, n)
+	for l, times := range seen {
+		assert.Equal(t, 1, times, "job %s ran more than once", l)
+	}
+}
+
 // A job that kills the worker running it is failed after its delivery
 // limit, and the batch ends.
 func TestJobKillsItsWorker(t *testing.T) {
