@@ -87,7 +87,7 @@ func (c *Client) trust(ctx context.Context, wait bool) error {
 			said = true
 		}
 		if pause.Wait(ctx) != nil {
-			return fmt.Errorf("%w: %w", ErrServerUnproven, err)
+			return fmt.Errorf("%w: %w", errUnanswered, err)
 		}
 	}
 }
@@ -331,10 +331,23 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any) er
 	return nil
 }
 
+// errUnanswered is the error of a Client's call that no service answered
+// in its time: none is running, or the connection is down (a server
+// restarting).
+var errUnanswered = errors.New("jetstream: laboro's service did not answer")
+
+// unanswered reports whether err says that no answer came (see
+// errUnanswered): one may come later.
+func unanswered(err error) bool {
+	return errors.Is(err, errUnanswered) || errors.Is(err, ErrNoService) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrReconnectBufExceeded)
+}
+
 // Wait asks the Service about batch every interval until n of its jobs (or,
 // with n ≤ 0, all the jobs it has read) have ended, calling progress (if
 // not nil) with each answer. It returns the last answer. While no Service
-// answers, it waits for one to start.
+// answers, it waits for one to start, or to come back (a restart of the
+// server or of the Service).
 func (c *Client) Wait(ctx context.Context, batch string, n int, interval time.Duration, progress func(BatchStatus)) (BatchStatus, error) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -344,8 +357,8 @@ func (c *Client) Wait(ctx context.Context, batch string, n int, interval time.Du
 		switch {
 		case ctx.Err() != nil:
 			return b, ctx.Err()
-		case errors.Is(err, ErrNoService):
-			// The jobs wait for a Service to start.
+		case unanswered(err):
+			// The jobs wait for a Service to start, or to come back.
 		case err != nil:
 			return b, err
 		default:

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -697,6 +698,70 @@ func TestSubmitRidesOutADroppedConnection(t *testing.T) {
 	assert.Equal(t, "big-1", res.ids[0])
 	assert.Equal(t, "big-2000", res.ids[n-1])
 	assert.Equal(t, uint64(n), streamMsgs(t, owner, "LABORO_SUBMITTED"), "each job stored once")
+}
+
+// Waiting for a batch goes on while the server is out of reach for
+// longer than a request's time (a restart that takes a while), and ends
+// with the batch once it is back.
+func TestWaitOutlastsAnUnreachableServer(t *testing.T) {
+	const token = "the-server-token-0123456789"
+	url, owner := tokenServer(t, token)
+	startService(t, owner, Config{ClientKey: ClientKey(token, ""), JobKey: JobKey(token, "")}, 2)
+	startWorker(t, owner, Config{JobKey: JobKey(token, "")}, 1)
+	relay := e2e.NewRelay(t, strings.TrimPrefix(url, "nats://"))
+	conn, err := nats.Connect("nats://"+relay.Addr(), Token(RoleToken(token, RoleClient, "")),
+		nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	waiting := make(chan struct{}, 8)
+	core, _ := observer.New(zap.InfoLevel)
+	log := zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
+		if strings.Contains(e.Message, "waiting for laboro's service") {
+			waiting <- struct{}{}
+		}
+		return nil
+	}))
+	cl := &Client{Conn: conn, Config: Config{ClientKey: ClientKey(token, ""), ProveServer: true, Dir: t.TempDir(), Logger: log}}
+	ctx := testCtx(t, 2*time.Minute)
+	dir := t.TempDir()
+	release := filepath.Join(dir, "release")
+	_, err = cl.Submit(ctx, "b", []laboro.Job{{Script: "while [ ! -e " + release + " ]; do sleep 0.02; done"}})
+	require.NoError(t, err)
+
+	relay.Down.Store(true)
+	relay.Cut()
+	type waited struct {
+		b   BatchStatus
+		err error
+	}
+	done := make(chan waited, 1)
+	// No deadline: each request then has a time of its own.
+	waitCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		b, err := cl.Wait(waitCtx, "b", 1, 10*time.Millisecond, nil)
+		done <- waited{b, err}
+	}()
+	// Each request waits for the service in its time: the second says so
+	// once the first had no answer.
+	for range 2 {
+		select {
+		case <-waiting:
+		case w := <-done:
+			t.Fatalf("Wait returned while the server was out of reach: %+v", w)
+		case <-ctx.Done():
+			t.Fatal("the client did not say that it waits")
+		}
+	}
+	relay.Down.Store(false)
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	select {
+	case w := <-done:
+		require.NoError(t, w.err)
+		assert.Equal(t, 1, w.b.Succeeded)
+	case <-ctx.Done():
+		t.Fatal("Wait did not end with the batch")
+	}
 }
 
 func mustStream(t *testing.T, js natsjs.JetStream, name string) natsjs.Stream {
