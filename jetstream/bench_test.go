@@ -94,6 +94,13 @@ func benchJetStream(b *testing.B, concurrency, buffer, workers int, token string
 		})
 	}
 
+	return benchExecutor(b, m, concurrency, buffer)
+}
+
+// benchExecutor returns an Executor that runs up to concurrency jobs at
+// once through m, closed at the end of the benchmark before m is.
+func benchExecutor(b *testing.B, m *Manager, concurrency, buffer int) *laboro.Executor {
+	b.Helper()
 	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(concurrency),
 		laboro.WithConcurrency(concurrency), laboro.WithBufferSize(buffer))
 	if err != nil {
@@ -161,13 +168,7 @@ func benchServe(b *testing.B, concurrency, buffer, slots int) *laboro.Executor {
 			b.Error(err)
 		}
 	})
-	ex, err := laboro.New(laboro.WithRunner(m), laboro.WithPoolSize(concurrency),
-		laboro.WithConcurrency(concurrency), laboro.WithBufferSize(buffer))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ex.Close() }) // runs first: before the Manager closes
-	return ex
+	return benchExecutor(b, m, concurrency, buffer)
 }
 
 // runJobs submits b.N jobs to ex, waits for every result and reports the

@@ -54,6 +54,35 @@ func tokenServer(t *testing.T, token string) (url string, owner *nats.Conn) {
 	return srv.URL(), owner
 }
 
+// relayed connects to the server at url through a relay, proving token,
+// and reconnecting at once when the relay cuts the connection.
+func relayed(t *testing.T, url, token string) (*e2e.Relay, *nats.Conn) {
+	t.Helper()
+	relay := e2e.NewRelay(t, strings.TrimPrefix(url, "nats://"))
+	nc, err := nats.Connect("nats://"+relay.Addr(), Token(token),
+		nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return relay, nc
+}
+
+// noting returns a logger of Info and above that sends each entry whose
+// message holds s on the channel it returns (which keeps 8, and drops
+// more), and what it logged.
+func noting(s string) (*zap.Logger, <-chan zapcore.Entry, *observer.ObservedLogs) {
+	noted := make(chan zapcore.Entry, 8)
+	core, logs := observer.New(zap.InfoLevel)
+	return zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
+		if strings.Contains(e.Message, s) {
+			select {
+			case noted <- e:
+			default:
+			}
+		}
+		return nil
+	})), noted, logs
+}
+
 // refused publishes to subject and waits for the server's refusal.
 func refused(t *testing.T, nc *nats.Conn, refusals <-chan error, subject string) {
 	t.Helper()
@@ -499,17 +528,7 @@ func TestWorkerProvesItsServer(t *testing.T) {
 	// On the server only a Manager with another key: its answers prove
 	// nothing.
 	wrong := newManager(t, owner, Config{JobKey: JobKey("another server's token", "")})
-	warned := make(chan zapcore.Entry, 1)
-	core, logs := observer.New(zap.InfoLevel)
-	log := zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
-		if strings.Contains(e.Message, "does not prove") {
-			select {
-			case warned <- e:
-			default:
-			}
-		}
-		return nil
-	}))
+	log, warned, logs := noting("does not prove")
 	runWorker(t, &Worker{Conn: worker, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log})
 
 	dir := t.TempDir()
@@ -585,22 +604,8 @@ func TestResultGoesOnlyToAProvenServer(t *testing.T) {
 	t.Cleanup(func() { sub.Unsubscribe() })
 	require.NoError(t, poserOwner.Flush())
 
-	relay := e2e.NewRelay(t, strings.TrimPrefix(url, "nats://"))
-	conn, err := nats.Connect("nats://"+relay.Addr(), Token(RoleToken(token, RoleWorker, "")),
-		nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
-	require.NoError(t, err)
-	t.Cleanup(conn.Close)
-	warned := make(chan struct{}, 1)
-	core, logs := observer.New(zap.InfoLevel)
-	log := zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
-		if strings.Contains(e.Message, "does not prove") {
-			select {
-			case warned <- struct{}{}:
-			default:
-			}
-		}
-		return nil
-	}))
+	relay, conn := relayed(t, url, RoleToken(token, RoleWorker, ""))
+	log, warned, logs := noting("does not prove")
 	runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log})
 
 	dir := t.TempDir()
@@ -659,11 +664,7 @@ func TestSubmitRidesOutADroppedConnection(t *testing.T) {
 	const token = "the-server-token-0123456789"
 	url, owner := tokenServer(t, token)
 	startService(t, owner, Config{ClientKey: ClientKey(token, ""), JobKey: JobKey(token, "")}, 1)
-	relay := e2e.NewRelay(t, strings.TrimPrefix(url, "nats://"))
-	conn, err := nats.Connect("nats://"+relay.Addr(), Token(RoleToken(token, RoleClient, "")),
-		nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
-	require.NoError(t, err)
-	t.Cleanup(conn.Close)
+	relay, conn := relayed(t, url, RoleToken(token, RoleClient, ""))
 	cl := &Client{Conn: conn, Config: Config{ClientKey: ClientKey(token, ""), ProveServer: true, Dir: t.TempDir()}}
 
 	const n = 2000
@@ -708,24 +709,13 @@ func TestWaitOutlastsAnUnreachableServer(t *testing.T) {
 	url, owner := tokenServer(t, token)
 	startService(t, owner, Config{ClientKey: ClientKey(token, ""), JobKey: JobKey(token, "")}, 2)
 	startWorker(t, owner, Config{JobKey: JobKey(token, "")}, 1)
-	relay := e2e.NewRelay(t, strings.TrimPrefix(url, "nats://"))
-	conn, err := nats.Connect("nats://"+relay.Addr(), Token(RoleToken(token, RoleClient, "")),
-		nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
-	require.NoError(t, err)
-	t.Cleanup(conn.Close)
-	waiting := make(chan struct{}, 8)
-	core, _ := observer.New(zap.InfoLevel)
-	log := zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
-		if strings.Contains(e.Message, "waiting for laboro's service") {
-			waiting <- struct{}{}
-		}
-		return nil
-	}))
+	relay, conn := relayed(t, url, RoleToken(token, RoleClient, ""))
+	log, waiting, _ := noting("waiting for laboro's service")
 	cl := &Client{Conn: conn, Config: Config{ClientKey: ClientKey(token, ""), ProveServer: true, Dir: t.TempDir(), Logger: log}}
 	ctx := testCtx(t, 2*time.Minute)
 	dir := t.TempDir()
 	release := filepath.Join(dir, "release")
-	_, err = cl.Submit(ctx, "b", []laboro.Job{{Script: "while [ ! -e " + release + " ]; do sleep 0.02; done"}})
+	_, err := cl.Submit(ctx, "b", []laboro.Job{{Script: "while [ ! -e " + release + " ]; do sleep 0.02; done"}})
 	require.NoError(t, err)
 
 	relay.Down.Store(true)

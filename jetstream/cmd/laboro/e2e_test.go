@@ -188,14 +188,7 @@ func TestRestartAndWorkerKilled(t *testing.T) {
 	}
 
 	const n = 300
-	dir := t.TempDir()
-	marks := filepath.Join(dir, "marks")
-	jobs := filepath.Join(dir, "jobs.txt")
-	var text strings.Builder
-	for i := range n {
-		fmt.Fprintf(&text, "echo %d >> %s; sleep 0.02; echo %d\n", i, marks, i)
-	}
-	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
+	jobs, marks := markJobs(t, n, "sleep 0.02; echo %d")
 	out, _, code := s.run("submit", "-batch", "big", "-f", jobs)
 	require.Equal(t, 0, code)
 	require.Equal(t, "big\n", out)
@@ -223,15 +216,7 @@ func TestRestartAndWorkerKilled(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("batch big: %d jobs, %d succeeded, 0 failed\n", n, n), out)
 
 	// Every job ran, and its output is its own.
-	b, err := os.ReadFile(marks)
-	require.NoError(t, err)
-	seen := map[int]int{}
-	for _, l := range strings.Fields(string(b)) {
-		i, err := strconv.Atoi(l)
-		require.NoError(t, err)
-		seen[i]++
-	}
-	require.Len(t, seen, n)
+	require.Len(t, runs(t, marks), n)
 	t.Logf("%d jobs, %d runs", n, ran())
 	for _, i := range []int{0, 149, 299} {
 		out, _, code := s.run("output", fmt.Sprintf("big-%d", i+1))
@@ -252,14 +237,7 @@ func TestSubmitThroughADroppedConnection(t *testing.T) {
 	relay := e2e.NewRelay(t, s.listen)
 
 	const n = 400
-	dir := t.TempDir()
-	marks := filepath.Join(dir, "marks")
-	jobs := filepath.Join(dir, "jobs.txt")
-	var text strings.Builder
-	for i := range n {
-		fmt.Fprintf(&text, "echo %d >> %s\n", i, marks)
-	}
-	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
+	jobs, marks := markJobs(t, n, "")
 	// The first job's publication, and all that follows it, are lost.
 	relay.StallOn("HPUB LABORO.submit.big")
 	p := e2e.Start(t, []string{"LABORO_NATS=nats://" + relay.Addr()}, s.bin, "submit", "-batch", "big", "-wait", "-f", jobs)
@@ -272,16 +250,44 @@ func TestSubmitThroughADroppedConnection(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("batch big: %d jobs, %d succeeded, 0 failed\n", n, n), p.Stdout.String())
 	assert.Contains(t, p.Log(), "reconnected to NATS")
 
+	seen := runs(t, marks)
+	assert.Len(t, seen, n)
+	for i, times := range seen {
+		assert.Equal(t, 1, times, "job %d ran more than once", i)
+	}
+}
+
+// markJobs writes a file of n jobs, job i appending i to a file of marks
+// and then running then (a format given i, if not empty), and returns
+// both files' paths.
+func markJobs(t *testing.T, n int, then string) (jobs, marks string) {
+	t.Helper()
+	dir := t.TempDir()
+	marks, jobs = filepath.Join(dir, "marks"), filepath.Join(dir, "jobs.txt")
+	var text strings.Builder
+	for i := range n {
+		fmt.Fprintf(&text, "echo %d >> %s", i, marks)
+		if then != "" {
+			fmt.Fprintf(&text, "; "+then, i)
+		}
+		text.WriteString("\n")
+	}
+	require.NoError(t, os.WriteFile(jobs, []byte(text.String()), 0o600))
+	return jobs, marks
+}
+
+// runs counts the runs of each job of markJobs, by its number.
+func runs(t *testing.T, marks string) map[int]int {
+	t.Helper()
 	b, err := os.ReadFile(marks)
 	require.NoError(t, err)
-	seen := map[string]int{}
+	seen := map[int]int{}
 	for _, l := range strings.Fields(string(b)) {
-		seen[l]++
+		i, err := strconv.Atoi(l)
+		require.NoError(t, err)
+		seen[i]++
 	}
-	assert.Len(t, seen, n)
-	for l, times := range seen {
-		assert.Equal(t, 1, times, "job %s ran more than once", l)
-	}
+	return seen
 }
 
 // A job that kills the worker running it is failed after its delivery
