@@ -83,7 +83,7 @@ func (c *Client) trust(ctx context.Context, wait bool) error {
 		}
 		if !said {
 			cfg.Logger.Info("waiting for laboro's service to prove itself on the NATS server (is it starting? if laboro serve is not running, another program holds its address)",
-				zap.Error(err))
+				notConnected(c.Conn, err))
 			said = true
 		}
 		if pause.Wait(ctx) != nil {

@@ -121,9 +121,10 @@ type Config struct {
 	// still the one proven: one made again after the connection came
 	// back, perhaps to another server, waits for that server's proof. (A
 	// connection keeps what is sent while it is down for the server it
-	// connects to next, unproven: give a worker's connection
-	// nats.ReconnectBufSize(-1), as laboro worker does, so that nothing is
-	// kept.) It asks for a service running whenever the server is:
+	// connects to next, unproven: give the connection
+	// nats.ReconnectBufSize(-1), as laboro's worker and client commands
+	// do, so that nothing is kept; a Client's submission sends again what
+	// could not go.) It asks for a service running whenever the server is:
 	// laboro's commands set it, as serve runs its server and its service
 	// together; a worker that must store results, or a client that must
 	// submit, while no service runs leaves it off.

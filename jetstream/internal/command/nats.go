@@ -142,11 +142,12 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	if c.inProcess != nil {
 		opts = append(opts, c.inProcess)
 	}
-	if c.role() == jetstream.RoleWorker {
-		// Nothing a worker sends while its connection is down is kept
-		// for the server it connects to next, which has yet to prove
-		// itself before it is given a result (jetstream.Config.ProveServer):
-		// what cannot go then is sent again later, or fails.
+	if c.role() != "" {
+		// Nothing a worker or a client sends while its connection is down
+		// is kept for the server it connects to next, which has yet to
+		// prove itself before it is given a result or a job
+		// (jetstream.Config.ProveServer): what cannot go then is sent
+		// again once it has, or fails.
 		opts = append(opts, nats.ReconnectBufSize(-1))
 	}
 	var nc *nats.Conn
