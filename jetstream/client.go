@@ -195,13 +195,7 @@ func (c *Client) submit(ctx context.Context, batch string, jobs iter.Seq2[laboro
 	resend := func(msg *nats.Msg, err error) error {
 		id := msg.Header.Get(hdrJob)
 		if !storeFailed(err) && transient(c.Conn, err) {
-			err = retry(ctx, c.Conn, func(actx context.Context) error {
-				if err := c.trust(ctx, true); err != nil {
-					return err
-				}
-				_, err := js.PublishMsg(actx, msg, natsjs.WithMsgID(id))
-				return err
-			})
+			_, err = publishProven(ctx, js, msg, id, func(ctx context.Context) error { return c.trust(ctx, true) })
 		}
 		if storeFailed(err) {
 			err = fmt.Errorf("%w: %w", ErrSubmissionsFull, err)

@@ -559,9 +559,23 @@ func pauses() transport.Backoff {
 // the server drops the copies by id. A refusal from the server is
 // returned at once.
 func publish(ctx context.Context, js natsjs.JetStream, msg *nats.Msg, id string) (*natsjs.PubAck, error) {
+	return publishProven(ctx, js, msg, id, nil)
+}
+
+// publishProven is publish that calls prove, if not nil, before each
+// attempt, with ctx: the server has it prove itself (see
+// Config.ProveServer) before it is given msg, even after the connection
+// came back, perhaps to another server (what is sent while the connection
+// is down goes to the next server as soon as it connects).
+func publishProven(ctx context.Context, js natsjs.JetStream, msg *nats.Msg, id string, prove func(context.Context) error) (*natsjs.PubAck, error) {
 	var ack *natsjs.PubAck
-	err := retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
-		ack, err = js.PublishMsg(ctx, msg, natsjs.WithMsgID(id))
+	err := retry(ctx, js.Conn(), func(actx context.Context) (err error) {
+		if prove != nil {
+			if err := prove(ctx); err != nil {
+				return err
+			}
+		}
+		ack, err = js.PublishMsg(actx, msg, natsjs.WithMsgID(id))
 		return err
 	})
 	return ack, err

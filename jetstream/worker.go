@@ -700,18 +700,7 @@ func (r *workerRun) publish(ctx context.Context, id, sum string, attempt uint64,
 			msg.Data = buf[:n]
 		}
 		msgID := id + "." + strconv.FormatUint(attempt, 10) + "." + strconv.Itoa(i)
-		err := retry(ctx, r.js.Conn(), func(actx context.Context) error {
-			// Proven before each attempt: one made again once the
-			// connection is back, perhaps to another server, asks that
-			// server first (what is sent while the connection is down
-			// goes to the next server as soon as it connects).
-			if err := r.prove(ctx); err != nil {
-				return err
-			}
-			_, err := r.js.PublishMsg(actx, msg, natsjs.WithMsgID(msgID))
-			return err
-		})
-		if err != nil {
+		if _, err := publishProven(ctx, r.js, msg, msgID, r.prove); err != nil {
 			return err
 		}
 	}
