@@ -1,15 +1,20 @@
 package jetstream
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/freeport"
 )
 
@@ -79,4 +84,55 @@ func TestServerRestart(t *testing.T) {
 	t.Logf("%d runs of %d jobs (run again: %v), %d result messages; reconnections: manager %d, workers %d and %d; %v in all",
 		runs, n, again, msgs, ncM.Stats().Reconnects,
 		workerConns[0].Stats().Reconnects, workerConns[1].Stats().Reconnects, time.Since(begin).Round(time.Millisecond))
+}
+
+// A job that ends while its worker cannot reach the server keeps its
+// result until the server is back, however long that takes (here longer
+// than a publication's limit when the worker stops), and runs once: the
+// server delivers it again meanwhile (its AckWait passed), and its worker,
+// which still holds it, does not run it again.
+func TestResultOutlastsAnOutage(t *testing.T) {
+	old := publishTimeout
+	publishTimeout = 100 * time.Millisecond
+	t.Cleanup(func() { publishTimeout = old })
+
+	const token = "the-server-token-0123456789"
+	url, owner := tokenServer(t, token)
+	key := JobKey(token, "")
+	cfg := Config{JobKey: key, AckWait: time.Second}.withDefaults()
+	m := newManager(t, owner, Config{JobKey: key, AckWait: time.Second})
+	relay, conn := relayed(t, url, RoleToken(token, RoleWorker, ""))
+	stop := runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(),
+		Logger: zaptest.NewLogger(t)})
+
+	dir := t.TempDir()
+	runs, release := filepath.Join(dir, "runs"), filepath.Join(dir, "release")
+	ctx := testCtx(t, 2*time.Minute)
+	done := make(chan laboro.Result, 1)
+	go func() {
+		done <- m.Run(ctx, laboro.Job{ID: "long", Script: "echo run >> " + runs +
+			"; while [ ! -e " + release + " ]; do sleep 0.02; done; echo out"})
+	}()
+	require.Eventually(t, func() bool { _, err := os.Stat(runs); return err == nil },
+		30*time.Second, 20*time.Millisecond, "the job runs")
+
+	// The job ends while the network stalls: its result is sent, lost, and
+	// sent again once the first attempt got no answer in its time, which
+	// is longer than publishTimeout.
+	relay.Stall()
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	require.NoError(t, relay.DroppedTimes(testCtx(t, 30*time.Second), "PUB "+cfg.resultsSubject("long"), 2))
+	relay.Cut()
+	relay.Resume()
+	select {
+	case res := <-done:
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		assert.Equal(t, "out\n", string(output(t, res)))
+	case <-ctx.Done():
+		t.Fatal("no result once the server was back")
+	}
+	stop()
+	b, err := os.ReadFile(runs)
+	require.NoError(t, err)
+	assert.Equal(t, 1, bytes.Count(b, []byte("run\n")), "the job ran again")
 }

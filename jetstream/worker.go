@@ -24,8 +24,9 @@ import (
 const fetchWait = 500 * time.Millisecond
 
 // publishTimeout bounds the publication of a finished job's result and its
-// acknowledgement.
-const publishTimeout = 30 * time.Second
+// acknowledgement once the worker stops, and the acknowledgement of a job
+// whose Run ended. A variable for the tests.
+var publishTimeout = 30 * time.Second
 
 // refusedDelay is how long a job a worker does not run (not signed with
 // its key, see Config.JobKey, or unreadable) waits before it is delivered
@@ -36,7 +37,9 @@ const refusedDelay = time.Second
 // local laboro.Executor as a process (its output in <pid>.output), sends
 // in-progress acknowledgements every AckWait/3 while it runs, publishes the
 // result (the output in chunks of at most ChunkSize) and only then
-// acknowledges the job. A job whose Run ended (see Manager) is cancelled
+// acknowledges the job. A result that cannot go (the server out of reach,
+// or not proved) waits as long as Run runs, the job kept in progress; the
+// server's copies of it delivered meanwhile are not run. A job whose Run ended (see Manager) is cancelled
 // in that Executor, which kills its process group, and acknowledged
 // without a result; a job received after its Run ended, or past its
 // deadline, is not run, and one that reaches its deadline is killed. Set
@@ -547,10 +550,24 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 	log := r.log.With(zap.String("job", wj.ID), zap.Uint64("attempt", attempt))
 	t := r.take(wj.ID)
 	if t == nil {
-		log.Debug("job not run: it runs here already")
+		log.Debug("job not run: this worker has it already (running, or its result on the way)")
 		return
 	}
-	defer r.release(wj.ID)
+	// The job stays this worker's (delivered again meanwhile, it is not
+	// run again here) until its end is delivered.
+	delivering := false
+	defer func() {
+		if !delivering {
+			r.release(wj.ID)
+		}
+	}()
+	deliver := func(f func()) {
+		delivering = true
+		r.finishing.Go(func() {
+			defer r.release(wj.ID)
+			f()
+		})
+	}
 	over, err := r.over(ctx, t, wj.ID, seq, attempt > 1)
 	switch {
 	case ctx.Err() != nil:
@@ -559,7 +576,7 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		log.Warn("could not tell whether the job ended; running it", zap.Error(err))
 	case over:
 		log.Debug("job not run: its run ended")
-		r.finishing.Go(func() { r.settle(ctx, msg, log) })
+		deliver(func() { r.settle(ctx, msg, log) })
 		return
 	}
 	job := wj.job() // its Timeout is the RunTimeout
@@ -571,7 +588,7 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		if left <= 0 {
 			log.Info("job not run: past its deadline")
 			res := laboro.Result{ID: wj.ID, Status: laboro.StatusTimedOut, ExitCode: -1, Err: laboro.ErrTimeout}
-			r.finishing.Go(func() { r.finish(ctx, msg, log, wj.ID, attempt, res) })
+			deliver(func() { r.finish(ctx, msg, log, wj.ID, attempt, res) })
 			return
 		}
 	}
@@ -606,13 +623,13 @@ wait:
 	if r.ended(t) {
 		res.Output.Close()
 		log.Info("job cancelled: its run ended", zap.Stringer("status", res.Status))
-		r.finishing.Go(func() { r.settle(ctx, msg, log) })
+		deliver(func() { r.settle(ctx, msg, log) })
 		return
 	}
 	// The job finished: its result is published and the job acknowledged
 	// while this loop fetches the next one, even if the worker is told to
 	// stop meanwhile (Run waits for it).
-	r.finishing.Go(func() {
+	deliver(func() {
 		defer res.Output.Close()
 		r.finish(ctx, msg, log, wj.ID, attempt, res)
 	})
@@ -629,16 +646,28 @@ func (r *workerRun) settle(ctx context.Context, msg natsjs.Msg, log *zap.Logger)
 }
 
 // finish publishes a finished job's result and then acknowledges the job,
-// keeping it ours (in progress) while the server is slow to answer.
+// keeping it ours (in progress) while the server is slow to answer. It
+// tries for as long as the worker runs, however long the server is out of
+// reach (a job run again would cost its whole run), and for publishTimeout
+// more once ctx ends.
 func (r *workerRun) finish(ctx context.Context, msg natsjs.Msg, log *zap.Logger, id string, attempt uint64, res laboro.Result) {
-	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-	defer cancel()
+	pubCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	grace, ticking := publishTimeout, make(chan struct{})
+	defer func() { cancel(); <-ticking }()
 	go func() {
+		defer close(ticking)
 		tick := time.NewTicker(r.cfg.AckWait / 3)
 		defer tick.Stop()
+		stopping := ctx.Done()
+		var late <-chan time.Time
 		for {
 			select {
 			case <-pubCtx.Done():
+				return
+			case <-stopping:
+				stopping, late = nil, time.After(grace)
+			case <-late:
+				cancel()
 				return
 			case <-tick.C:
 				msg.InProgress()

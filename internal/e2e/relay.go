@@ -134,18 +134,22 @@ func (r *Relay) Resume() {
 
 // Dropped waits until what the clients sent while the relay was stalled
 // holds s, or ctx ends.
-func (r *Relay) Dropped(ctx context.Context, s string) error {
+func (r *Relay) Dropped(ctx context.Context, s string) error { return r.DroppedTimes(ctx, s, 1) }
+
+// DroppedTimes waits until what the clients sent while the relay was
+// stalled holds s n times (a request made again), or ctx ends.
+func (r *Relay) DroppedTimes(ctx context.Context, s string, n int) error {
 	for {
 		r.mu.Lock()
-		found, changed := bytes.Contains(r.dropped, []byte(s)), r.changed
+		found, changed := bytes.Count(r.dropped, []byte(s)), r.changed
 		r.mu.Unlock()
-		if found {
+		if found >= n {
 			return nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return fmt.Errorf("the relay dropped no %q: %w", s, ctx.Err())
+			return fmt.Errorf("the relay dropped %q %d times of %d: %w", s, found, n, ctx.Err())
 		}
 	}
 }
