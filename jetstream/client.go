@@ -49,6 +49,10 @@ type Client struct {
 
 	checkOnce sync.Once
 	check     *serverCheck // with Config.ProveServer and ClientKey
+	// waited, under check.mu, says that a wait for the proof was logged
+	// and the proof has not come since: a wait through an outage, call
+	// after call (Wait), is said once, and its end too.
+	waited bool
 }
 
 // trust has the server prove itself before a call, with
@@ -68,23 +72,27 @@ func (c *Client) trust(ctx context.Context, wait bool) error {
 	c.check.mu.Lock()
 	defer c.check.mu.Unlock()
 	pause := pauses()
-	for said := false; ; {
+	for {
 		if c.check.proven(c.Conn) {
 			return nil
 		}
 		err := c.check.challenge(ctx, c.Conn)
 		switch {
 		case err == nil:
+			if c.waited {
+				cfg.Logger.Info("laboro's service proved itself on the NATS server: going on")
+				c.waited = false
+			}
 			return nil
 		case errors.Is(err, ErrServerUnproven):
 			return err
 		case !wait && errors.Is(err, nats.ErrNoResponders):
 			return ErrNoService
 		}
-		if !said {
+		if !c.waited {
 			cfg.Logger.Info("waiting for laboro's service to prove itself on the NATS server (is it starting? if laboro serve is not running, another program holds its address)",
 				notConnected(c.Conn, err))
-			said = true
+			c.waited = true
 		}
 		if pause.Wait(ctx) != nil {
 			return fmt.Errorf("%w: %w", errUnanswered, err)
@@ -353,6 +361,7 @@ func (c *Client) Wait(ctx context.Context, batch string, n int, interval time.Du
 			return b, ctx.Err()
 		case unanswered(err):
 			// The jobs wait for a Service to start, or to come back.
+			c.Config.withDefaults().Logger.Debug("laboro's service did not answer; asking again", zap.Error(err))
 		case err != nil:
 			return b, err
 		default:

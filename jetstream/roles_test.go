@@ -70,8 +70,13 @@ func relayed(t *testing.T, url, token string) (*e2e.Relay, *nats.Conn) {
 // message holds s on the channel it returns (which keeps 8, and drops
 // more), and what it logged.
 func noting(s string) (*zap.Logger, <-chan zapcore.Entry, *observer.ObservedLogs) {
+	return notingAt(zap.InfoLevel, s)
+}
+
+// notingAt is noting for a logger of level and above.
+func notingAt(level zapcore.Level, s string) (*zap.Logger, <-chan zapcore.Entry, *observer.ObservedLogs) {
 	noted := make(chan zapcore.Entry, 8)
-	core, logs := observer.New(zap.InfoLevel)
+	core, logs := observer.New(level)
 	return zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
 		if strings.Contains(e.Message, s) {
 			select {
@@ -710,7 +715,7 @@ func TestWaitOutlastsAnUnreachableServer(t *testing.T) {
 	startService(t, owner, Config{ClientKey: ClientKey(token, ""), JobKey: JobKey(token, "")}, 2)
 	startWorker(t, owner, Config{JobKey: JobKey(token, "")}, 1)
 	relay, conn := relayed(t, url, RoleToken(token, RoleClient, ""))
-	log, waiting, _ := noting("waiting for laboro's service")
+	log, unanswered, logs := notingAt(zap.DebugLevel, "did not answer; asking again")
 	cl := &Client{Conn: conn, Config: Config{ClientKey: ClientKey(token, ""), ProveServer: true, Dir: t.TempDir(), Logger: log}}
 	ctx := testCtx(t, 2*time.Minute)
 	dir := t.TempDir()
@@ -732,15 +737,14 @@ func TestWaitOutlastsAnUnreachableServer(t *testing.T) {
 		b, err := cl.Wait(waitCtx, "b", 1, 10*time.Millisecond, nil)
 		done <- waited{b, err}
 	}()
-	// Each request waits for the service in its time: the second says so
-	// once the first had no answer.
+	// Each request waits for the service in its time, and Wait asks again.
 	for range 2 {
 		select {
-		case <-waiting:
+		case <-unanswered:
 		case w := <-done:
 			t.Fatalf("Wait returned while the server was out of reach: %+v", w)
 		case <-ctx.Done():
-			t.Fatal("the client did not say that it waits")
+			t.Fatal("Wait did not ask again")
 		}
 	}
 	relay.Down.Store(false)
@@ -752,6 +756,9 @@ func TestWaitOutlastsAnUnreachableServer(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Wait did not end with the batch")
 	}
+	// The wait is said once, however many requests it took, and its end.
+	assert.Equal(t, 1, logs.FilterMessageSnippet("waiting for laboro's service to prove itself").Len())
+	assert.Equal(t, 1, logs.FilterMessageSnippet("proved itself on the NATS server: going on").Len())
 }
 
 func mustStream(t *testing.T, js natsjs.JetStream, name string) natsjs.Stream {
