@@ -23,7 +23,10 @@ import (
 // beatInterval who it is, how many jobs it runs at once and which it runs
 // (on Config.workersSubject, core NATS: nothing is stored), and answers a
 // request for the output of a job it runs now (on Config.liveSubject), so
-// that a user can follow that output live from the service's machine.
+// that a user can follow that output live from the service's machine. With
+// Config.ProveServer, the jobs it runs are said, and their output answered
+// for, only to a server that proved itself; an unproven one hears the
+// worker's name and slots, and has the worker ask for a proof.
 
 // beatInterval is how often a worker says it is there; a worker not heard
 // from for beatsMissed intervals is taken for gone.
@@ -85,11 +88,13 @@ func defaultWorkerName() string {
 // beat says, every beatInterval until ctx ends, that this worker is there
 // and what it runs, and then that it is gone. It says it sooner when what
 // it runs changed, but not more than once per beatMin.
-func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots int, changed <-chan struct{}) {
+func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots int) {
 	subject := r.cfg.workersSubject(subjectToken(name))
 	say := func(gone bool) {
 		info := WorkerInfo{Name: name, Slots: slots, Gone: gone}
-		if !gone {
+		if !gone && !r.proven() {
+			r.askProof() // its end says the jobs (see challenge)
+		} else if !gone {
 			for _, run := range r.ex.Running() {
 				if len(info.Running) == maxRunningSaid {
 					break
@@ -112,7 +117,7 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 			nc.Flush()
 			return
 		case <-t.C:
-		case <-changed:
+		case <-r.changed:
 			pause := time.NewTimer(beatMin)
 			select {
 			case <-pause.C:
@@ -134,10 +139,7 @@ func (r *workerRun) answerLive(msg *nats.Msg) {
 	if !r.proven() {
 		// Not to a program posing as the server; the next request may
 		// find it proven.
-		select {
-		case r.reprove <- struct{}{}:
-		default:
-		}
+		r.askProof()
 		return
 	}
 	id := strings.TrimPrefix(msg.Subject, r.cfg.liveSubject(""))

@@ -533,8 +533,13 @@ func TestWorkerProvesItsServer(t *testing.T) {
 	// On the server only a Manager with another key: its answers prove
 	// nothing.
 	wrong := newManager(t, owner, Config{JobKey: JobKey("another server's token", "")})
+	beats := make(chan *nats.Msg, 64)
+	beatSub, err := owner.ChanSubscribe(cfg.workersSubject("*"), beats)
+	require.NoError(t, err)
+	t.Cleanup(func() { beatSub.Unsubscribe() })
+	require.NoError(t, owner.Flush())
 	log, warned, logs := noting("does not prove")
-	runWorker(t, &Worker{Conn: worker, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log})
+	runWorker(t, &Worker{Conn: worker, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log, Name: "w1"})
 
 	dir := t.TempDir()
 	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
@@ -558,6 +563,19 @@ func TestWorkerProvesItsServer(t *testing.T) {
 		30*time.Second, 20*time.Millisecond, "the job runs")
 	_, err = owner.Request(cfg.liveSubject("held"), nil, 500*time.Millisecond)
 	assert.ErrorIs(t, err, nats.ErrTimeout, "live output answered to an unproven server")
+	// Its heartbeats, asked for by a roll call, name the worker and not
+	// the job.
+	for range 2 {
+		require.NoError(t, owner.Publish(cfg.rollSubject(), nil))
+		select {
+		case msg := <-beats:
+			var info WorkerInfo
+			require.NoError(t, json.Unmarshal(msg.Data, &info))
+			assert.Equal(t, WorkerInfo{Name: "w1", Slots: 1}, info, "a heartbeat to an unproven server")
+		case <-ctx.Done():
+			t.Fatal("no heartbeat")
+		}
+	}
 	// It ends: its result waits.
 	require.NoError(t, os.WriteFile(release, nil, 0o644))
 	select {

@@ -136,10 +136,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	changed := make(chan struct{}, 1)
 	opts = append(opts, laboro.WithObserver(func(ev laboro.Event) {
 		if ev.Kind == laboro.EventStarted || ev.Kind == laboro.EventFinished {
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
+			nudge(changed)
 		}
 	}))
 	ex, err := laboro.New(opts...)
@@ -152,7 +149,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons, results: results, draining: w.drain(),
 		name: name, taken: map[string]*taken{}, recent: map[string]time.Time{}, reprove: make(chan struct{}, 1),
-		check: serverCheck{key: cfg.JobKey, subject: cfg.proveSubject(RoleWorker)}}
+		changed: changed, check: serverCheck{key: cfg.JobKey, subject: cfg.proveSubject(RoleWorker)}}
 	// Hear of the Runs that end before taking any job: the server handles
 	// a connection's messages in order, so this subscription is in place
 	// before the first job is delivered.
@@ -170,12 +167,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("jetstream: answer for live output: %w", err)
 	}
 	defer live.Unsubscribe()
-	roll, err := w.Conn.Subscribe(cfg.rollSubject(), func(*nats.Msg) {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	})
+	roll, err := w.Conn.Subscribe(cfg.rollSubject(), func(*nats.Msg) { nudge(changed) })
 	if err != nil {
 		ex.Close()
 		return fmt.Errorf("jetstream: hear the roll call: %w", err)
@@ -183,7 +175,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer roll.Unsubscribe()
 	beatCtx, stopBeat := context.WithCancel(context.Background())
 	beaten := make(chan struct{})
-	go func() { defer close(beaten); r.beat(beatCtx, w.Conn, name, n, changed) }()
+	go func() { defer close(beaten); r.beat(beatCtx, w.Conn, name, n) }()
 	defer func() { stopBeat(); <-beaten }()
 	// The jobs published from now on have their ends heard of by sub, as
 	// long as the connection holds: for them, no lookup is needed.
@@ -193,11 +185,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	// Have the server prove itself now, and whenever a request for live
-	// output finds it unproven: the first result need not wait for it.
-	select {
-	case r.reprove <- struct{}{}:
-	default:
-	}
+	// output or a heartbeat finds it unproven: the first result need not
+	// wait for it.
+	r.askProof()
 	proverCtx, stopProver := context.WithCancel(ctx)
 	prover := make(chan struct{})
 	go func() { defer close(prover); r.prover(proverCtx) }()
@@ -252,6 +242,9 @@ type workerRun struct {
 	check    serverCheck
 	reprove  chan struct{}
 	unproven bool
+	// changed asks for a heartbeat soon: what the worker runs changed,
+	// the service asked, or the server proved itself.
+	changed chan struct{}
 }
 
 // taken is a job this worker handles.
@@ -491,7 +484,19 @@ func (r *workerRun) challenge(ctx context.Context) error {
 		r.log.Info("the NATS server proved that laboro's service is on it: results go to it again")
 		r.unproven = false
 	}
+	nudge(r.changed) // a heartbeat saying the jobs it runs
 	return nil
+}
+
+// askProof asks the prover goroutine for a proof, without waiting.
+func (r *workerRun) askProof() { nudge(r.reprove) }
+
+// nudge sends on ch, a channel of one, unless it is full.
+func nudge(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // refuse hands a job back without running it, after telling the Managers
