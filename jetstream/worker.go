@@ -39,11 +39,11 @@ const refusedDelay = time.Second
 // result (the output in chunks of at most ChunkSize) and only then
 // acknowledges the job. A result that cannot go (the server out of reach,
 // or not proved) waits as long as Run runs, the job kept in progress; the
-// server's copies of it delivered meanwhile are not run. A job whose Run ended (see Manager) is cancelled
-// in that Executor, which kills its process group, and acknowledged
-// without a result; a job received after its Run ended, or past its
-// deadline, is not run, and one that reaches its deadline is killed. Set
-// the fields, then call Run once.
+// server's copies of it delivered meanwhile are not run. A job whose Run
+// ended (see Manager) is cancelled in that Executor, which kills its
+// process group, and acknowledged without a result; a job received after
+// its Run ended, or past its deadline, is not run, and one that reaches its
+// deadline is killed. Set the fields, then call Run once.
 type Worker struct {
 	// Conn is the connection to NATS; it stays the caller's.
 	Conn *nats.Conn
