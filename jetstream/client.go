@@ -336,7 +336,7 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any) er
 // errUnanswered is the error of a Client's call that no service answered
 // in its time: none is running, or the connection is down (a server
 // restarting).
-var errUnanswered = errors.New("jetstream: laboro's service did not answer")
+var errUnanswered = errors.New("jetstream: laboro's service did not answer in time (is `laboro serve` running, or starting again?)")
 
 // unanswered reports whether err says that no answer came (see
 // errUnanswered): one may come later.
