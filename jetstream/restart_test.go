@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -105,22 +104,14 @@ func TestResultOutlastsAnOutage(t *testing.T) {
 	stop := runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(),
 		Logger: zaptest.NewLogger(t)})
 
-	dir := t.TempDir()
-	runs, release := filepath.Join(dir, "runs"), filepath.Join(dir, "release")
 	ctx := testCtx(t, 2*time.Minute)
-	done := make(chan laboro.Result, 1)
-	go func() {
-		done <- m.Run(ctx, laboro.Job{ID: "long", Script: "echo run >> " + runs +
-			"; while [ ! -e " + release + " ]; do sleep 0.02; done; echo out"})
-	}()
-	require.Eventually(t, func() bool { _, err := os.Stat(runs); return err == nil },
-		30*time.Second, 20*time.Millisecond, "the job runs")
+	runs, release, done := holdJob(t, ctx, m, "long")
 
 	// The job ends while the network stalls: its result is sent, lost, and
 	// sent again once the first attempt got no answer in its time, which
 	// is longer than publishTimeout.
 	relay.Stall()
-	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	release()
 	require.NoError(t, relay.DroppedTimes(testCtx(t, 30*time.Second), "PUB "+cfg.resultsSubject("long"), 2))
 	relay.Cut()
 	relay.Resume()

@@ -66,6 +66,23 @@ func relayed(t *testing.T, url, token string) (*e2e.Relay, *nats.Conn) {
 	return relay, nc
 }
 
+// holdJob has m run job id, a script that notes each of its runs in the
+// file runs, and then waits for release before it prints "out"; it returns
+// once the job runs. done has the Run's result.
+func holdJob(t *testing.T, ctx context.Context, m *Manager, id string) (runs string, release func(), done <-chan laboro.Result) {
+	t.Helper()
+	dir := t.TempDir()
+	runs, released := filepath.Join(dir, "runs"), filepath.Join(dir, "release")
+	ended := make(chan laboro.Result, 1)
+	go func() {
+		ended <- m.Run(ctx, laboro.Job{ID: id, Script: "echo run >> " + runs +
+			"; while [ ! -e " + released + " ]; do sleep 0.02; done; echo out"})
+	}()
+	require.Eventually(t, func() bool { _, err := os.Stat(runs); return err == nil },
+		30*time.Second, 20*time.Millisecond, "the job runs")
+	return runs, func() { require.NoError(t, os.WriteFile(released, nil, 0o644)) }, ended
+}
+
 // noting returns a logger of Info and above that sends each entry whose
 // message holds s on the channel it returns (which keeps 8, and drops
 // more), and what it logged.
@@ -631,20 +648,12 @@ func TestResultGoesOnlyToAProvenServer(t *testing.T) {
 	log, warned, logs := noting("does not prove")
 	runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log})
 
-	dir := t.TempDir()
-	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
 	ctx := testCtx(t, 2*time.Minute)
-	done := make(chan laboro.Result, 1)
-	go func() {
-		done <- m.Run(ctx, laboro.Job{ID: "held", Script: "touch " + started +
-			"; while [ ! -e " + release + " ]; do sleep 0.02; done; echo out"})
-	}()
-	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil },
-		30*time.Second, 20*time.Millisecond, "the job runs")
+	_, release, done := holdJob(t, ctx, m, "held")
 
 	// The job ends while the network stalls: its result is sent, and lost.
 	relay.Stall()
-	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	release()
 	require.NoError(t, relay.Dropped(ctx, cfg.resultsSubject("held")))
 	// The connection comes back, to the poser.
 	relay.Retarget(strings.TrimPrefix(poserURL, "nats://"))
