@@ -101,8 +101,9 @@ func TestResultOutlastsAnOutage(t *testing.T) {
 	cfg := Config{JobKey: key, AckWait: time.Second}.withDefaults()
 	m := newManager(t, owner, Config{JobKey: key, AckWait: time.Second})
 	relay, conn := relayed(t, url, RoleToken(token, RoleWorker, ""))
+	log, _, logs := noting("the job's result")
 	stop := runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(),
-		Logger: zaptest.NewLogger(t)})
+		Logger: log})
 
 	ctx := testCtx(t, 2*time.Minute)
 	runs, release, done := holdJob(t, ctx, m, "long")
@@ -126,4 +127,7 @@ func TestResultOutlastsAnOutage(t *testing.T) {
 	b, err := os.ReadFile(runs)
 	require.NoError(t, err)
 	assert.Equal(t, 1, bytes.Count(b, []byte("run\n")), "the job ran again")
+	// The worker said that the result waited, once, and when it went.
+	assert.Equal(t, 1, logs.FilterMessageSnippet("the job's result waits for the server").Len())
+	assert.Equal(t, 1, logs.FilterMessageSnippet("the job's result went").Len())
 }

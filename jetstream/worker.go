@@ -679,9 +679,19 @@ func (r *workerRun) finish(ctx context.Context, msg natsjs.Msg, log *zap.Logger,
 			}
 		}
 	}()
-	if err := r.publish(pubCtx, id, msg.Headers().Get(hdrSum), attempt, res); err != nil {
+	waited := false
+	err := r.publish(pubCtx, id, msg.Headers().Get(hdrSum), attempt, res, func() {
+		if !waited {
+			log.Info("the job's result waits for the server: it goes once the server is back, the job staying this worker's")
+			waited = true
+		}
+	})
+	if err != nil {
 		log.Warn("publishing the result; the job will be redelivered", zap.Error(err))
 		return
+	}
+	if waited {
+		log.Info("the job's result went to the server")
 	}
 	if err := ack(pubCtx, r.js.Conn(), msg); err != nil {
 		log.Warn("acknowledging the job; it may run again", zap.Error(err))
@@ -690,8 +700,9 @@ func (r *workerRun) finish(ctx context.Context, msg natsjs.Msg, log *zap.Logger,
 }
 
 // publish sends res, its output in chunks, to the RESULTS stream; sum is
-// what the job runs, as its message says (none from an older Manager).
-func (r *workerRun) publish(ctx context.Context, id, sum string, attempt uint64, res laboro.Result) error {
+// what the job runs, as its message says (none from an older Manager). It
+// calls again before each attempt at a chunk after its first.
+func (r *workerRun) publish(ctx context.Context, id, sum string, attempt uint64, res laboro.Result, again func()) error {
 	var src io.Reader
 	var size int64
 	if res.Output != nil {
@@ -734,7 +745,14 @@ func (r *workerRun) publish(ctx context.Context, id, sum string, attempt uint64,
 			msg.Data = buf[:n]
 		}
 		msgID := id + "." + strconv.FormatUint(attempt, 10) + "." + strconv.Itoa(i)
-		if _, err := publishProven(ctx, r.js, msg, msgID, r.prove); err != nil {
+		tries := 0
+		prove := func(ctx context.Context) error {
+			if tries++; tries > 1 {
+				again()
+			}
+			return r.prove(ctx)
+		}
+		if _, err := publishProven(ctx, r.js, msg, msgID, prove); err != nil {
 			return err
 		}
 	}
