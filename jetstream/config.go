@@ -112,10 +112,11 @@ type Config struct {
 	// holds that key (it answers a fresh challenge with an HMAC of it: a
 	// Manager with a JobKey, a Service with a ClientKey), asked once a
 	// connection. A program posing as the server, then, gets from a worker
-	// neither results nor live outputs, and from a client no job. Until
-	// the server proves itself, a worker's result waits (one that cannot
-	// go within 30 s is dropped, and its job delivered again) and requests
-	// for live output go unanswered; a Client's calls wait while no
+	// neither results nor live outputs, nor has it take a job (one it
+	// kept, signed, or relays), and from a client it gets no job. Until
+	// the server proves itself, a worker takes no job, saying why, its
+	// results wait (for as long as it runs, their jobs kept leased) and
+	// requests for live output go unanswered; a Client's calls wait while no
 	// service answers, and fail (ErrServerUnproven) when one answers with
 	// another key. Each attempt at a result checks that the connection is
 	// still the one proven: one made again after the connection came

@@ -534,54 +534,79 @@ func TestSignedJobs(t *testing.T) {
 	assert.Equal(t, 2, logs.FilterField(zap.String("subject", "LABORO.jobs.stray")).Len())
 }
 
-// TestWorkerProvesItsServer: a worker with Config.ProveServer gives a
-// job's result and live output only to a server on which a Manager proves
-// that it holds the worker's key. Before that (no Manager with the key on
-// the server: a program posing as it), the job runs (it is signed) but its
-// output is not answered for and its result waits; the Manager with the
-// key comes, and the result goes.
+// A worker with Config.ProveServer takes no job from a server that proves
+// nothing, and says why: another program on its address (here a Manager
+// with another key, replaying a job signed with the worker's key), or no
+// service answering for a while. Its heartbeats name it alone. Once a
+// Manager with the key is on the server, the job runs and its result goes.
 func TestWorkerProvesItsServer(t *testing.T) {
+	for _, tc := range []struct {
+		name, said string
+		wrongKey   bool
+	}{
+		{name: "another key", said: "does not prove that laboro's service is on it", wrongKey: true},
+		{name: "no answer", said: "laboro's service does not answer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			workerProvesItsServer(t, tc.said, tc.wrongKey)
+		})
+	}
+}
+
+func workerProvesItsServer(t *testing.T, said string, wrongKey bool) {
 	const token = "the-server-token-0123456789"
 	url, owner := tokenServer(t, token)
 	worker, denied := roleConn(t, url, RoleToken(token, RoleWorker, ""))
 	key := JobKey(token, "")
 	cfg := Config{JobKey: key}.withDefaults()
 
-	// On the server only a Manager with another key: its answers prove
-	// nothing.
-	wrong := newManager(t, owner, Config{JobKey: JobKey("another server's token", "")})
+	var wrong *Manager
+	if wrongKey {
+		// On the server only a Manager with another key: its answers
+		// prove nothing.
+		wrong = newManager(t, owner, Config{JobKey: JobKey("another server's token", "")})
+	} else {
+		patience := proofPatience
+		proofPatience = 100 * time.Millisecond
+		t.Cleanup(func() { proofPatience = patience }) // after the worker stops
+	}
 	beats := make(chan *nats.Msg, 64)
 	beatSub, err := owner.ChanSubscribe(cfg.workersSubject("*"), beats)
 	require.NoError(t, err)
 	t.Cleanup(func() { beatSub.Unsubscribe() })
+	results, err := owner.SubscribeSync(cfg.resultsSubject("held"))
+	require.NoError(t, err)
 	require.NoError(t, owner.Flush())
-	log, warned, logs := noting("does not prove")
-	runWorker(t, &Worker{Conn: worker, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log, Name: "w1"})
 
-	dir := t.TempDir()
-	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
-	data, err := json.Marshal(wireJob{ID: "held", Args: []string{"sh", "-c", "echo out; touch " + started +
-		"; while [ ! -e " + release + " ]; do sleep 0.02; done"}})
+	// A job signed with the worker's key waits in the stream.
+	started := filepath.Join(t.TempDir(), "started")
+	data, err := json.Marshal(wireJob{ID: "held", Args: []string{"sh", "-c", "touch " + started + "; echo out"}})
 	require.NoError(t, err)
 	job := nats.NewMsg(cfg.jobsSubject("held"))
 	job.Header.Set(hdrJob, "held")
 	job.Header.Set(hdrSigned, jobMAC(key, job.Subject, data))
 	job.Data = data
-	results, err := owner.SubscribeSync(cfg.resultsSubject("held"))
-	require.NoError(t, err)
 	js, err := natsjs.New(owner)
 	require.NoError(t, err)
 	ctx := testCtx(t, time.Minute)
+	_, _, _, err = ensure(ctx, js, cfg, false) // the streams, made by a Manager before
+	require.NoError(t, err)
 	_, err = js.PublishMsg(ctx, job)
 	require.NoError(t, err)
 
-	// It runs: its output is not answered for.
-	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil },
-		30*time.Second, 20*time.Millisecond, "the job runs")
-	_, err = owner.Request(cfg.liveSubject("held"), nil, 500*time.Millisecond)
-	assert.ErrorIs(t, err, nats.ErrTimeout, "live output answered to an unproven server")
-	// Its heartbeats, asked for by a roll call, name the worker and not
-	// the job.
+	log, warned, logs := noting("takes no job from it")
+	runWorker(t, &Worker{Conn: worker, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log, Name: "w1"})
+	select {
+	case e := <-warned:
+		assert.Equal(t, zapcore.WarnLevel, e.Level)
+		assert.Contains(t, e.Message, said)
+		if wrongKey {
+			assert.Contains(t, logs.FilterMessage(e.Message).All()[0].ContextMap()["error"], ErrServerUnproven.Error())
+		}
+	case <-ctx.Done():
+		t.Fatal("the worker did not say that its server proves nothing")
+	}
+	// Its heartbeats, asked for by a roll call, name the worker.
 	for range 2 {
 		require.NoError(t, owner.Publish(cfg.rollSubject(), nil))
 		select {
@@ -593,32 +618,88 @@ func TestWorkerProvesItsServer(t *testing.T) {
 			t.Fatal("no heartbeat")
 		}
 	}
-	// It ends: its result waits.
-	require.NoError(t, os.WriteFile(release, nil, 0o644))
-	select {
-	case e := <-warned:
-		assert.Equal(t, zapcore.WarnLevel, e.Level)
-	case <-ctx.Done():
-		t.Fatal("the worker did not say that its server proves nothing")
-	}
-	warning := logs.FilterMessageSnippet("does not prove").All()[0]
-	assert.Contains(t, warning.ContextMap()["error"], ErrServerUnproven.Error())
-	stored, err := lookup(ctx, owner, mustStream(t, js, "LABORO_RESULTS"), cfg.resultsSubject("held"))
+	// The job was not taken.
+	cons, err := mustStream(t, js, cfg.jobsStream()).Consumer(ctx, consumerName)
 	require.NoError(t, err)
-	assert.Nil(t, stored, "a result given to an unproven server")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, info.Delivered.Consumer, "a job taken from an unproven server")
+	assert.NoFileExists(t, started)
 
-	// The Manager with the key comes: the result goes.
-	require.NoError(t, wrong.Close())
+	// The Manager with the key comes: the job runs, its result goes.
+	if wrong != nil {
+		require.NoError(t, wrong.Close())
+	}
 	newManager(t, owner, Config{JobKey: key})
 	msg, err := results.NextMsgWithContext(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, strconv.Itoa(int(laboro.StatusSucceeded)), msg.Header.Get(hdrStatus))
 	assert.Equal(t, "out\n", string(msg.Data))
+	assert.FileExists(t, started)
 	assert.Equal(t, 1, logs.FilterMessageSnippet("proved that laboro's service is on it").Len())
+	assert.Equal(t, 1, logs.FilterMessageSnippet("takes no job from it").Len())
 	select {
 	case err := <-denied:
 		t.Errorf("the worker's role may not challenge its server: %v", err)
 	default:
+	}
+}
+
+// A worker whose connection moves, while a job runs, to a server that
+// proves nothing (its address taken while laboro's server is away) tells
+// that server nothing of the job: its heartbeats name the worker alone, and
+// a request for the job's live output goes unanswered. Back on laboro's
+// server, the job's result goes.
+func TestWorkerTellsAPoserNothing(t *testing.T) {
+	const token = "the-server-token-0123456789"
+	url, owner := tokenServer(t, token)
+	poserURL, poserOwner := tokenServer(t, token)
+	key := JobKey(token, "")
+	cfg := Config{JobKey: key}.withDefaults()
+	m := newManager(t, owner, Config{JobKey: key})
+	newManager(t, poserOwner, Config{JobKey: JobKey("another server's token", "")})
+	beats := make(chan *nats.Msg, 64)
+	beatSub, err := poserOwner.ChanSubscribe(cfg.workersSubject("*"), beats)
+	require.NoError(t, err)
+	t.Cleanup(func() { beatSub.Unsubscribe() })
+	require.NoError(t, poserOwner.Flush())
+
+	relay, conn := relayed(t, url, RoleToken(token, RoleWorker, ""))
+	runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Name: "w1"})
+	ctx := testCtx(t, 2*time.Minute)
+	_, release, done := holdJob(t, ctx, m, "held")
+
+	relay.Retarget(strings.TrimPrefix(poserURL, "nats://"))
+	relay.Cut()
+	// Its heartbeats reach the poser once the worker is connected to it
+	// (a roll call asked again until then).
+	ask := time.NewTicker(100 * time.Millisecond)
+	defer ask.Stop()
+	for heard := 0; heard < 2; {
+		require.NoError(t, poserOwner.Publish(cfg.rollSubject(), nil))
+		select {
+		case msg := <-beats:
+			var info WorkerInfo
+			require.NoError(t, json.Unmarshal(msg.Data, &info))
+			assert.Equal(t, WorkerInfo{Name: "w1", Slots: 1}, info, "a heartbeat to an unproven server")
+			heard++
+		case <-ask.C:
+		case <-ctx.Done():
+			t.Fatal("no heartbeat reached the poser")
+		}
+	}
+	_, err = poserOwner.Request(cfg.liveSubject("held"), nil, 500*time.Millisecond)
+	assert.ErrorIs(t, err, nats.ErrTimeout, "live output answered to an unproven server")
+
+	relay.Retarget(strings.TrimPrefix(url, "nats://"))
+	relay.Cut()
+	release()
+	select {
+	case res := <-done:
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		assert.Equal(t, "out\n", string(output(t, res)))
+	case <-ctx.Done():
+		t.Fatal("no result once back on laboro's server")
 	}
 }
 

@@ -39,7 +39,9 @@ const refusedDelay = time.Second
 // result (the output in chunks of at most ChunkSize) and only then
 // acknowledges the job. A result that cannot go (the server out of reach,
 // or not proved) waits as long as Run runs, the job kept in progress; the
-// server's copies of it delivered meanwhile are not run. A job whose Run
+// server's copies of it delivered meanwhile are not run. With
+// Config.ProveServer it takes no job from a server that has not proved
+// itself, so that no more results wait than it has slots. A job whose Run
 // ended (see Manager) is cancelled in that Executor, which kills its
 // process group, and acknowledged without a result; a job received after
 // its Run ended, or past its deadline, is not run, and one that reaches its
@@ -80,6 +82,20 @@ func (w *Worker) drain() chan struct{} {
 	return w.draining
 }
 
+// untilDrain returns a context that ends with ctx, or once Drain is
+// called.
+func (w *Worker) untilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-w.drain():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // Run pulls and runs jobs until ctx ends, or until Drain was called and the
 // jobs it had have ended and been delivered. Jobs still running when ctx
 // ends are killed and not acknowledged, so that they are redelivered. It
@@ -103,14 +119,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var jobs, results natsjs.Stream
 	var cons natsjs.Consumer
 	waiting := false
-	waitCtx, stopWaiting := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-w.drain():
-			stopWaiting()
-		case <-waitCtx.Done():
-		}
-	}()
+	waitCtx, stopWaiting := w.untilDrain(ctx)
 	err = retry(waitCtx, w.Conn, func(ctx context.Context) (err error) {
 		jobs, results, cons, err = ensure(ctx, js, cfg, false)
 		if err != nil && !waiting && transient(w.Conn, err) {
@@ -184,17 +193,18 @@ func (w *Worker) Run(ctx context.Context) error {
 			r.heard, r.heardFrom, r.reconnects = true, info.State.LastSeq, w.Conn.Stats().Reconnects
 		}
 	}
-	// Have the server prove itself now, and whenever a request for live
-	// output or a heartbeat finds it unproven: the first result need not
-	// wait for it.
-	r.askProof()
+	// Have the server prove itself whenever a request for live output or
+	// a heartbeat finds it unproven (the loops have it prove itself before
+	// they take a job).
 	proverCtx, stopProver := context.WithCancel(ctx)
 	prover := make(chan struct{})
 	go func() { defer close(prover); r.prover(proverCtx) }()
 	defer func() { stopProver(); <-prover }()
+	takeCtx, stopTaking := w.untilDrain(ctx)
+	defer stopTaking()
 	var wg sync.WaitGroup
 	for range n {
-		wg.Go(func() { r.loop(ctx) })
+		wg.Go(func() { r.loop(ctx, takeCtx) })
 	}
 	loops := make(chan struct{})
 	go func() { wg.Wait(); close(loops) }()
@@ -254,14 +264,18 @@ type taken struct {
 }
 
 // loop pulls one job at a time and runs it, until ctx ends or the worker
-// drains.
-func (r *workerRun) loop(ctx context.Context) {
+// drains (takeCtx ends with either). It takes no job from a server that
+// has not proved itself (Config.ProveServer): its result could not go.
+func (r *workerRun) loop(ctx, takeCtx context.Context) {
 	pause := pauses()
 	for ctx.Err() == nil {
 		select {
 		case <-r.draining:
 			return
 		default:
+		}
+		if !r.proven() && r.prove(takeCtx) != nil {
+			continue // stopped, or drained
 		}
 		r.consMu.Lock()
 		cons := r.cons
@@ -410,7 +424,8 @@ func (r *workerRun) over(ctx context.Context, t *taken, id string, seq uint64, a
 }
 
 // proving reports whether this worker asks its server to prove itself
-// before it gives it results or outputs (Config.ProveServer).
+// before it takes a job from it or gives it results or outputs
+// (Config.ProveServer).
 func (r *workerRun) proving() bool { return r.cfg.ProveServer && len(r.cfg.JobKey) > 0 }
 
 // proven reports whether the server of the connection in use proved that
@@ -441,8 +456,14 @@ func (r *workerRun) prove(ctx context.Context) error {
 		// it lasts while connected (a server restarting, or starting its
 		// service, is silent for a moment).
 		lasting := r.js.Conn().IsConnected() && time.Since(first) >= proofPatience
-		if !r.unproven && (errors.Is(err, ErrServerUnproven) || lasting) {
-			r.log.Warn("the NATS server does not prove that laboro's service is on it: this worker gives it no result or output until it does (is another program on its address?)",
+		switch {
+		case r.unproven:
+		case errors.Is(err, ErrServerUnproven):
+			r.log.Warn("the NATS server does not prove that laboro's service is on it: this worker takes no job from it, and gives it no result or output, until it does (is another program on its address?)",
+				zap.Error(err))
+			r.unproven = true
+		case lasting:
+			r.log.Warn("laboro's service does not answer on the NATS server: this worker takes no job from it, and gives it no result or output, until it proves itself (is `laboro serve` running?)",
 				zap.Error(err))
 			r.unproven = true
 		}
@@ -453,8 +474,9 @@ func (r *workerRun) prove(ctx context.Context) error {
 }
 
 // proofPatience is how long a worker's server may leave its challenges
-// unanswered, while connected, before the worker says so.
-const proofPatience = 5 * time.Second
+// unanswered, while connected, before the worker says so. A variable for
+// the tests.
+var proofPatience = 5 * time.Second
 
 // prover asks for a proof each time reprove says, until ctx ends; one
 // attempt each, quietly: a result's publication insists, and says why.
@@ -481,7 +503,7 @@ func (r *workerRun) challenge(ctx context.Context) error {
 		return err
 	}
 	if r.unproven {
-		r.log.Info("the NATS server proved that laboro's service is on it: results go to it again")
+		r.log.Info("the NATS server proved that laboro's service is on it: this worker takes jobs from it and gives it results again")
 		r.unproven = false
 	}
 	nudge(r.changed) // a heartbeat saying the jobs it runs
