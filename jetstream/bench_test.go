@@ -347,3 +347,19 @@ func BenchmarkSignJob(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHearEnds is a worker hearing of b.N Runs' ends, for jobs it does
+// not run, within recentCancels (a batch of b.N waiting jobs cancelled): one
+// op is one end heard of and remembered.
+func BenchmarkHearEnds(b *testing.B) {
+	r := &workerRun{taken: map[string]*taken{}, recent: map[string]time.Time{}}
+	ids := make([]string, b.N)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("b1-%d", i+1)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, id := range ids {
+		r.end(id)
+	}
+}

@@ -310,10 +310,15 @@ func TestRunTimeout(t *testing.T) {
 // that job.
 func TestWorkerRemembersEnds(t *testing.T) {
 	r := &workerRun{taken: map[string]*taken{}, recent: map[string]time.Time{}}
+	now := time.Now()
+	r.endAt("old", now.Add(-recentCancels*3/2))
+	r.endAt("again", now.Add(-recentCancels*3/2))
+	r.endAt("again", now.Add(-recentCancels*3/4)) // heard again since
 	r.end("a")
-	r.recent["old"] = time.Now().Add(-2 * recentCancels)
 	r.end("b")
 	assert.NotContains(t, r.recent, "old", "forgotten after recentCancels")
+	assert.Contains(t, r.recent, "again", "heard again within recentCancels")
+	assert.Len(t, r.heardEnds, 3, "the ends heard of before recentCancels forgotten")
 	ta := r.take("a")
 	require.NotNil(t, ta)
 	assert.True(t, r.ended(ta))

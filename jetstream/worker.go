@@ -241,9 +241,10 @@ type workerRun struct {
 	heard                 bool
 	heardFrom, reconnects uint64
 
-	mu     sync.Mutex
-	taken  map[string]*taken    // the jobs being handled, by id
-	recent map[string]time.Time // ends heard of for jobs not taken, and when
+	mu        sync.Mutex
+	taken     map[string]*taken    // the jobs being handled, by id
+	recent    map[string]time.Time // ends heard of for jobs not taken, and when
+	heardEnds []heardEnd           // recent's entries in the order heard (some taken since)
 
 	// With Config.ProveServer, check has the server prove itself (see
 	// prove); reprove asks the prover goroutine for a proof, without
@@ -361,19 +362,31 @@ func (r *workerRun) release(id string) {
 	delete(r.taken, id)
 }
 
+// heardEnd is the end of a Run a worker heard of, for a job it did not run.
+type heardEnd struct {
+	id string
+	at time.Time
+}
+
 // end learns that job id's Run ended: the job is cancelled if it is in the
 // Executor, not run if it is about to be, and otherwise remembered for
 // recentCancels, should it come just after.
-func (r *workerRun) end(id string) {
+func (r *workerRun) end(id string) { r.endAt(id, time.Now()) }
+
+// endAt is end, heard of at now. Forgetting the ends heard of before
+// recentCancels costs each end a constant time, however many come (a
+// batch of waiting jobs cancelled).
+func (r *workerRun) endAt(id string, now time.Time) {
 	r.mu.Lock()
 	t := r.taken[id]
 	if t == nil {
-		now := time.Now()
-		for k, at := range r.recent {
-			if now.Sub(at) > recentCancels {
-				delete(r.recent, k)
+		old := 0
+		for ; old < len(r.heardEnds) && now.Sub(r.heardEnds[old].at) > recentCancels; old++ {
+			if e := r.heardEnds[old]; r.recent[e.id].Equal(e.at) {
+				delete(r.recent, e.id)
 			}
 		}
+		r.heardEnds = append(r.heardEnds[old:], heardEnd{id, now})
 		r.recent[id] = now
 		r.mu.Unlock()
 		return
