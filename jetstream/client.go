@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -293,17 +295,38 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (StatusReply, er
 // StatusCancelled, for good (a job is never run again once cancelled).
 // The reply gives each job's state after the request. It returns
 // ErrNoService when no Service answers, and an error with the reply when
-// some jobs could not be cancelled.
+// some jobs could not be cancelled. Many ids go in several requests of
+// at most maxCancelIDs, one after the other, each answered in its own
+// time (a context without a deadline gives each one of statusTimeout);
+// when one fails, the reply holds the jobs of those answered before it.
 func (c *Client) Cancel(ctx context.Context, ids ...string) (CancelReply, error) {
-	var reply CancelReply
-	if err := c.request(ctx, c.Config.withDefaults().cancelAPISubject(), CancelRequest{IDs: ids}, &reply); err != nil {
-		return CancelReply{}, err
+	parts := slices.Collect(slices.Chunk(ids, maxCancelIDs))
+	if len(parts) == 0 {
+		parts = [][]string{nil}
 	}
-	if reply.Error != "" {
-		return reply, fmt.Errorf("jetstream: cancel: %s", reply.Error)
+	var all CancelReply
+	var failed []string
+	for _, part := range parts {
+		var reply CancelReply
+		if err := c.request(ctx, c.Config.withDefaults().cancelAPISubject(), CancelRequest{IDs: part}, &reply); err != nil {
+			return all, err
+		}
+		all.Jobs = append(all.Jobs, reply.Jobs...)
+		if reply.Error != "" {
+			failed = append(failed, reply.Error)
+		}
 	}
-	return reply, nil
+	if len(failed) > 0 {
+		all.Error = strings.Join(failed, "; ")
+		return all, fmt.Errorf("jetstream: cancel: %s", all.Error)
+	}
+	return all, nil
 }
+
+// maxCancelIDs bounds the ids of one cancel request: the Service cancels
+// them one after the other (two exchanges with the server each), so that
+// a request is answered well within its time.
+const maxCancelIDs = 250
 
 // request sends req to a Service on subject and decodes its reply into
 // reply. A context without a deadline gets one of statusTimeout.

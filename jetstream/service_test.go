@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -366,6 +367,64 @@ func TestWorkerDrain(t *testing.T) {
 	runs, err = os.ReadFile(filepath.Join(dir, "runs"))
 	require.NoError(t, err)
 	assert.Equal(t, 5, strings.Count(string(runs), "\n"), "each job ran once")
+}
+
+// A cancel of many jobs goes in requests of at most maxCancelIDs, each
+// answered in its own time: every job ends cancelled, the reply names them
+// all in the order asked, and no worker runs one.
+func TestServiceCancelMany(t *testing.T) {
+	const n = 2*maxCancelIDs + 100
+	nc := setup(t)
+	startService(t, nc, Config{}, n) // all of them out, none waiting for room
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	ctx := testCtx(t, 2*time.Minute)
+	runs := filepath.Join(t.TempDir(), "runs")
+	jobs := make([]laboro.Job, n)
+	ids := make([]string, n)
+	for i := range jobs {
+		ids[i] = fmt.Sprintf("many-%d", i+1)
+		jobs[i] = laboro.Job{ID: ids[i], Script: "echo ran >> " + runs}
+	}
+	_, err := cl.Submit(ctx, "many", jobs)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		reply, err := cl.Status(ctx, StatusRequest{Batches: []string{"many"}})
+		return err == nil && len(reply.Batches) == 1 && reply.Batches[0].Jobs == n
+	}, time.Minute, 5*time.Millisecond, "the Service has read the batch")
+
+	requests := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(cl.Config.withDefaults().cancelAPISubject(), requests)
+	require.NoError(t, err)
+	t.Cleanup(func() { sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	// A context without a deadline: each request has its own.
+	reply, err := cl.Cancel(context.Background(), ids...)
+	require.NoError(t, err)
+	require.Len(t, reply.Jobs, n)
+	for i, j := range reply.Jobs {
+		require.Equal(t, ids[i], j.ID, "in the order asked")
+		require.Equal(t, "cancelled", j.State, j.ID)
+	}
+	sizes := []int{}
+	for len(requests) > 0 {
+		var req CancelRequest
+		require.NoError(t, json.Unmarshal((<-requests).Data, &req))
+		sizes = append(sizes, len(req.IDs))
+	}
+	assert.Equal(t, []int{maxCancelIDs, maxCancelIDs, 100}, sizes)
+
+	// A worker that comes now runs none of them, and then the next job.
+	startWorker(t, nc, Config{}, 2)
+	b, err := cl.Wait(ctx, "many", n, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, n, b.Failed)
+	assert.Zero(t, b.Succeeded)
+	_, err = cl.Submit(ctx, "after", []laboro.Job{{ID: "after", Command: "true"}})
+	require.NoError(t, err)
+	after, err := cl.Wait(ctx, "after", 1, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, after.Succeeded, "the worker runs the next job")
+	assert.NoFileExists(t, runs, "a cancelled job ran")
 }
 
 // Jobs cancelled through the Service, whether running on a worker, queued
