@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -170,6 +171,9 @@ type serving struct {
 	m       *Manager
 	ex      *laboro.Executor
 	workers natsjs.Consumer
+	// read is the sequence in the SUBMITTED stream of the last
+	// submission read.
+	read atomic.Uint64
 }
 
 func (s *Service) run(ctx context.Context) error {
@@ -315,6 +319,7 @@ func (s *Service) run(ctx context.Context) error {
 		replayed := false
 		if md, err := msg.Metadata(); err == nil {
 			when, replayed = md.Timestamp, md.Sequence.Stream <= replayTo
+			sv.read.Store(md.Sequence.Stream)
 		}
 		if !sv.t.add(wj.ID, batch, commandLine(wj), when) {
 			log.Debug("job submitted again; the first submission stands", zap.String("job", wj.ID))
@@ -416,6 +421,11 @@ func (sv *serving) answerStatus(ctx context.Context, msg *nats.Msg) {
 			reply.OnWorkers = info.NumAckPending
 		} else if ictx.Err() == nil {
 			reply.Problems = append(reply.Problems, "the workers' consumer: "+err.Error())
+		}
+		if st, err := sv.m.js.Stream(ictx, sv.cfg.submitStream()); err == nil {
+			reply.Unread = st.CachedInfo().State.LastSeq - min(sv.read.Load(), st.CachedInfo().State.LastSeq)
+		} else if ictx.Err() == nil {
+			reply.Problems = append(reply.Problems, "the stream of submissions: "+err.Error())
 		}
 		reply.Problems = append(reply.Problems, sv.m.Problems()...)
 		cancel()
@@ -523,6 +533,10 @@ type StatusReply struct {
 	Jobs []JobStatus `json:"jobs,omitempty"`
 	// Truncated says that more jobs matched than Jobs lists.
 	Truncated bool `json:"truncated,omitempty"`
+	// Unread is how many submissions wait in the SUBMITTED stream for the
+	// Service to read them: it reads as it has room (Concurrency jobs out,
+	// as many queued), and Batches count only the jobs it has read.
+	Unread uint64 `json:"unread"`
 	// InStream is how many jobs wait in the JOBS stream for a worker.
 	InStream uint64 `json:"in_stream"`
 	// OnWorkers is how many jobs workers have taken and not yet finished.

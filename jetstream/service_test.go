@@ -448,11 +448,15 @@ func TestServiceCancel(t *testing.T) {
 	})
 	require.NoError(t, err)
 	procs := awaitPIDs(t, pids)
-	// One job out, one queued, one waiting for room: the Service has read three.
+	// One job out, one queued, one waiting for room: the Service has read
+	// three, and says that one is not read yet.
 	require.Eventually(t, func() bool {
 		reply, err := cl.Status(ctx, StatusRequest{Batches: []string{"c"}})
 		return err == nil && len(reply.Batches) == 1 && reply.Batches[0].Jobs == 3
 	}, 10*time.Second, 5*time.Millisecond)
+	status, err := cl.Status(ctx, StatusRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), status.Unread, "submissions not read yet")
 
 	reply, err := cl.Cancel(ctx, "running", "queued", "blocked", "nosuch")
 	require.NoError(t, err)
@@ -467,6 +471,9 @@ func TestServiceCancel(t *testing.T) {
 	b, err := cl.Wait(ctx, "c", 4, 10*time.Millisecond, nil)
 	require.NoError(t, err)
 	assert.Equal(t, BatchStatus{Batch: "c", Submitted: b.Submitted, Jobs: 4, Succeeded: 1, Failed: 3, Ended: b.Ended}, b)
+	status, err = cl.Status(ctx, StatusRequest{})
+	require.NoError(t, err)
+	assert.Zero(t, status.Unread, "every submission read")
 	assert.False(t, b.Ended.IsZero(), "it ended")
 	assert.Equal(t, 1, lines(t, runs), "only the running job ran")
 	res, err := cl.Result(ctx, "running")
@@ -488,7 +495,7 @@ func TestServiceCancel(t *testing.T) {
 	b, err = cl.Wait(ctx, "c", 4, 10*time.Millisecond, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 1, b.Succeeded)
-	status, err := cl.Status(ctx, StatusRequest{IDs: []string{"running", "queued", "blocked"}})
+	status, err = cl.Status(ctx, StatusRequest{IDs: []string{"running", "queued", "blocked"}})
 	require.NoError(t, err)
 	for _, j := range status.Jobs {
 		assert.Equal(t, "cancelled", j.State, j.ID)

@@ -75,7 +75,8 @@ func status(args []string) int {
 		if len(reply.Batches) > 0 || c.fs.NArg() == 0 {
 			printBatches(os.Stdout, reply.Batches)
 			if c.fs.NArg() == 0 {
-				fmt.Printf("in the stream: %d, on workers: %d\n", reply.InStream, reply.OnWorkers)
+				fmt.Printf("submitted, not yet read: %d; in the stream: %d, on workers: %d\n",
+					reply.Unread, reply.InStream, reply.OnWorkers)
 			}
 		}
 		printJobs(os.Stdout, reply.Jobs, reply.Truncated)
