@@ -291,8 +291,9 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (StatusReply, er
 }
 
 // Cancel asks the Service to cancel jobs by id: a job waiting in the
-// Service never runs, a running one is killed by its worker, and both end
-// StatusCancelled, for good (a job is never run again once cancelled).
+// Service, or submitted and not read by it yet, never runs, a running one
+// is killed by its worker, and all end StatusCancelled, for good (a job is
+// never run again once cancelled).
 // The reply gives each job's state after the request. It returns
 // ErrNoService when no Service answers, and an error with the reply when
 // some jobs could not be cancelled. Many ids go in several requests of

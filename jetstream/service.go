@@ -174,6 +174,12 @@ type serving struct {
 	// read is the sequence in the SUBMITTED stream of the last
 	// submission read.
 	read atomic.Uint64
+	// unread indexes by id, under unreadMu, the submissions not read yet
+	// up to scannedTo, read for a cancel that named jobs the Service did
+	// not know (see unreadIDs).
+	unreadMu  sync.Mutex
+	unread    map[string]uint64
+	scannedTo uint64
 }
 
 func (s *Service) run(ctx context.Context) error {
@@ -447,9 +453,28 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 	}
 	ctx, stop := context.WithTimeout(ctx, cancelTimeout)
 	defer stop()
-	// The jobs that wait go first, so that the end of a running one gives
-	// none of them its place.
+	// The jobs submitted that the Service has not read yet go first: the
+	// record of each stored, it ends cancelled when read, and never runs.
+	// Then the jobs that wait, so that the end of a running one gives none
+	// of them its place.
 	var failed []string
+	var unknown []string
+	for _, id := range req.IDs {
+		if sv.t.state(id) == "" {
+			unknown = append(unknown, id)
+		}
+	}
+	unread, err := sv.unreadIDs(ctx, unknown)
+	if err != nil {
+		sv.log.Warn("cancel: read the submissions not read yet", zap.Error(err))
+	}
+	for id := range unread {
+		if err := sv.cancel(ctx, id); err != nil {
+			delete(unread, id)
+			failed = append(failed, id)
+			sv.log.Warn("cancel", zap.String("job", id), zap.Error(err))
+		}
+	}
 	for _, waiting := range []bool{true, false} {
 		for _, id := range req.IDs {
 			if state := sv.t.state(id); state == StateDispatched && !waiting ||
@@ -462,10 +487,98 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 		}
 	}
 	reply.Jobs = sv.t.status(StatusRequest{IDs: req.IDs}).Jobs
+	for i, j := range reply.Jobs {
+		if j.State == StateUnknown && unread[j.ID] {
+			// Read later, it ends so.
+			reply.Jobs[i].State, reply.Jobs[i].Error = laboro.StatusCancelled.String(), laboro.ErrCancelled.Error()
+		}
+	}
 	if len(failed) > 0 {
 		reply.Error = "could not cancel " + strings.Join(failed, ", ")
 	}
 	sv.respond(msg, reply)
+}
+
+// maxUnreadIndexed bounds the submissions not read yet that a Service
+// indexes to cancel them; scanBatch is how many it reads at a time.
+const (
+	maxUnreadIndexed = 1 << 18
+	scanBatch        = 1000
+)
+
+// unreadIDs returns those of ids that wait in the SUBMITTED stream, not
+// read yet by the Service. It reads the headers of the
+// submissions past those read, and past those an earlier call read, up to
+// maxUnreadIndexed of them.
+func (sv *serving) unreadIDs(ctx context.Context, ids []string) (map[string]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	sv.unreadMu.Lock()
+	defer sv.unreadMu.Unlock()
+	st, err := sv.m.js.Stream(ctx, sv.cfg.submitStream())
+	if err != nil {
+		return nil, err
+	}
+	last := st.CachedInfo().State.LastSeq
+	if read := sv.read.Load(); read >= sv.scannedTo || sv.unread == nil {
+		sv.unread, sv.scannedTo = map[string]uint64{}, read // each one indexed was read since
+	}
+	if sv.scannedTo < last && len(sv.unread) < maxUnreadIndexed {
+		err = sv.scanUnread(ctx, st, last)
+	}
+	found := map[string]bool{}
+	read := sv.read.Load()
+	for _, id := range ids {
+		if seq, ok := sv.unread[id]; ok && seq > read {
+			found[id] = true
+		}
+	}
+	return found, err
+}
+
+// scanUnread indexes the submissions from scannedTo to last, reading their
+// headers only. sv.unreadMu is held.
+func (sv *serving) scanUnread(ctx context.Context, st natsjs.Stream, last uint64) error {
+	cons, err := st.CreateConsumer(ctx, natsjs.ConsumerConfig{
+		DeliverPolicy: natsjs.DeliverByStartSequencePolicy, OptStartSeq: sv.scannedTo + 1,
+		AckPolicy: natsjs.AckNonePolicy, HeadersOnly: true, InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := st.DeleteConsumer(dctx, cons.CachedInfo().Name); err != nil {
+			sv.log.Debug("delete the consumer of submissions not read yet", zap.Error(err))
+		}
+	}()
+	for sv.scannedTo < last && len(sv.unread) < maxUnreadIndexed {
+		batch, err := cons.Fetch(scanBatch, natsjs.FetchMaxWait(time.Second))
+		if err != nil {
+			return err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, err := msg.Metadata()
+			if err != nil {
+				continue
+			}
+			if id := msg.Headers().Get(hdrJob); id != "" {
+				sv.unread[id] = md.Sequence.Stream
+			}
+			sv.scannedTo = max(sv.scannedTo, md.Sequence.Stream)
+		}
+		if err := batch.Error(); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil // none past it
+		}
+	}
+	return nil
 }
 
 // cancel cancels job id, which has not ended.
@@ -516,8 +629,9 @@ type CancelRequest struct {
 // CancelReply is a Service's answer to a CancelRequest.
 type CancelReply struct {
 	// Jobs are the jobs asked about, in the order asked, in their state
-	// after the request: "cancelled" for those it cancelled, their end for
-	// those that had ended, StateUnknown for ids the Service does not know.
+	// after the request: "cancelled" for those it cancelled (also those
+	// submitted that it had not read), their end for those that had ended,
+	// StateUnknown for ids the Service does not know.
 	Jobs []JobStatus `json:"jobs"`
 	// Error is set when the request, or the cancel of some of its jobs,
 	// failed.

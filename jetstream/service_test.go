@@ -369,6 +369,58 @@ func TestWorkerDrain(t *testing.T) {
 	assert.Equal(t, 5, strings.Count(string(runs), "\n"), "each job ran once")
 }
 
+// A job submitted that the Service has not read yet (it reads as it has
+// room) can be cancelled too: it ends cancelled and never runs, read by the
+// same Service or by one started again.
+func TestServiceCancelNotReadYet(t *testing.T) {
+	t.Run("read later", func(t *testing.T) { cancelNotReadYet(t, false) })
+	t.Run("after a restart", func(t *testing.T) { cancelNotReadYet(t, true) })
+}
+
+func cancelNotReadYet(t *testing.T, restart bool) {
+	nc := setup(t)
+	stop := startService(t, nc, Config{}, 1)
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	ctx := testCtx(t, time.Minute)
+	runs := filepath.Join(t.TempDir(), "runs")
+	var jobs []laboro.Job
+	for i := 1; i <= 5; i++ {
+		jobs = append(jobs, laboro.Job{ID: fmt.Sprintf("j%d", i), Script: fmt.Sprintf("echo j%d >> %s", i, runs)})
+	}
+	_, err := cl.Submit(ctx, "r", jobs)
+	require.NoError(t, err)
+	// No worker: one job out, one queued, one waiting for room; two not read.
+	require.Eventually(t, func() bool {
+		reply, err := cl.Status(ctx, StatusRequest{})
+		return err == nil && len(reply.Batches) == 1 && reply.Batches[0].Jobs == 3 && reply.Unread == 2
+	}, 10*time.Second, 5*time.Millisecond)
+
+	reply, err := cl.Cancel(ctx, "j4", "nosuch")
+	require.NoError(t, err)
+	require.Len(t, reply.Jobs, 2)
+	assert.Equal(t, JobStatus{ID: "j4", State: "cancelled", ExitCode: -1, Error: laboro.ErrCancelled.Error()}, reply.Jobs[0])
+	assert.Equal(t, StateUnknown, reply.Jobs[1].State)
+
+	if restart {
+		// Started again before reading it, the Service ends it cancelled.
+		require.NoError(t, stop())
+		startService(t, nc, Config{}, 1)
+	}
+	startWorker(t, nc, Config{}, 1)
+	b, err := cl.Wait(ctx, "r", 5, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 4, b.Succeeded)
+	assert.Equal(t, 1, b.Failed)
+	status, err := cl.Status(ctx, StatusRequest{IDs: []string{"j4"}})
+	require.NoError(t, err)
+	assert.Equal(t, "cancelled", status.Jobs[0].State)
+	ran, err := os.ReadFile(runs)
+	require.NoError(t, err)
+	got := strings.Fields(string(ran))
+	slices.Sort(got)
+	assert.Equal(t, []string{"j1", "j2", "j3", "j5"}, got, "the jobs that ran")
+}
+
 // A cancel of many jobs goes in requests of at most maxCancelIDs, each
 // answered in its own time: every job ends cancelled, the reply names them
 // all in the order asked, and no worker runs one.
