@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/freeport"
 )
 
@@ -116,13 +115,7 @@ func TestResultOutlastsAnOutage(t *testing.T) {
 	require.NoError(t, relay.DroppedTimes(testCtx(t, 30*time.Second), "PUB "+cfg.resultsSubject("long"), 2))
 	relay.Cut()
 	relay.Resume()
-	select {
-	case res := <-done:
-		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
-		assert.Equal(t, "out\n", string(output(t, res)))
-	case <-ctx.Done():
-		t.Fatal("no result once the server was back")
-	}
+	heldOut(t, ctx, done, "no result once the server was back")
 	stop()
 	b, err := os.ReadFile(runs)
 	require.NoError(t, err)

@@ -83,6 +83,19 @@ func holdJob(t *testing.T, ctx context.Context, m *Manager, id string) (runs str
 	return runs, func() { require.NoError(t, os.WriteFile(released, nil, 0o644)) }, ended
 }
 
+// heldOut waits for the Run of a job of holdJob, which must succeed with
+// its output; missing says what it means if none comes.
+func heldOut(t *testing.T, ctx context.Context, done <-chan laboro.Result, missing string) {
+	t.Helper()
+	select {
+	case res := <-done:
+		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+		assert.Equal(t, "out\n", string(output(t, res)))
+	case <-ctx.Done():
+		t.Fatal(missing)
+	}
+}
+
 // noting returns a logger of Info and above that sends each entry whose
 // message holds s on the channel it returns (which keeps 8, and drops
 // more), and what it logged.
@@ -607,17 +620,7 @@ func workerProvesItsServer(t *testing.T, said string, wrongKey bool) {
 		t.Fatal("the worker did not say that its server proves nothing")
 	}
 	// Its heartbeats, asked for by a roll call, name the worker.
-	for range 2 {
-		require.NoError(t, owner.Publish(cfg.rollSubject(), nil))
-		select {
-		case msg := <-beats:
-			var info WorkerInfo
-			require.NoError(t, json.Unmarshal(msg.Data, &info))
-			assert.Equal(t, WorkerInfo{Name: "w1", Slots: 1}, info, "a heartbeat to an unproven server")
-		case <-ctx.Done():
-			t.Fatal("no heartbeat")
-		}
-	}
+	unprovenBeats(t, ctx, owner, cfg, beats)
 	// The job was not taken.
 	cons, err := mustStream(t, js, cfg.jobsStream()).Consumer(ctx, consumerName)
 	require.NoError(t, err)
@@ -645,38 +648,15 @@ func workerProvesItsServer(t *testing.T, said string, wrongKey bool) {
 	}
 }
 
-// A worker whose connection moves, while a job runs, to a server that
-// proves nothing (its address taken while laboro's server is away) tells
-// that server nothing of the job: its heartbeats name the worker alone, and
-// a request for the job's live output goes unanswered. Back on laboro's
-// server, the job's result goes.
-func TestWorkerTellsAPoserNothing(t *testing.T) {
-	const token = "the-server-token-0123456789"
-	url, owner := tokenServer(t, token)
-	poserURL, poserOwner := tokenServer(t, token)
-	key := JobKey(token, "")
-	cfg := Config{JobKey: key}.withDefaults()
-	m := newManager(t, owner, Config{JobKey: key})
-	newManager(t, poserOwner, Config{JobKey: JobKey("another server's token", "")})
-	beats := make(chan *nats.Msg, 64)
-	beatSub, err := poserOwner.ChanSubscribe(cfg.workersSubject("*"), beats)
-	require.NoError(t, err)
-	t.Cleanup(func() { beatSub.Unsubscribe() })
-	require.NoError(t, poserOwner.Flush())
-
-	relay, conn := relayed(t, url, RoleToken(token, RoleWorker, ""))
-	runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Name: "w1"})
-	ctx := testCtx(t, 2*time.Minute)
-	_, release, done := holdJob(t, ctx, m, "held")
-
-	relay.Retarget(strings.TrimPrefix(poserURL, "nats://"))
-	relay.Cut()
-	// Its heartbeats reach the poser once the worker is connected to it
-	// (a roll call asked again until then).
+// unprovenBeats has nc call the workers' roll, again every 100 ms while
+// none answers, until two heartbeats came on beats, and asserts that each
+// names worker w1 of one slot and no job: what an unproven server hears.
+func unprovenBeats(t *testing.T, ctx context.Context, nc *nats.Conn, cfg Config, beats <-chan *nats.Msg) {
+	t.Helper()
 	ask := time.NewTicker(100 * time.Millisecond)
 	defer ask.Stop()
 	for heard := 0; heard < 2; {
-		require.NoError(t, poserOwner.Publish(cfg.rollSubject(), nil))
+		require.NoError(t, nc.Publish(cfg.rollSubject(), nil))
 		select {
 		case msg := <-beats:
 			var info WorkerInfo
@@ -685,22 +665,64 @@ func TestWorkerTellsAPoserNothing(t *testing.T) {
 			heard++
 		case <-ask.C:
 		case <-ctx.Done():
-			t.Fatal("no heartbeat reached the poser")
+			t.Fatal("no heartbeat")
 		}
 	}
+}
+
+// poser is laboro's server, with a Manager that holds the jobs' key, and a
+// program posing as it: a server that takes the same token (as one that
+// relays the server's nonce would) and has the streams, but only a Manager
+// of another key.
+type poser struct {
+	token, url, poserURL string
+	poserOwner           *nats.Conn
+	cfg                  Config // with the jobs' key
+	m                    *Manager
+}
+
+func newPoser(t *testing.T) poser {
+	t.Helper()
+	p := poser{token: "the-server-token-0123456789"}
+	url, owner := tokenServer(t, p.token)
+	p.url = url
+	p.poserURL, p.poserOwner = tokenServer(t, p.token)
+	p.cfg = Config{JobKey: JobKey(p.token, "")}.withDefaults()
+	p.m = newManager(t, owner, Config{JobKey: p.cfg.JobKey})
+	newManager(t, p.poserOwner, Config{JobKey: JobKey("another server's token", "")})
+	return p
+}
+
+// A worker whose connection moves, while a job runs, to a server that
+// proves nothing (its address taken while laboro's server is away) tells
+// that server nothing of the job: its heartbeats name the worker alone, and
+// a request for the job's live output goes unanswered. Back on laboro's
+// server, the job's result goes.
+func TestWorkerTellsAPoserNothing(t *testing.T) {
+	p := newPoser(t)
+	cfg, poserOwner := p.cfg, p.poserOwner
+	beats := make(chan *nats.Msg, 64)
+	beatSub, err := poserOwner.ChanSubscribe(cfg.workersSubject("*"), beats)
+	require.NoError(t, err)
+	t.Cleanup(func() { beatSub.Unsubscribe() })
+	require.NoError(t, poserOwner.Flush())
+
+	relay, conn := relayed(t, p.url, RoleToken(p.token, RoleWorker, ""))
+	runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: cfg.JobKey, ProveServer: true}, OutputDir: t.TempDir(), Name: "w1"})
+	ctx := testCtx(t, 2*time.Minute)
+	_, release, done := holdJob(t, ctx, p.m, "held")
+
+	relay.Retarget(strings.TrimPrefix(p.poserURL, "nats://"))
+	relay.Cut()
+	// Its heartbeats reach the poser once the worker is connected to it.
+	unprovenBeats(t, ctx, poserOwner, cfg, beats)
 	_, err = poserOwner.Request(cfg.liveSubject("held"), nil, 500*time.Millisecond)
 	assert.ErrorIs(t, err, nats.ErrTimeout, "live output answered to an unproven server")
 
-	relay.Retarget(strings.TrimPrefix(url, "nats://"))
+	relay.Retarget(strings.TrimPrefix(p.url, "nats://"))
 	relay.Cut()
 	release()
-	select {
-	case res := <-done:
-		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
-		assert.Equal(t, "out\n", string(output(t, res)))
-	case <-ctx.Done():
-		t.Fatal("no result once back on laboro's server")
-	}
+	heldOut(t, ctx, done, "no result once back on laboro's server")
 }
 
 // A result whose publication is under way when the worker's connection
@@ -709,15 +731,8 @@ func TestWorkerTellsAPoserNothing(t *testing.T) {
 // goes once the worker is back on a server where the Manager proves
 // itself.
 func TestResultGoesOnlyToAProvenServer(t *testing.T) {
-	const token = "the-server-token-0123456789"
-	url, owner := tokenServer(t, token)
-	// The poser takes the worker's token (as one that relays the server's
-	// nonce would) and has the streams, but no Manager with the key.
-	poserURL, poserOwner := tokenServer(t, token)
-	key := JobKey(token, "")
-	cfg := Config{JobKey: key}.withDefaults()
-	m := newManager(t, owner, Config{JobKey: key})
-	newManager(t, poserOwner, Config{JobKey: JobKey("another server's token", "")})
+	p := newPoser(t)
+	url, poserURL, poserOwner, key, cfg, m := p.url, p.poserURL, p.poserOwner, p.cfg.JobKey, p.cfg, p.m
 
 	leaked := make(chan *nats.Msg, 1)
 	sub, err := poserOwner.ChanSubscribe(cfg.resultsSubject("held"), leaked)
@@ -725,7 +740,7 @@ func TestResultGoesOnlyToAProvenServer(t *testing.T) {
 	t.Cleanup(func() { sub.Unsubscribe() })
 	require.NoError(t, poserOwner.Flush())
 
-	relay, conn := relayed(t, url, RoleToken(token, RoleWorker, ""))
+	relay, conn := relayed(t, url, RoleToken(p.token, RoleWorker, ""))
 	log, warned, logs := noting("does not prove")
 	runWorker(t, &Worker{Conn: conn, Config: Config{JobKey: key, ProveServer: true}, OutputDir: t.TempDir(), Logger: log})
 
@@ -757,13 +772,7 @@ func TestResultGoesOnlyToAProvenServer(t *testing.T) {
 	// Back on laboro's server: the result goes.
 	relay.Retarget(strings.TrimPrefix(url, "nats://"))
 	relay.Cut()
-	select {
-	case res := <-done:
-		require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
-		assert.Equal(t, "out\n", string(output(t, res)))
-	case <-ctx.Done():
-		t.Fatal("no result once back on laboro's server")
-	}
+	heldOut(t, ctx, done, "no result once back on laboro's server")
 	stored, err = lookup(ctx, poserOwner, poserResults, cfg.resultsSubject("held"))
 	require.NoError(t, err)
 	assert.Nil(t, stored, "a result given to an unproven server")
