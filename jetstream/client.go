@@ -370,7 +370,7 @@ func unanswered(err error) bool {
 }
 
 // Wait asks the Service about batch every interval until n of its jobs (or,
-// with n ≤ 0, all the jobs it has read) have ended, calling progress (if
+// with n ≤ 0, all the jobs submitted to it) have ended, calling progress (if
 // not nil) with each answer. It returns the last answer. While no Service
 // answers, it waits for one to start, or to come back (a restart of the
 // server or of the Service).
@@ -395,7 +395,7 @@ func (c *Client) Wait(ctx context.Context, batch string, n int, interval time.Du
 			if progress != nil {
 				progress(b)
 			}
-			if want := max(n, b.Jobs); b.Jobs > 0 && b.Done() >= want {
+			if want := max(n, b.Jobs); b.Jobs > 0 && b.Done() >= want && b.Unread == 0 {
 				return b, nil
 			}
 		}

@@ -317,6 +317,9 @@ func (s *Service) run(ctx context.Context) error {
 		pause.Reset()
 		var wj wireJob
 		batch := strings.TrimPrefix(msg.Subject(), cfg.submitSubject(""))
+		if validID(batch) == nil {
+			sv.t.read(batch)
+		}
 		if err := json.Unmarshal(msg.Data(), &wj); err != nil || validID(wj.ID) != nil || validID(batch) != nil {
 			log.Warn("undecodable submission dropped", zap.String("subject", msg.Subject()), zap.Error(err))
 			continue
@@ -381,9 +384,27 @@ func (s *Service) run(ctx context.Context) error {
 // far may look ended, and one that ended before is no news.)
 func (sv *serving) finish(id string, res laboro.Result) {
 	if b, last := sv.t.finish(id, res); last {
-		sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
-			zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
+		sv.batchDone(b)
 	}
+}
+
+// batchDone logs the end of batch b, whose jobs read have all ended, unless
+// it has submissions not read yet (the Service reads as it has room): it
+// goes on then.
+func (sv *serving) batchDone(b BatchStatus) {
+	reads, done := sv.t.doneReads(b.Batch)
+	if !done {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if st, err := sv.m.js.Stream(ctx, sv.cfg.submitStream()); err == nil {
+		if counts, err := sv.submitted(ctx, st, []BatchStatus{b}); err == nil && counts[b.Batch] > reads {
+			return
+		}
+	}
+	sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
+		zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
 }
 
 // ensureSubmitted creates the stream of submitted jobs, or updates it when
@@ -420,7 +441,8 @@ func (sv *serving) answerStatus(ctx context.Context, msg *nats.Msg) {
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
 		reply.Error = "bad status request: " + err.Error()
 	} else {
-		reply = sv.t.status(req)
+		var reads []uint64
+		reply, reads = sv.t.statusRead(req)
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if info, err := sv.workers.Info(ictx); err == nil {
 			reply.InStream = info.NumPending
@@ -428,15 +450,56 @@ func (sv *serving) answerStatus(ctx context.Context, msg *nats.Msg) {
 		} else if ictx.Err() == nil {
 			reply.Problems = append(reply.Problems, "the workers' consumer: "+err.Error())
 		}
-		if st, err := sv.m.js.Stream(ictx, sv.cfg.submitStream()); err == nil {
-			reply.Unread = st.CachedInfo().State.LastSeq - min(sv.read.Load(), st.CachedInfo().State.LastSeq)
-		} else if ictx.Err() == nil {
+		if err := sv.countUnread(ictx, &reply, reads); err != nil && ictx.Err() == nil {
 			reply.Problems = append(reply.Problems, "the stream of submissions: "+err.Error())
 		}
 		reply.Problems = append(reply.Problems, sv.m.Problems()...)
 		cancel()
 	}
 	sv.respond(msg, reply)
+}
+
+// countUnread sets in reply the submissions not read yet: in all, and of each of
+// its batches, of which reads are the submissions read when its status was
+// taken (those the stream holds now and were not read then: a batch whose
+// jobs all ended is done only if it has none).
+func (sv *serving) countUnread(ctx context.Context, reply *StatusReply, reads []uint64) error {
+	st, err := sv.m.js.Stream(ctx, sv.cfg.submitStream())
+	if err != nil {
+		return err
+	}
+	last := st.CachedInfo().State.LastSeq
+	reply.Unread = last - min(sv.read.Load(), last)
+	if len(reply.Batches) == 0 {
+		return nil
+	}
+	counts, err := sv.submitted(ctx, st, reply.Batches)
+	if err != nil {
+		return err
+	}
+	for i := range reply.Batches {
+		if n := counts[reply.Batches[i].Batch]; n > reads[i] {
+			reply.Batches[i].Unread = int(n - reads[i])
+		}
+	}
+	return nil
+}
+
+// submitted counts the submissions the stream holds of each of batches.
+func (sv *serving) submitted(ctx context.Context, st natsjs.Stream, batches []BatchStatus) (map[string]uint64, error) {
+	filter := sv.cfg.submitSubject(">")
+	if len(batches) == 1 {
+		filter = sv.cfg.submitSubject(batches[0].Batch)
+	}
+	info, err := st.Info(ctx, natsjs.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, err
+	}
+	counts := make(map[string]uint64, len(info.State.Subjects))
+	for subject, n := range info.State.Subjects {
+		counts[strings.TrimPrefix(subject, sv.cfg.submitSubject(""))] = n
+	}
+	return counts, nil
 }
 
 // answerCancel cancels the jobs of one request that have not ended: their
@@ -591,8 +654,7 @@ func (sv *serving) cancel(ctx context.Context, id string) error {
 		return err
 	}
 	if b, last := sv.t.cancel(id); last {
-		sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
-			zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
+		sv.batchDone(b)
 	}
 	sv.ex.Cancel(id) // ErrNotFound: not yet in the Executor, or ended
 	sv.log.Info("job cancelled", zap.String("job", id))
@@ -669,6 +731,10 @@ type BatchStatus struct {
 	Submitted time.Time `json:"submitted"`
 	// Jobs is how many jobs the Service has read.
 	Jobs int `json:"jobs"`
+	// Unread is how many of its submissions the Service has not read yet:
+	// it reads them as it has room. The batch is done once its Jobs have
+	// ended and none is unread.
+	Unread int `json:"unread,omitempty"`
 	// Waiting jobs are queued in the Service; Dispatched ones are published
 	// (waiting in the stream or running on a worker).
 	Waiting    int `json:"waiting"`
@@ -755,6 +821,10 @@ type tracker struct {
 	order        []string // batch names, in order of first submission
 	max          int      // jobs kept at most, while batches that ended can be forgotten
 	endedBatches int      // batches that ended, which trim may forget
+	// reads counts the submissions read of each batch, those that added
+	// no job included (kept when the batch is forgotten: its submissions
+	// stay in the stream).
+	reads map[string]uint64
 }
 
 type batchEntry struct {
@@ -763,7 +833,7 @@ type batchEntry struct {
 }
 
 func newTracker(max int) *tracker {
-	return &tracker{jobs: map[string]*JobStatus{}, batches: map[string]*batchEntry{}, max: max}
+	return &tracker{jobs: map[string]*JobStatus{}, batches: map[string]*batchEntry{}, max: max, reads: map[string]uint64{}}
 }
 
 // trim forgets the batches that ended, oldest first, until the jobs kept
@@ -924,9 +994,33 @@ func (t *tracker) cancel(id string) (BatchStatus, bool) {
 }
 
 func (t *tracker) status(req StatusRequest) StatusReply {
+	reply, _ := t.statusRead(req)
+	return reply
+}
+
+// doneReads returns the submissions of batch read, and whether every job
+// of it read has ended.
+func (t *tracker) doneReads(batch string) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.batches[batch]
+	return t.reads[batch], b != nil && b.Done() == b.Jobs
+}
+
+// read counts a submission of batch read.
+func (t *tracker) read(batch string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reads[batch]++
+}
+
+// statusRead is status, with the submissions read of each batch of the
+// reply at that moment.
+func (t *tracker) statusRead(req StatusRequest) (StatusReply, []uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var reply StatusReply
+	var reads []uint64
 	names := req.Batches
 	if len(names) == 0 {
 		names = t.order
@@ -944,6 +1038,7 @@ func (t *tracker) status(req StatusRequest) StatusReply {
 			continue
 		}
 		reply.Batches = append(reply.Batches, b.BatchStatus)
+		reads = append(reads, t.reads[name])
 		if !req.Unsuccessful || b.Failed == 0 {
 			continue
 		}
@@ -959,5 +1054,5 @@ func (t *tracker) status(req StatusRequest) StatusReply {
 			reply.Jobs = append(reply.Jobs, *j)
 		}
 	}
-	return reply
+	return reply, reads
 }

@@ -369,6 +369,33 @@ func TestWorkerDrain(t *testing.T) {
 	assert.Equal(t, 5, strings.Count(string(runs), "\n"), "each job ran once")
 }
 
+// Wait, asked for all of a batch's jobs, waits for those the Service has
+// not read yet too: a batch whose jobs read have all ended is not done
+// while it has submissions to read.
+func TestWaitCountsUnreadSubmissions(t *testing.T) {
+	nc := setup(t)
+	cfg := Config{}.withDefaults()
+	replies := []BatchStatus{
+		{Batch: "u", Jobs: 3, Succeeded: 3, Unread: 2},
+		{Batch: "u", Jobs: 5, Succeeded: 4, Waiting: 1},
+		{Batch: "u", Jobs: 5, Succeeded: 5},
+	}
+	asked := 0
+	sub, err := nc.Subscribe(cfg.statusSubject(), func(msg *nats.Msg) {
+		data, _ := json.Marshal(StatusReply{Batches: []BatchStatus{replies[min(asked, len(replies)-1)]}})
+		asked++
+		msg.Respond(data)
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { sub.Unsubscribe() })
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	var seen []BatchStatus
+	b, err := cl.Wait(testCtx(t, 30*time.Second), "u", 0, time.Millisecond, func(b BatchStatus) { seen = append(seen, b) })
+	require.NoError(t, err)
+	assert.Equal(t, replies[2], b)
+	assert.Equal(t, replies, seen)
+}
+
 // A job submitted that the Service has not read yet (it reads as it has
 // room) can be cancelled too: it ends cancelled and never runs, read by the
 // same Service or by one started again.
@@ -509,6 +536,8 @@ func TestServiceCancel(t *testing.T) {
 	status, err := cl.Status(ctx, StatusRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), status.Unread, "submissions not read yet")
+	require.Len(t, status.Batches, 1)
+	assert.Equal(t, 1, status.Batches[0].Unread, "the batch's submissions not read yet")
 
 	reply, err := cl.Cancel(ctx, "running", "queued", "blocked", "nosuch")
 	require.NoError(t, err)
@@ -526,6 +555,7 @@ func TestServiceCancel(t *testing.T) {
 	status, err = cl.Status(ctx, StatusRequest{})
 	require.NoError(t, err)
 	assert.Zero(t, status.Unread, "every submission read")
+	assert.Zero(t, status.Batches[0].Unread, "every submission of the batch read")
 	assert.False(t, b.Ended.IsZero(), "it ended")
 	assert.Equal(t, 1, lines(t, runs), "only the running job ran")
 	res, err := cl.Result(ctx, "running")

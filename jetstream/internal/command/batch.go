@@ -69,7 +69,7 @@ func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 	defer bar.close()
 	idle := newNoWorker(bar.note)
 	show := func(b jetstream.BatchStatus) {
-		bar.show(cli.Counts{Total: max(n, b.Jobs), Queued: b.Waiting, Running: b.Dispatched,
+		bar.show(cli.Counts{Total: max(n, b.Jobs+b.Unread), Queued: b.Waiting + b.Unread, Running: b.Dispatched,
 			Succeeded: b.Succeeded, Failed: b.Failed})
 		if !idle.due(b.Done() > 0) {
 			return

@@ -60,7 +60,8 @@ func printBatches(out io.Writer, batches []jetstream.BatchStatus) {
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "BATCH\tJOBS\tWAITING\tDISPATCHED\tSUCCEEDED\tFAILED\tSUBMITTED")
 	for _, b := range batches {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", b.Batch, b.Jobs, b.Waiting, b.Dispatched,
+		// Its submissions not read yet wait too.
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", b.Batch, b.Jobs+b.Unread, b.Waiting+b.Unread, b.Dispatched,
 			b.Succeeded, b.Failed, b.Submitted.Local().Format(time.DateTime))
 	}
 	w.Flush()
