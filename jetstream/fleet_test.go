@@ -146,3 +146,28 @@ func TestServiceListsBatches(t *testing.T) {
 	}
 	assert.Len(t, svc.Batches(1), 1)
 }
+
+// A batch the Service has not read all of (it reads as it has room) lists
+// the submissions it has not read, and no end.
+func TestServiceListsUnreadSubmissions(t *testing.T) {
+	nc := setup(t)
+	svc := &Service{Conn: nc, Config: Config{Logger: zaptest.NewLogger(t)}, Concurrency: 1}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-served })
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	jobs := make([]laboro.Job, 5)
+	for i := range jobs {
+		jobs[i] = laboro.Job{Command: "true"}
+	}
+	_, err := cl.Submit(testCtx(t, time.Minute), "behind", jobs)
+	require.NoError(t, err)
+	// No worker: one job out, one queued, one waiting for room.
+	var list []BatchStatus
+	require.Eventually(t, func() bool {
+		list = svc.Batches(10)
+		return len(list) == 1 && list[0].Jobs == 3
+	}, 30*time.Second, 5*time.Millisecond, "%+v", list)
+	assert.Equal(t, 2, list[0].Unread, "%+v", list[0])
+}

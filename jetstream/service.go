@@ -137,15 +137,23 @@ func (s *Service) Tail(ctx context.Context, id string, offset int64) ([]byte, er
 }
 
 // Batches returns the last n batches the Service knows of, newest first:
-// those still running and the finished ones, with their counts.
+// those still running and the finished ones, with their counts (Unread
+// left 0 if the stream does not answer within a second).
 func (s *Service) Batches(n int) []BatchStatus {
 	s.mu.Lock()
-	t := s.t
+	t, m := s.t, s.m
 	s.mu.Unlock()
 	if t == nil {
 		return nil
 	}
-	return t.recent(n)
+	list, reads := t.recentRead(n)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	cfg := s.Config.withDefaults()
+	if st, err := m.js.Stream(ctx, cfg.submitStream()); err == nil {
+		_ = unreadOf(ctx, st, cfg, list, reads) // Unread left 0
+	}
+	return list
 }
 
 // Workers returns the workers heard from lately (each says every 5 s that
@@ -399,7 +407,7 @@ func (sv *serving) batchDone(b BatchStatus) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if st, err := sv.m.js.Stream(ctx, sv.cfg.submitStream()); err == nil {
-		if counts, err := sv.submitted(ctx, st, []BatchStatus{b}); err == nil && counts[b.Batch] > reads {
+		if counts, err := submitted(ctx, st, sv.cfg, []BatchStatus{b}); err == nil && counts[b.Batch] > reads {
 			return
 		}
 	}
@@ -460,9 +468,7 @@ func (sv *serving) answerStatus(ctx context.Context, msg *nats.Msg) {
 }
 
 // countUnread sets in reply the submissions not read yet: in all, and of each of
-// its batches, of which reads are the submissions read when its status was
-// taken (those the stream holds now and were not read then: a batch whose
-// jobs all ended is done only if it has none).
+// its batches (see unreadOf).
 func (sv *serving) countUnread(ctx context.Context, reply *StatusReply, reads []uint64) error {
 	st, err := sv.m.js.Stream(ctx, sv.cfg.submitStream())
 	if err != nil {
@@ -470,26 +476,34 @@ func (sv *serving) countUnread(ctx context.Context, reply *StatusReply, reads []
 	}
 	last := st.CachedInfo().State.LastSeq
 	reply.Unread = last - min(sv.read.Load(), last)
-	if len(reply.Batches) == 0 {
+	return unreadOf(ctx, st, sv.cfg, reply.Batches, reads)
+}
+
+// unreadOf sets the Unread of each of batches, of which reads are the
+// submissions read when their statuses were taken: those the stream holds
+// now and were not read then (a batch whose jobs all ended is done only if
+// it has none).
+func unreadOf(ctx context.Context, st natsjs.Stream, cfg Config, batches []BatchStatus, reads []uint64) error {
+	if len(batches) == 0 {
 		return nil
 	}
-	counts, err := sv.submitted(ctx, st, reply.Batches)
+	counts, err := submitted(ctx, st, cfg, batches)
 	if err != nil {
 		return err
 	}
-	for i := range reply.Batches {
-		if n := counts[reply.Batches[i].Batch]; n > reads[i] {
-			reply.Batches[i].Unread = int(n - reads[i])
+	for i := range batches {
+		if n := counts[batches[i].Batch]; n > reads[i] {
+			batches[i].Unread = int(n - reads[i])
 		}
 	}
 	return nil
 }
 
 // submitted counts the submissions the stream holds of each of batches.
-func (sv *serving) submitted(ctx context.Context, st natsjs.Stream, batches []BatchStatus) (map[string]uint64, error) {
-	filter := sv.cfg.submitSubject(">")
+func submitted(ctx context.Context, st natsjs.Stream, cfg Config, batches []BatchStatus) (map[string]uint64, error) {
+	filter := cfg.submitSubject(">")
 	if len(batches) == 1 {
-		filter = sv.cfg.submitSubject(batches[0].Batch)
+		filter = cfg.submitSubject(batches[0].Batch)
 	}
 	info, err := st.Info(ctx, natsjs.WithSubjectFilter(filter))
 	if err != nil {
@@ -497,7 +511,7 @@ func (sv *serving) submitted(ctx context.Context, st natsjs.Stream, batches []Ba
 	}
 	counts := make(map[string]uint64, len(info.State.Subjects))
 	for subject, n := range info.State.Subjects {
-		counts[strings.TrimPrefix(subject, sv.cfg.submitSubject(""))] = n
+		counts[strings.TrimPrefix(subject, cfg.submitSubject(""))] = n
 	}
 	return counts, nil
 }
@@ -934,13 +948,21 @@ func (t *tracker) finish(id string, res laboro.Result) (BatchStatus, bool) {
 
 // recent returns the last n batches, newest first.
 func (t *tracker) recent(n int) []BatchStatus {
+	list, _ := t.recentRead(n)
+	return list
+}
+
+// recentRead is recent, with the submissions read of each batch.
+func (t *tracker) recentRead(n int) ([]BatchStatus, []uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	list := make([]BatchStatus, 0, min(n, len(t.order)))
+	var reads []uint64
 	for i := len(t.order) - 1; i >= 0 && len(list) < n; i-- {
 		list = append(list, t.batches[t.order[i]].BatchStatus)
+		reads = append(reads, t.reads[t.order[i]])
 	}
-	return list
+	return list, reads
 }
 
 // state returns job id's state, "" when it is unknown.

@@ -154,8 +154,13 @@ func serve(args []string) int {
 		}, Batches: func() []console.Batch {
 			var list []console.Batch
 			for _, b := range service.Batches(console.MaxListed) {
-				list = append(list, console.Batch{Name: b.Batch, Jobs: b.Jobs, Succeeded: b.Succeeded, Failed: b.Failed,
-					Submitted: b.Submitted, Ended: b.Ended})
+				// Its submissions not read yet are jobs of it too.
+				cb := console.Batch{Name: b.Batch, Jobs: b.Jobs + b.Unread, Succeeded: b.Succeeded, Failed: b.Failed,
+					Submitted: b.Submitted}
+				if b.Unread == 0 {
+					cb.Ended = b.Ended
+				}
+				list = append(list, cb)
 			}
 			return list
 		}})
