@@ -36,9 +36,11 @@
 // results are dropped by job id and attempt, the first complete one wins.
 //
 // A Service, what the laboro command's `serve` runs, reads the jobs that
-// Clients submit to the SUBMITTED stream, runs them through an Executor over
-// a Manager, answers the Clients' status requests and cancels jobs at their
-// request; it rebuilds all it knows from the streams when it starts again.
+// Clients submit to the SUBMITTED stream as it has room, runs them through
+// an Executor over a Manager, answers the Clients' status requests (counting
+// the submissions it has not read yet) and cancels jobs at their request
+// (those not read yet too); it rebuilds all it knows from the streams when
+// it starts again.
 // A Client submits batches, follows them, cancels jobs and reads their
 // results, from any machine that reaches NATS.
 //
