@@ -632,6 +632,9 @@ func (sv *serving) scanUnread(ctx context.Context, st natsjs.Stream, last uint64
 		}
 	}()
 	for sv.scannedTo < last && len(sv.unread) < maxUnreadIndexed {
+		if err := ctx.Err(); err != nil {
+			return err // the rest for the next cancel
+		}
 		batch, err := cons.Fetch(scanBatch, natsjs.FetchMaxWait(time.Second))
 		if err != nil {
 			return err
