@@ -30,11 +30,9 @@ func TestFleetWorkersAndLiveOutput(t *testing.T) {
 	svc := &Service{Conn: owner, Config: Config{Logger: zaptest.NewLogger(t), Dir: t.TempDir()}, Concurrency: 4}
 	started := make(chan *laboro.Executor, 1)
 	svc.Started = func(ex *laboro.Executor) { started <- ex }
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-served })
+	serveUntilEnd(t, svc)
 	ex := <-started
+	ctx := t.Context()
 
 	require.Eventually(t, func() bool { return len(svc.Workers()) == 1 }, 30*time.Second, 5*time.Millisecond)
 	w := svc.Workers()[0]
@@ -113,16 +111,21 @@ func TestServiceKeepsOutputs(t *testing.T) {
 	assert.False(t, exists("e"))
 }
 
+// serveUntilEnd runs svc until the test ends.
+func serveUntilEnd(t *testing.T, svc *Service) {
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-served })
+}
+
 // A Service lists its batches, newest first, with their counts and, once
 // every job ended, when the last one did.
 func TestServiceListsBatches(t *testing.T) {
 	nc := setup(t)
 	startWorker(t, nc, Config{}, 2)
 	svc := &Service{Conn: nc, Config: Config{Logger: zaptest.NewLogger(t)}, Concurrency: 4}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-served })
+	serveUntilEnd(t, svc)
 	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
 	wctx := testCtx(t, time.Minute)
 	for _, batch := range []string{"first", "second"} {
@@ -152,10 +155,7 @@ func TestServiceListsBatches(t *testing.T) {
 func TestServiceListsUnreadSubmissions(t *testing.T) {
 	nc := setup(t)
 	svc := &Service{Conn: nc, Config: Config{Logger: zaptest.NewLogger(t)}, Concurrency: 1}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-served })
+	serveUntilEnd(t, svc)
 	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
 	jobs := make([]laboro.Job, 5)
 	for i := range jobs {
