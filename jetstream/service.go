@@ -949,13 +949,8 @@ func (t *tracker) finish(id string, res laboro.Result) (BatchStatus, bool) {
 	return b.BatchStatus, false
 }
 
-// recent returns the last n batches, newest first.
-func (t *tracker) recent(n int) []BatchStatus {
-	list, _ := t.recentRead(n)
-	return list
-}
-
-// recentRead is recent, with the submissions read of each batch.
+// recentRead returns the last n batches, newest first, and the
+// submissions read of each.
 func (t *tracker) recentRead(n int) ([]BatchStatus, []uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

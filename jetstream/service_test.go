@@ -635,7 +635,8 @@ func TestTrackerForgetsEndedBatches(t *testing.T) {
 	end("ended", 2)
 	assert.Len(t, tr.jobs, 10)
 	names := func() (list []string) {
-		for _, b := range tr.recent(10) {
+		batches, _ := tr.recentRead(10)
+		for _, b := range batches {
 			list = append(list, b.Batch)
 		}
 		return list
