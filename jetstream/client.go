@@ -305,11 +305,12 @@ func (c *Client) Cancel(ctx context.Context, ids ...string) (CancelReply, error)
 	if len(parts) == 0 {
 		parts = [][]string{nil}
 	}
+	subject := c.Config.withDefaults().cancelAPISubject()
 	var all CancelReply
 	var failed []string
 	for _, part := range parts {
 		var reply CancelReply
-		if err := c.request(ctx, c.Config.withDefaults().cancelAPISubject(), CancelRequest{IDs: part}, &reply); err != nil {
+		if err := c.request(ctx, subject, CancelRequest{IDs: part}, &reply); err != nil {
 			return all, err
 		}
 		all.Jobs = append(all.Jobs, reply.Jobs...)

@@ -149,10 +149,7 @@ func (s *Service) Batches(n int) []BatchStatus {
 	list, reads := t.recentRead(n)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	cfg := s.Config.withDefaults()
-	if st, err := m.js.Stream(ctx, cfg.submitStream()); err == nil {
-		_ = unreadOf(ctx, st, cfg, list, reads) // Unread left 0
-	}
+	_ = fillUnread(ctx, m.js, s.Config.withDefaults(), list, reads) // Unread left 0
 	return list
 }
 
@@ -406,10 +403,9 @@ func (sv *serving) batchDone(b BatchStatus) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if st, err := sv.m.js.Stream(ctx, sv.cfg.submitStream()); err == nil {
-		if counts, err := submitted(ctx, st, sv.cfg, []BatchStatus{b}); err == nil && counts[b.Batch] > reads {
-			return
-		}
+	batches := []BatchStatus{b}
+	if fillUnread(ctx, sv.m.js, sv.cfg, batches, []uint64{reads}) == nil && batches[0].Unread > 0 {
+		return
 	}
 	sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
 		zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
@@ -477,6 +473,15 @@ func (sv *serving) countUnread(ctx context.Context, reply *StatusReply, reads []
 	last := st.CachedInfo().State.LastSeq
 	reply.Unread = last - min(sv.read.Load(), last)
 	return unreadOf(ctx, st, sv.cfg, reply.Batches, reads)
+}
+
+// fillUnread is unreadOf, on the SUBMITTED stream of cfg.
+func fillUnread(ctx context.Context, js natsjs.JetStream, cfg Config, batches []BatchStatus, reads []uint64) error {
+	st, err := js.Stream(ctx, cfg.submitStream())
+	if err != nil {
+		return err
+	}
+	return unreadOf(ctx, st, cfg, batches, reads)
 }
 
 // unreadOf sets the Unread of each of batches, of which reads are the
@@ -728,7 +733,7 @@ type StatusReply struct {
 	Truncated bool `json:"truncated,omitempty"`
 	// Unread is how many submissions wait in the SUBMITTED stream for the
 	// Service to read them: it reads as it has room (Concurrency jobs out,
-	// as many queued), and Batches count only the jobs it has read.
+	// as many queued). Each of Batches counts its own.
 	Unread uint64 `json:"unread"`
 	// InStream is how many jobs wait in the JOBS stream for a worker.
 	InStream uint64 `json:"in_stream"`
