@@ -106,6 +106,12 @@ func jobEnded(ctx context.Context, nc *nats.Conn, results natsjs.Stream, cfg Con
 	if msg, err := lookup(ctx, nc, results, cfg.cancelSubject(id)); msg != nil || err != nil {
 		return msg != nil, err
 	}
+	// Most jobs delivered again have no result at all (their worker died
+	// running them): the stream's count of messages on the subject says
+	// so, and a worker's token may ask for it, not read a result.
+	if n, err := count(ctx, nc, results, cfg.resultsSubject(id)); n == 0 || err != nil {
+		return false, err
+	}
 	msg, err := lookup(ctx, nc, results, cfg.resultsSubject(id))
 	return msg != nil && final(msg.Header), err
 }

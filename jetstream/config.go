@@ -583,18 +583,59 @@ func publishProven(ctx context.Context, js natsjs.JetStream, msg *nats.Msg, id s
 }
 
 // lookup returns the last message of stream on subject, or nil when there
-// is none, asking again while the server does not answer.
+// is none, asking again while the server does not answer. A lookup the
+// connection's rights do not cover fails at once, its error matching
+// nats.ErrPermissionViolation.
 func lookup(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject string) (*natsjs.RawStreamMsg, error) {
 	var found *natsjs.RawStreamMsg
+	api := "$JS.API.DIRECT.GET." + streamName(stream) + "." + subject
 	err := retry(ctx, nc, func(ctx context.Context) error {
 		msg, err := stream.GetLastMsgForSubject(ctx, subject)
 		if errors.Is(err, natsjs.ErrMsgNotFound) {
 			return nil
 		}
+		if err != nil {
+			if last := refusedTo(nc, api); last != nil {
+				return last
+			}
+		}
 		found = msg
 		return err
 	})
 	return found, err
+}
+
+// streamName is stream's name, "" if unknown.
+func streamName(stream natsjs.Stream) string {
+	if info := stream.CachedInfo(); info != nil {
+		return info.Config.Name
+	}
+	return ""
+}
+
+// refusedTo returns the connection's last error when it is the server's
+// refusal to let it publish to subject (a request beyond its token's
+// rights, which the server does not answer), and nil otherwise.
+func refusedTo(nc *nats.Conn, subject string) error {
+	last := nc.LastError()
+	if errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), "Publish to \""+subject+"\"") {
+		return last
+	}
+	return nil
+}
+
+// count returns how many messages stream holds on subject, asking again
+// while the server does not answer.
+func count(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject string) (uint64, error) {
+	var info *natsjs.StreamInfo
+	err := retry(ctx, nc, func(ctx context.Context) (err error) {
+		info, err = stream.Info(ctx, natsjs.WithSubjectFilter(subject))
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Subjects[subject], nil
 }
 
 // retry calls f, with a time limit for each attempt (attemptLimits), until
@@ -645,10 +686,10 @@ func notConnected(nc *nats.Conn, err error) zap.Field {
 // transient tells whether err may go away if the request is made again: no
 // answer (a server restarting, a connection being re-established), or
 // JetStream saying it is not available for now. Other refusals from the
-// server, a closed connection and a server that proves another key
-// (ErrServerUnproven) are for good.
+// server, a request beyond the connection's rights, a closed connection
+// and a server that proves another key (ErrServerUnproven) are for good.
 func transient(nc *nats.Conn, err error) bool {
-	if nc.IsClosed() || errors.Is(err, ErrServerUnproven) {
+	if nc.IsClosed() || errors.Is(err, ErrServerUnproven) || errors.Is(err, nats.ErrPermissionViolation) {
 		return false
 	}
 	var apiErr *natsjs.APIError

@@ -28,8 +28,11 @@
 // the worker instead). Manager.Close, by contrast, leaves the jobs in the
 // streams, for the next Manager.
 //
-// Delivery is at least once: a worker that dies mid-job has its job
-// redelivered after Config.AckWait; a job delivered Config.MaxDeliver times
+// Delivery is at least once: a worker stopped mid-job hands its job back,
+// for another worker to run at once; one that dies has its job handed back
+// by the Service within seconds of its silence (three heartbeats, each
+// 2 s), and without a Service redelivered after Config.AckWait; a job
+// delivered Config.MaxDeliver times
 // without a result ends StatusFailed with an error matching ErrMaxDeliver
 // (the Manager listens for JetStream's max-deliveries advisory, and finds
 // the jobs whose advisory came while no Manager listened); duplicate

@@ -19,22 +19,52 @@ import (
 	"github.com/laboro-go/laboro"
 )
 
-// What a fleet's console sees of its workers: each worker says every
-// beatInterval who it is, how many jobs it runs at once and which it runs
-// (on Config.workersSubject, core NATS: nothing is stored), and answers a
-// request for the output of a job it runs now (on Config.liveSubject), so
-// that a user can follow that output live from the service's machine. With
-// Config.ProveServer, the jobs it runs are said, and their output answered
-// for, only to a server that proved itself; an unproven one hears the
-// worker's name and slots, and has the worker ask for a proof.
+// What a fleet's service knows of its workers: each worker says every
+// beatInterval who it is, how many jobs it runs at once, which it runs, and
+// the deliveries of the jobs it holds (on Config.workersSubject, core NATS:
+// nothing is stored), and answers a request for the output of a job it runs
+// now (on Config.liveSubject), so that a user can follow that output live
+// from the service's machine. With Config.ProveServer, the jobs it runs are
+// said, and their output answered for, only to a server that proved itself;
+// an unproven one hears the worker's name and slots, and has the worker ask
+// for a proof.
+//
+// A worker that falls silent (killed, its machine gone) has its jobs handed
+// back by the service, which gives a negative acknowledgement for each
+// delivery it held: another worker takes them within seconds, instead of
+// after the consumer's AckWait. The service does so only while the
+// deliveries cannot have expired and gone to another worker: the worker's
+// in-progress acknowledgements, every AckWait/3, keep each one at least
+// AckWait*2/3 past its last heartbeat, and the service hands back before
+// AckWait/2 has passed since it heard it.
 
 // beatInterval is how often a worker says it is there; a worker not heard
-// from for beatsMissed intervals is taken for gone.
+// from for beatsMissed intervals is taken for gone, and its jobs handed
+// back.
 const (
-	beatInterval = 5 * time.Second
+	beatInterval = 2 * time.Second
 	beatsMissed  = 3
 	beatMin      = 250 * time.Millisecond
 )
+
+// heartbeat is what a worker says of itself on Config.workersSubject.
+type heartbeat struct {
+	WorkerInfo
+	// Leases are the deliveries of the jobs it holds (running, or their
+	// results on the way).
+	Leases []lease `json:"leases,omitempty"`
+}
+
+// lease is a delivery of a job a worker holds: the job's id and the
+// subject that acknowledges that delivery.
+type lease struct {
+	Job string `json:"job"`
+	Ack string `json:"ack"`
+}
+
+// maxBeat bounds a heartbeat's body: a worker says no more of the jobs it
+// runs and holds than fit, and a service ignores a bigger one.
+const maxBeat = 256 << 10
 
 // liveChunk bounds the output one answer to a live request carries.
 const liveChunk = 64 << 10
@@ -91,7 +121,7 @@ func defaultWorkerName() string {
 func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots int) {
 	subject := r.cfg.workersSubject(subjectToken(name))
 	say := func(gone bool) {
-		info := WorkerInfo{Name: name, Slots: slots, Gone: gone}
+		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: slots, Gone: gone}}
 		if !gone && !r.proven() {
 			r.askProof() // its end says the jobs (see challenge)
 		} else if !gone {
@@ -101,8 +131,13 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 				}
 				info.Running = append(info.Running, run.Job.ID)
 			}
+			info.Leases = r.leases()
 		}
 		b, _ := json.Marshal(info)
+		for len(b) > maxBeat && len(info.Running)+len(info.Leases) > 0 {
+			info.Running, info.Leases = info.Running[:len(info.Running)/2], info.Leases[:len(info.Leases)/2]
+			b, _ = json.Marshal(info)
+		}
 		if err := nc.Publish(subject, b); err != nil {
 			r.log.Debug("heartbeat", zap.Error(err))
 		}
@@ -200,44 +235,131 @@ func tail(ctx context.Context, nc *nats.Conn, cfg Config, id string, offset int6
 // fleet is what a Service hears of its workers.
 type fleet struct {
 	mu      sync.Mutex
-	workers map[string]WorkerInfo // by name
+	workers map[string]heard // by name
+	// acks is in the acknowledgement subject of every delivery of the
+	// workers' consumer: a lease said with another is not handed back.
+	acks string
+}
+
+// heard is a worker as its last heartbeat says, and when it came.
+type heard struct {
+	info   WorkerInfo
+	leases []lease
+}
+
+// reset forgets the workers heard of, for a Service's Run on cfg's
+// streams.
+func (f *fleet) reset(cfg Config) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.workers = map[string]heard{}
+	f.acks = "." + cfg.jobsStream() + "." + consumerName + "."
 }
 
 // heard records a heartbeat.
 func (f *fleet) heard(msg *nats.Msg) {
-	var info WorkerInfo
-	if len(msg.Data) > 64<<10 || json.Unmarshal(msg.Data, &info) != nil || info.Name == "" {
+	var beat heartbeat
+	if len(msg.Data) > maxBeat || json.Unmarshal(msg.Data, &beat) != nil || beat.Name == "" {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if info.Gone {
-		delete(f.workers, info.Name)
+	if beat.Gone {
+		delete(f.workers, beat.Name)
 		return
 	}
-	if _, ok := f.workers[info.Name]; !ok && len(f.workers) >= maxWorkersHeard {
+	if _, ok := f.workers[beat.Name]; !ok && len(f.workers) >= maxWorkersHeard {
 		return
 	}
-	info.Seen = time.Now()
-	f.workers[info.Name] = info
+	beat.Seen = time.Now()
+	beat.Leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
+	f.workers[beat.Name] = heard{info: beat.WorkerInfo, leases: beat.Leases}
+}
+
+// ours reports whether ack acknowledges a delivery of the workers'
+// consumer: a worker's heartbeat must not have the service publish
+// anywhere else.
+func (f *fleet) ours(ack string) bool {
+	return strings.HasPrefix(ack, "$JS.ACK.") && strings.Contains(ack, f.acks) && len(ack) <= 512 &&
+		!strings.ContainsAny(ack, "*> \t\r\n")
 }
 
 // maxWorkersHeard bounds the workers a Service keeps track of.
 const maxWorkersHeard = 4096
 
-// list returns the workers heard from lately, by name, and forgets the
-// others.
+// silent reports whether a worker last heard at seen is taken for gone at
+// now.
+func silent(seen, now time.Time) bool { return now.Sub(seen) > beatsMissed*beatInterval }
+
+// list returns the workers heard from lately, by name.
 func (f *fleet) list() []WorkerInfo {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now := time.Now()
 	list := make([]WorkerInfo, 0, len(f.workers))
-	for name, info := range f.workers {
-		if time.Since(info.Seen) > beatsMissed*beatInterval {
-			delete(f.workers, name)
-			continue
+	for _, w := range f.workers {
+		if !silent(w.info.Seen, now) {
+			list = append(list, w.info)
 		}
-		list = append(list, info)
 	}
 	slices.SortFunc(list, func(a, b WorkerInfo) int { return strings.Compare(a.Name, b.Name) })
 	return list
+}
+
+// vanished forgets the workers silent at now, and returns them with the
+// deliveries to hand back: none for a worker last heard ackWait/2 or more
+// ago, whose deliveries may have expired and gone to another worker since.
+func (f *fleet) vanished(now time.Time, ackWait time.Duration) []heard {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var gone []heard
+	for name, w := range f.workers {
+		if !silent(w.info.Seen, now) {
+			continue
+		}
+		delete(f.workers, name)
+		if now.Sub(w.info.Seen) >= ackWait/2 {
+			w.leases = nil
+		}
+		gone = append(gone, w)
+	}
+	return gone
+}
+
+// watch hands back, every beatInterval until ctx ends, the jobs of the
+// workers that fell silent (see vanished), saying so.
+func (f *fleet) watch(ctx context.Context, nc *nats.Conn, log *zap.Logger, ackWait time.Duration) {
+	tick := time.NewTicker(beatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			for _, w := range f.vanished(now, ackWait) {
+				handBack(nc, log, w, now)
+			}
+		}
+	}
+}
+
+// handBack gives a negative acknowledgement for each delivery w held, so
+// that the server delivers its jobs again at once.
+func handBack(nc *nats.Conn, log *zap.Logger, w heard, now time.Time) {
+	log = log.With(zap.String("worker", w.info.Name), zap.Duration("silent", now.Sub(w.info.Seen).Round(time.Second)))
+	if len(w.leases) == 0 {
+		log.Info("worker not heard from: taken for gone")
+		return
+	}
+	ids := make([]string, 0, min(len(w.leases), 10))
+	for _, l := range w.leases {
+		if err := nc.Publish(l.Ack, []byte("-NAK")); err != nil {
+			log.Warn("handing a job back", zap.String("job", l.Job), zap.Error(err))
+		}
+		if len(ids) < cap(ids) {
+			ids = append(ids, l.Job)
+		}
+	}
+	log.Warn("worker not heard from: the jobs it held are handed to other workers",
+		zap.Int("jobs", len(w.leases)), zap.Strings("ids", ids))
 }

@@ -2,11 +2,13 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -170,4 +172,55 @@ func TestServiceListsUnreadSubmissions(t *testing.T) {
 		return len(list) == 1 && list[0].Jobs == 3
 	}, 30*time.Second, 5*time.Millisecond, "%+v", list)
 	assert.Equal(t, 2, list[0].Unread, "%+v", list[0])
+}
+
+// The service hands back only deliveries of the workers' consumer, and
+// only while they cannot have expired and gone to another worker: a
+// heartbeat naming another subject does not have it publish there.
+func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
+	var f fleet
+	f.reset(Config{}.withDefaults())
+	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
+	ours2 := "$JS.ACK.hub.ACCHASH.LABORO_JOBS.workers.2.8.9.1764370000000000000.0.token" // with a domain
+	beat := func(name string, leases ...lease) {
+		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: 1}, Leases: leases})
+		require.NoError(t, err)
+		f.heard(&nats.Msg{Data: b})
+	}
+	beat("a", lease{"j1", ours}, lease{"j2", ours2}, lease{"j3", "$JS.ACK.OTHER_JOBS.workers.1.7.7.1.0"},
+		lease{"j4", "LABORO.submit.x"}, lease{"j5", "$JS.ACK.LABORO_JOBS.workers.>"},
+		lease{"j6", "$JS.ACK.LABORO_JOBS.workers.1 2"})
+	beat("b", lease{"k1", ours})
+	seen := f.workers["a"].info.Seen
+	f.mu.Lock()
+	late := f.workers["b"]
+	late.info.Seen = seen.Add(-14 * time.Second) // heard a while before a
+	f.workers["b"] = late
+	f.mu.Unlock()
+	assert.Equal(t, []string{"a"}, names(f.list()), "b is silent")
+
+	gone := f.vanished(seen.Add(beatInterval), 30*time.Second)
+	require.Len(t, gone, 1, "a heard lately")
+	assert.Equal(t, "b", gone[0].info.Name)
+	assert.Empty(t, gone[0].leases, "heard 16 s ago, past AckWait/2: its deliveries may be another worker's now")
+	gone = f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 30*time.Second)
+	require.Len(t, gone, 1)
+	assert.Equal(t, "a", gone[0].info.Name)
+	assert.Equal(t, []lease{{"j1", ours}, {"j2", ours2}}, gone[0].leases, "only the consumer's deliveries")
+	assert.Empty(t, f.workers, "both forgotten")
+
+	beat("c", lease{"j1", ours})
+	beat("c", lease{"j1", ours}, lease{"j2", ours2})
+	b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "c", Gone: true}})
+	require.NoError(t, err)
+	f.heard(&nats.Msg{Data: b})
+	assert.Empty(t, f.vanished(time.Now().Add(time.Minute), 30*time.Second), "a worker that said it stops hands back its own jobs")
+}
+
+func names(list []WorkerInfo) []string {
+	var n []string
+	for _, w := range list {
+		n = append(n, w.Name)
+	}
+	return n
 }

@@ -193,9 +193,11 @@ func TestExecutorOverManager(t *testing.T) {
 	require.NoError(t, ex.Shutdown(testCtx(t, 10*time.Second)))
 }
 
+// A worker stopped mid-job hands the job back: another worker runs it at
+// once, not after the AckWait, here ten minutes.
 func TestWorkerStoppedMidJobRedelivered(t *testing.T) {
 	nc := setup(t)
-	cfg := Config{AckWait: time.Second}
+	cfg := Config{AckWait: 10 * time.Minute}
 	m := newManager(t, nc, cfg)
 	marks := t.TempDir()
 	stopA := startWorker(t, nc, cfg, 1)

@@ -18,6 +18,9 @@ import (
 const (
 	envWorkerURL = "LABORO_JS_TEST_WORKER_URL"
 	envWorkerDir = "LABORO_JS_TEST_WORKER_DIR"
+	// envWorkerAckWait, when set, is the worker process's Config.AckWait
+	// (0 keeps the consumer's); 1 s otherwise.
+	envWorkerAckWait = "LABORO_JS_TEST_WORKER_ACK_WAIT"
 	// A test binary started as a manager process runs managerJobs jobs
 	// (see managerJob) through an Executor over a Manager, until killed.
 	envManagerURL   = "LABORO_JS_TEST_MANAGER_URL"
@@ -35,18 +38,27 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// workerProcess runs a Worker (AckWait 1 s, 4 jobs at a time) until
-// SIGTERM.
+// workerProcess runs a Worker (AckWait 1 s unless envWorkerAckWait says,
+// 4 jobs at a time, named by its process id) until SIGTERM.
 func workerProcess(url, dir string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	ackWait := time.Second
+	if s, ok := os.LookupEnv(envWorkerAckWait); ok {
+		var err error
+		if ackWait, err = time.ParseDuration(s); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	nc, err := nats.Connect(url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer nc.Close()
-	w := &Worker{Conn: nc, Config: Config{AckWait: time.Second}, Concurrency: 4, OutputDir: dir}
+	w := &Worker{Conn: nc, Config: Config{AckWait: ackWait}, Concurrency: 4, OutputDir: dir,
+		Name: fmt.Sprintf("process-%d", os.Getpid())}
 	if err := w.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,14 +15,19 @@ import (
 
 	"github.com/laboro-go/laboro"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
-// startWorkerProcess runs this test binary as a worker process.
-func startWorkerProcess(t *testing.T, url string) *exec.Cmd {
+// startWorkerProcess runs this test binary as a worker process, its
+// environment added to with env.
+func startWorkerProcess(t *testing.T, url string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envWorkerURL+"="+url, envWorkerDir+"="+t.TempDir())
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -98,6 +104,55 @@ func TestWorkerProcessKilled(t *testing.T) {
 		require.NoError(t, w.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, w.Wait())
 	}
+}
+
+// A worker killed mid-job has its job handed to another worker by the
+// service as soon as it is taken for gone (three heartbeats missed), not
+// after the consumer's AckWait, here ten minutes.
+func TestServiceHandsBackAKilledWorkersJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a worker process")
+	}
+	nc, url := setupURL(t)
+	core, logs := observer.New(zap.InfoLevel)
+	svc := &Service{Conn: nc, Config: Config{AckWait: 10 * time.Minute, Dir: t.TempDir(), Logger: zap.New(core)}}
+	started := make(chan *laboro.Executor, 1)
+	svc.Started = func(ex *laboro.Executor) { started <- ex }
+	serveUntilEnd(t, svc)
+	ex := <-started
+	ctx := testCtx(t, 2*time.Minute)
+
+	dir := t.TempDir()
+	runs, release := filepath.Join(dir, "runs"), filepath.Join(dir, "release")
+	// The killed worker's run goes on, orphaned, until the test ends.
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o600) })
+	script := fmt.Sprintf("echo run >> %s; until [ -e %s ]; do sleep 0.01; done; echo done", runs, release)
+	h, err := ex.Submit(ctx, laboro.Job{ID: "held", Script: script})
+	require.NoError(t, err)
+
+	worker := startWorkerProcess(t, url, envWorkerAckWait+"=0")
+	name := fmt.Sprintf("process-%d", worker.Process.Pid)
+	require.Eventually(t, func() bool {
+		ws := svc.Workers()
+		return lines(t, runs) == 1 && len(ws) == 1 && ws[0].Name == name && slices.Equal(ws[0].Running, []string{"held"})
+	}, time.Minute, 5*time.Millisecond, "the worker process says it runs the job")
+	require.NoError(t, worker.Process.Kill())
+	worker.Wait()
+
+	startWorker(t, nc, Config{}, 1) // the consumer's AckWait kept
+	require.Eventually(t, func() bool { return lines(t, runs) == 2 }, time.Minute, 5*time.Millisecond,
+		"the killed worker's job handed to the other worker")
+	require.NoError(t, os.WriteFile(release, nil, 0o600))
+	res, err := h.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	require.Equal(t, "done\n", string(output(t, res)))
+
+	said := logs.FilterMessage("worker not heard from: the jobs it held are handed to other workers").All()
+	require.Len(t, said, 1, "the service says why the job moved")
+	fields := said[0].ContextMap()
+	assert.Equal(t, name, fields["worker"])
+	assert.Equal(t, []any{"held"}, fields["ids"])
 }
 
 func TestManagerProcessKilled(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -201,6 +202,37 @@ func TestRoleTokens(t *testing.T) {
 		assert.ErrorIs(t, err, nats.ErrPermissionViolation)
 	case <-ctx.Done():
 		t.Error("a worker listens to every inbox")
+	}
+}
+
+// A job delivered again runs at once on a worker with a worker's token,
+// which may count a job's results but not read them: the worker finds out
+// that none is stored without a request the server refuses (waited on
+// for half the AckWait, here five minutes, before the job ran).
+func TestWorkerTokenRunsAJobDeliveredAgain(t *testing.T) {
+	url, owner := tokenServer(t, "s3cret")
+	cfg := Config{AckWait: 10 * time.Minute}
+	m := newManager(t, owner, cfg)
+	marks := filepath.Join(t.TempDir(), "runs")
+	first, _ := roleConn(t, url, RoleToken("s3cret", RoleWorker, ""))
+	stopFirst := startWorker(t, first, Config{}, 1)
+
+	ctx := testCtx(t, time.Minute)
+	done := make(chan laboro.Result, 1)
+	script := fmt.Sprintf("echo run >> %s; [ $(wc -l < %s) -ge 2 ] || sleep 600", marks, marks)
+	go func() { done <- m.Run(ctx, laboro.Job{ID: "again", Script: script}) }()
+	require.Eventually(t, func() bool { return lines(t, marks) == 1 }, 30*time.Second, time.Millisecond)
+	stopFirst() // the job handed back: delivered again
+
+	second, refusals := roleConn(t, url, RoleToken("s3cret", RoleWorker, ""))
+	startWorker(t, second, Config{}, 1)
+	res := <-done
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, 2, lines(t, marks))
+	select {
+	case err := <-refusals:
+		t.Errorf("the worker's token was refused: %v", err)
+	default:
 	}
 }
 
@@ -929,4 +961,29 @@ func TestClientProvesItsServer(t *testing.T) {
 		t.Errorf("the client's role may not challenge its server: %v", err)
 	default:
 	}
+}
+
+// A lookup beyond a token's rights fails at once, saying so, rather than
+// be asked again until its context ends: the server does not answer it.
+func TestLookupRefusedFailsAtOnce(t *testing.T) {
+	url, owner := tokenServer(t, "s3cret")
+	newManager(t, owner, Config{}) // the streams
+	worker, _ := roleConn(t, url, RoleToken("s3cret", RoleWorker, ""))
+	js, err := natsjs.New(worker)
+	require.NoError(t, err)
+	ctx := testCtx(t, time.Minute)
+	results, err := js.Stream(ctx, "LABORO_RESULTS")
+	require.NoError(t, err)
+	cfg := Config{}.withDefaults()
+
+	msg, err := lookup(ctx, worker, results, cfg.cancelSubject("job"))
+	require.NoError(t, err, "a worker may look up the end of a job")
+	assert.Nil(t, msg)
+	_, err = lookup(ctx, worker, results, cfg.resultsSubject("job"))
+	require.ErrorIs(t, err, nats.ErrPermissionViolation, "nor read a result")
+	assert.ErrorContains(t, err, cfg.resultsSubject("job"))
+	assert.NoError(t, ctx.Err(), "at once")
+	n, err := count(ctx, worker, results, cfg.resultsSubject("job"))
+	require.NoError(t, err, "but count them")
+	assert.Zero(t, n)
 }

@@ -153,7 +153,7 @@ func (s *Service) Batches(n int) []BatchStatus {
 	return list
 }
 
-// Workers returns the workers heard from lately (each says every 5 s that
+// Workers returns the workers heard from lately (each says every 2 s that
 // it is there), by name.
 func (s *Service) Workers() []WorkerInfo { return s.fleet.list() }
 
@@ -241,14 +241,19 @@ func (s *Service) run(ctx context.Context) error {
 	if sv.workers, err = m.jobs.Consumer(ctx, consumerName); err != nil {
 		return fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
-	s.fleet.mu.Lock()
-	s.fleet.workers = map[string]WorkerInfo{}
-	s.fleet.mu.Unlock()
+	s.fleet.reset(cfg)
 	beats, err := s.Conn.Subscribe(cfg.workersSubject("*"), s.fleet.heard)
 	if err != nil {
 		return fmt.Errorf("jetstream: hear workers: %w", err)
 	}
 	defer beats.Unsubscribe()
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		s.fleet.watch(watchCtx, s.Conn, log, sv.workers.CachedInfo().Config.AckWait)
+	}()
+	defer func() { stopWatching(); <-watching }()
 	if err := s.Conn.Publish(cfg.rollSubject(), nil); err != nil {
 		log.Warn("roll call of the workers", zap.Error(err))
 	}

@@ -260,8 +260,23 @@ type workerRun struct {
 
 // taken is a job this worker handles.
 type taken struct {
-	ended  bool // its Run ended: it must not run, or go on running
-	queued bool // it is in the Executor
+	ended  bool   // its Run ended: it must not run, or go on running
+	queued bool   // it is in the Executor
+	ack    string // its delivery's acknowledgement subject, said in heartbeats
+}
+
+// leases returns the deliveries this worker holds, for a heartbeat: the
+// service hands them back if the worker falls silent (see fleet).
+func (r *workerRun) leases() []lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	list := make([]lease, 0, len(r.taken))
+	for id, t := range r.taken {
+		if t.ack != "" {
+			list = append(list, lease{Job: id, Ack: t.ack})
+		}
+	}
+	return list
 }
 
 // loop pulls one job at a time and runs it, until ctx ends or the worker
@@ -339,15 +354,16 @@ func (r *workerRun) recreate(ctx context.Context, old natsjs.Consumer, cause err
 	r.cons = cons
 }
 
-// take marks job id as handled here. It returns nil when it is already (a
-// redelivery of a job that outlived its AckWait here).
-func (r *workerRun) take(id string) *taken {
+// take marks job id, delivered with the acknowledgement subject ack, as
+// handled here. It returns nil when it is already (a redelivery of a job
+// that outlived its AckWait here).
+func (r *workerRun) take(id, ack string) *taken {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.taken[id] != nil {
 		return nil
 	}
-	t := &taken{}
+	t := &taken{ack: ack}
 	if _, ok := r.recent[id]; ok {
 		delete(r.recent, id)
 		t.ended = true
@@ -588,7 +604,7 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		return
 	}
 	log := r.log.With(zap.String("job", wj.ID), zap.Uint64("attempt", attempt))
-	t := r.take(wj.ID)
+	t := r.take(wj.ID, msg.Reply())
 	if t == nil {
 		log.Debug("job not run: this worker has it already (running, or its result on the way)")
 		return
@@ -611,7 +627,8 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 	over, err := r.over(ctx, t, wj.ID, seq, attempt > 1)
 	switch {
 	case ctx.Err() != nil:
-		return // left for redelivery
+		r.handBack(msg, log)
+		return
 	case err != nil:
 		log.Warn("could not tell whether the job ended; running it", zap.Error(err))
 	case over:
@@ -635,6 +652,7 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 	h, err := r.ex.Submit(ctx, job)
 	if err != nil {
 		log.Debug("job not run", zap.Error(err)) // the worker stops
+		r.handBack(msg, log)
 		return
 	}
 	if !r.queued(t) {
@@ -657,7 +675,8 @@ wait:
 	res, _ := h.Result()
 	if ctx.Err() != nil {
 		res.Output.Close()
-		log.Info("job left for redelivery: the worker stops", zap.Stringer("status", res.Status))
+		log.Info("job handed back for another worker: this one stops", zap.Stringer("status", res.Status))
+		r.handBack(msg, log)
 		return
 	}
 	if r.ended(t) {
@@ -673,6 +692,15 @@ wait:
 		defer res.Output.Close()
 		r.finish(ctx, msg, log, wj.ID, attempt, res)
 	})
+}
+
+// handBack gives a job this worker will not finish back to the server (a
+// negative acknowledgement), for another worker to take at once rather
+// than after AckWait. Run flushes it before it returns.
+func (r *workerRun) handBack(msg natsjs.Msg, log *zap.Logger) {
+	if err := msg.Nak(); err != nil {
+		log.Debug("handing the job back", zap.Error(err))
+	}
 }
 
 // settle acknowledges a job whose Run ended, without a result: the
@@ -722,7 +750,8 @@ func (r *workerRun) finish(ctx context.Context, msg natsjs.Msg, log *zap.Logger,
 		}
 	})
 	if err != nil {
-		log.Warn("publishing the result; the job will be redelivered", zap.Error(err))
+		log.Warn("publishing the result; the job is handed back, to run again", zap.Error(err))
+		r.handBack(msg, log)
 		return
 	}
 	if waited {
