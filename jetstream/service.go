@@ -544,8 +544,16 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 	// record of each stored, it ends cancelled when read, and never runs.
 	// Then the jobs that wait, so that the end of a running one gives none
 	// of them its place.
-	var failed []string
-	var unknown []string
+	var failed, unknown, done []string
+	cancel := func(id string) bool {
+		if err := sv.cancel(ctx, id); err != nil {
+			failed = append(failed, id)
+			sv.log.Warn("cancel", zap.String("job", id), zap.Error(err))
+			return false
+		}
+		done = append(done, id)
+		return true
+	}
 	for _, id := range req.IDs {
 		if sv.t.state(id) == "" {
 			unknown = append(unknown, id)
@@ -556,22 +564,21 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 		sv.log.Warn("cancel: read the submissions not read yet", zap.Error(err))
 	}
 	for id := range unread {
-		if err := sv.cancel(ctx, id); err != nil {
+		if !cancel(id) {
 			delete(unread, id)
-			failed = append(failed, id)
-			sv.log.Warn("cancel", zap.String("job", id), zap.Error(err))
 		}
 	}
 	for _, waiting := range []bool{true, false} {
 		for _, id := range req.IDs {
 			if state := sv.t.state(id); state == StateDispatched && !waiting ||
 				state == StateWaiting && waiting {
-				if err := sv.cancel(ctx, id); err != nil {
-					failed = append(failed, id)
-					sv.log.Warn("cancel", zap.String("job", id), zap.Error(err))
-				}
+				cancel(id)
 			}
 		}
+	}
+	if len(done) > 0 {
+		// One line a request, however many jobs it names.
+		sv.log.Info("jobs cancelled", zap.Int("jobs", len(done)), zap.Strings("ids", done[:min(len(done), 10)]))
 	}
 	reply.Jobs = sv.t.status(StatusRequest{IDs: req.IDs}).Jobs
 	for i, j := range reply.Jobs {
@@ -684,7 +691,7 @@ func (sv *serving) cancel(ctx context.Context, id string) error {
 		sv.batchDone(b)
 	}
 	sv.ex.Cancel(id) // ErrNotFound: not yet in the Executor, or ended
-	sv.log.Info("job cancelled", zap.String("job", id))
+	sv.log.Debug("job cancelled", zap.String("job", id))
 	return nil
 }
 

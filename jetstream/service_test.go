@@ -454,7 +454,8 @@ func cancelNotReadYet(t *testing.T, restart bool) {
 func TestServiceCancelMany(t *testing.T) {
 	const n = 2*maxCancelIDs + 100
 	nc := setup(t)
-	startService(t, nc, Config{}, n) // all of them out, none waiting for room
+	core, logs := observer.New(zap.InfoLevel)
+	startService(t, nc, Config{Logger: zap.New(core)}, n) // all of them out, none waiting for room
 	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
 	ctx := testCtx(t, 2*time.Minute)
 	runs := filepath.Join(t.TempDir(), "runs")
@@ -491,6 +492,15 @@ func TestServiceCancelMany(t *testing.T) {
 		sizes = append(sizes, len(req.IDs))
 	}
 	assert.Equal(t, []int{maxCancelIDs, maxCancelIDs, 100}, sizes)
+	// One line a request in the service's log, not one a job.
+	said := logs.FilterMessage("jobs cancelled").All()
+	require.Len(t, said, 3)
+	for i, size := range sizes {
+		assert.Equal(t, int64(size), said[i].ContextMap()["jobs"])
+	}
+	assert.Equal(t, []any{"many-1", "many-2", "many-3", "many-4", "many-5", "many-6", "many-7", "many-8", "many-9", "many-10"},
+		said[0].ContextMap()["ids"])
+	assert.Less(t, logs.Len(), 100, "%d lines", logs.Len())
 
 	// A worker that comes now runs none of them, and then the next job.
 	startWorker(t, nc, Config{}, 2)
