@@ -239,6 +239,11 @@ type fleet struct {
 	// acks is in the acknowledgement subject of every delivery of the
 	// workers' consumer: a lease said with another is not handed back.
 	acks string
+	// back is when the service's own connection was last seen down or
+	// back up (reconnects tells): a worker's silence counts from then
+	// only, for the service could not hear it before.
+	back       time.Time
+	reconnects uint64
 }
 
 // heard is a worker as its last heartbeat says, and when it came.
@@ -254,6 +259,7 @@ func (f *fleet) reset(cfg Config) {
 	defer f.mu.Unlock()
 	f.workers = map[string]heard{}
 	f.acks = "." + cfg.jobsStream() + "." + consumerName + "."
+	f.back, f.reconnects = time.Time{}, 0
 }
 
 // heard records a heartbeat.
@@ -288,8 +294,13 @@ func (f *fleet) ours(ack string) bool {
 const maxWorkersHeard = 4096
 
 // silent reports whether a worker last heard at seen is taken for gone at
-// now.
-func silent(seen, now time.Time) bool { return now.Sub(seen) > beatsMissed*beatInterval }
+// now. f.mu is held.
+func (f *fleet) silent(seen, now time.Time) bool {
+	if seen.Before(f.back) {
+		seen = f.back
+	}
+	return now.Sub(seen) > beatsMissed*beatInterval
+}
 
 // list returns the workers heard from lately, by name.
 func (f *fleet) list() []WorkerInfo {
@@ -298,7 +309,7 @@ func (f *fleet) list() []WorkerInfo {
 	now := time.Now()
 	list := make([]WorkerInfo, 0, len(f.workers))
 	for _, w := range f.workers {
-		if !silent(w.info.Seen, now) {
+		if !f.silent(w.info.Seen, now) {
 			list = append(list, w.info)
 		}
 	}
@@ -309,12 +320,20 @@ func (f *fleet) list() []WorkerInfo {
 // vanished forgets the workers silent at now, and returns them with the
 // deliveries to hand back: none for a worker last heard ackWait/2 or more
 // ago, whose deliveries may have expired and gone to another worker since.
-func (f *fleet) vanished(now time.Time, ackWait time.Duration) []heard {
+// up and reconnects are the state of the service's connection: while it is
+// down, and for as long after it is back up, no worker is silent (those
+// that run hand back nothing, as a service cut off from the server would
+// otherwise have every one of their jobs run again).
+func (f *fleet) vanished(now time.Time, ackWait time.Duration, up bool, reconnects uint64) []heard {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !up || reconnects != f.reconnects {
+		f.back, f.reconnects = now, reconnects
+		return nil
+	}
 	var gone []heard
 	for name, w := range f.workers {
-		if !silent(w.info.Seen, now) {
+		if !f.silent(w.info.Seen, now) {
 			continue
 		}
 		delete(f.workers, name)
@@ -336,7 +355,7 @@ func (f *fleet) watch(ctx context.Context, nc *nats.Conn, log *zap.Logger, ackWa
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			for _, w := range f.vanished(now, ackWait) {
+			for _, w := range f.vanished(now, ackWait, nc.IsConnected(), nc.Stats().Reconnects) {
 				handBack(nc, log, w, now)
 			}
 		}
@@ -349,6 +368,13 @@ func handBack(nc *nats.Conn, log *zap.Logger, w heard, now time.Time) {
 	log = log.With(zap.String("worker", w.info.Name), zap.Duration("silent", now.Sub(w.info.Seen).Round(time.Second)))
 	if len(w.leases) == 0 {
 		log.Info("worker not heard from: taken for gone")
+		return
+	}
+	if !nc.IsConnected() {
+		// A negative acknowledgement kept until the connection is back
+		// could come after the deliveries expired and went elsewhere.
+		log.Warn("worker not heard from: the jobs it held wait for their AckWait (this service is cut off from the server)",
+			zap.Int("jobs", len(w.leases)))
 		return
 	}
 	ids := make([]string, 0, min(len(w.leases), 10))

@@ -199,11 +199,11 @@ func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 	f.mu.Unlock()
 	assert.Equal(t, []string{"a"}, names(f.list()), "b is silent")
 
-	gone := f.vanished(seen.Add(beatInterval), 30*time.Second)
+	gone := f.vanished(seen.Add(beatInterval), 30*time.Second, true, 0)
 	require.Len(t, gone, 1, "a heard lately")
 	assert.Equal(t, "b", gone[0].info.Name)
 	assert.Empty(t, gone[0].leases, "heard 16 s ago, past AckWait/2: its deliveries may be another worker's now")
-	gone = f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 30*time.Second)
+	gone = f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 30*time.Second, true, 0)
 	require.Len(t, gone, 1)
 	assert.Equal(t, "a", gone[0].info.Name)
 	assert.Equal(t, []lease{{"j1", ours}, {"j2", ours2}}, gone[0].leases, "only the consumer's deliveries")
@@ -214,7 +214,7 @@ func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 	b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "c", Gone: true}})
 	require.NoError(t, err)
 	f.heard(&nats.Msg{Data: b})
-	assert.Empty(t, f.vanished(time.Now().Add(time.Minute), 30*time.Second), "a worker that said it stops hands back its own jobs")
+	assert.Empty(t, f.vanished(time.Now().Add(time.Minute), 30*time.Second, true, 0), "a worker that said it stops hands back its own jobs")
 }
 
 func names(list []WorkerInfo) []string {
@@ -223,4 +223,34 @@ func names(list []WorkerInfo) []string {
 		n = append(n, w.Name)
 	}
 	return n
+}
+
+// A service cut off from the server hears no heartbeat: no worker is
+// taken for gone while it is, nor until as long after it is back, lest
+// every job of the fleet run again.
+func TestFleetWaitsOutItsOwnOutage(t *testing.T) {
+	var f fleet
+	f.reset(Config{}.withDefaults())
+	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
+	b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "a", Slots: 1}, Leases: []lease{{"j1", ours}}})
+	require.NoError(t, err)
+	f.heard(&nats.Msg{Data: b})
+	seen := f.workers["a"].info.Seen
+	at := func(d time.Duration) time.Time { return seen.Add(d) }
+	const ackWait = 30 * time.Second
+
+	assert.Empty(t, f.vanished(at(2*time.Second), ackWait, false, 0), "cut off")
+	assert.Empty(t, f.vanished(at(8*time.Second), ackWait, false, 0), "still cut off")
+	assert.Empty(t, f.vanished(at(10*time.Second), ackWait, true, 1), "just back")
+	assert.Empty(t, f.vanished(at(14*time.Second), ackWait, true, 1), "a worker's silence counts from then")
+	gone := f.vanished(at(17*time.Second), ackWait, true, 1)
+	require.Len(t, gone, 1, "silent since the service was back")
+	assert.Empty(t, gone[0].leases, "heard 17 s ago: its deliveries may have expired since")
+
+	f.heard(&nats.Msg{Data: b})
+	seen = f.workers["a"].info.Seen
+	assert.Empty(t, f.vanished(seen.Add(time.Second), ackWait, true, 2), "back again, unseen by any tick")
+	gone = f.vanished(seen.Add(beatsMissed*beatInterval+2*time.Second), ackWait, true, 2)
+	require.Len(t, gone, 1)
+	assert.Equal(t, []lease{{"j1", ours}}, gone[0].leases, "a short outage keeps them live")
 }
