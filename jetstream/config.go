@@ -420,6 +420,9 @@ func checkJob(job laboro.Job) error {
 	if job.Command == "" && job.Script == "" && len(job.Args) == 0 {
 		return errors.New("jetstream: a job needs a Command, Args or Script")
 	}
+	if err := (&laboro.ProcessRunner{}).Validate(job); err != nil {
+		return fmt.Errorf("jetstream: job %s: %w", job.ID, err) // a worker could not run it
+	}
 	texts := append([]string{job.Command, job.Script, job.Dir}, job.Args...)
 	texts = append(append(texts, job.Interpreter...), job.Env...)
 	for _, t := range texts {

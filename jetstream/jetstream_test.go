@@ -3,9 +3,11 @@ package jetstream
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -224,6 +226,43 @@ func TestWorkerStoppedMidJobRedelivered(t *testing.T) {
 	require.Equal(t, 2, strings.Count(string(runs), "run"), "one run killed, one finished")
 	// The stopped worker published nothing: one result message.
 	require.Equal(t, uint64(1), streamMsgs(t, nc, "LABORO_RESULTS"))
+}
+
+// A job a worker cannot run (its command line does not split into words),
+// from a Manager that did not check it, fails once with the reason, rather
+// than go round the workers until its delivery limit. A Manager checks it
+// before it goes.
+func TestWorkerFailsAJobItCannotRun(t *testing.T) {
+	nc := setup(t)
+	cfg := Config{AckWait: 10 * time.Minute}.withDefaults()
+	m := newManager(t, nc, cfg)
+	ctx := testCtx(t, time.Minute)
+	res := m.Run(ctx, laboro.Job{ID: "checked", Command: "echo 'unterminated"})
+	require.Equal(t, laboro.StatusFailed, res.Status)
+	require.ErrorContains(t, res.Err, "unterminated")
+	assert.Zero(t, streamMsgs(t, nc, "LABORO_JOBS"), "not published")
+
+	results, err := nc.SubscribeSync(cfg.resultsSubject("bad"))
+	require.NoError(t, err)
+	data, err := json.Marshal(wireJob{ID: "bad", Command: "echo 'unterminated"})
+	require.NoError(t, err)
+	job := nats.NewMsg(cfg.jobsSubject("bad"))
+	job.Header.Set(hdrJob, "bad")
+	job.Data = data
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	_, err = js.PublishMsg(ctx, job)
+	require.NoError(t, err)
+	startWorker(t, nc, Config{}, 1)
+
+	msg, err := results.NextMsg(30 * time.Second)
+	require.NoError(t, err, "a result")
+	assert.Equal(t, strconv.Itoa(int(laboro.StatusFailed)), msg.Header.Get(hdrStatus))
+	assert.Equal(t, "1", msg.Header.Get(hdrAttempt), "on its first delivery")
+	assert.Contains(t, msg.Header.Get(hdrError), "invalid job")
+	assert.Contains(t, msg.Header.Get(hdrError), "unterminated")
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, "LABORO_JOBS") == 0 }, 30*time.Second,
+		5*time.Millisecond, "acknowledged")
 }
 
 func TestMaxDeliverFails(t *testing.T) {

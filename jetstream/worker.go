@@ -650,6 +650,14 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		}
 	}
 	h, err := r.ex.Submit(ctx, job)
+	if errors.Is(err, laboro.ErrInvalidJob) {
+		// From a Manager that does not check it (an older one): run
+		// again, elsewhere, it would fail the same way.
+		log.Error("job not run: it cannot run", zap.Error(err))
+		res := laboro.Result{ID: wj.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: err}
+		deliver(func() { r.finish(ctx, msg, log, wj.ID, attempt, res) })
+		return
+	}
 	if err != nil {
 		log.Debug("job not run", zap.Error(err)) // the worker stops
 		r.handBack(msg, log)
