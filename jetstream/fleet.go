@@ -235,7 +235,7 @@ func tail(ctx context.Context, nc *nats.Conn, cfg Config, id string, offset int6
 // fleet is what a Service hears of its workers.
 type fleet struct {
 	mu      sync.Mutex
-	workers map[string]heard // by name
+	workers map[string]heardOf // by name
 	// acks is in the acknowledgement subject of every delivery of the
 	// workers' consumer: a lease said with another is not handed back.
 	acks string
@@ -246,8 +246,8 @@ type fleet struct {
 	reconnects uint64
 }
 
-// heard is a worker as its last heartbeat says, and when it came.
-type heard struct {
+// heardOf is a worker as its last heartbeat says.
+type heardOf struct {
 	info   WorkerInfo
 	leases []lease
 }
@@ -257,7 +257,7 @@ type heard struct {
 func (f *fleet) reset(cfg Config) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.workers = map[string]heard{}
+	f.workers = map[string]heardOf{}
 	f.acks = "." + cfg.jobsStream() + "." + consumerName + "."
 	f.back, f.reconnects = time.Time{}, 0
 }
@@ -279,7 +279,7 @@ func (f *fleet) heard(msg *nats.Msg) {
 	}
 	beat.Seen = time.Now()
 	beat.Leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
-	f.workers[beat.Name] = heard{info: beat.WorkerInfo, leases: beat.Leases}
+	f.workers[beat.Name] = heardOf{info: beat.WorkerInfo, leases: beat.Leases}
 }
 
 // ours reports whether ack acknowledges a delivery of the workers'
@@ -324,14 +324,14 @@ func (f *fleet) list() []WorkerInfo {
 // down, and for as long after it is back up, no worker is silent (those
 // that run hand back nothing, as a service cut off from the server would
 // otherwise have every one of their jobs run again).
-func (f *fleet) vanished(now time.Time, ackWait time.Duration, up bool, reconnects uint64) []heard {
+func (f *fleet) vanished(now time.Time, ackWait time.Duration, up bool, reconnects uint64) []heardOf {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !up || reconnects != f.reconnects {
 		f.back, f.reconnects = now, reconnects
 		return nil
 	}
-	var gone []heard
+	var gone []heardOf
 	for name, w := range f.workers {
 		if !f.silent(w.info.Seen, now) {
 			continue
@@ -364,7 +364,7 @@ func (f *fleet) watch(ctx context.Context, nc *nats.Conn, log *zap.Logger, ackWa
 
 // handBack gives a negative acknowledgement for each delivery w held, so
 // that the server delivers its jobs again at once.
-func handBack(nc *nats.Conn, log *zap.Logger, w heard, now time.Time) {
+func handBack(nc *nats.Conn, log *zap.Logger, w heardOf, now time.Time) {
 	log = log.With(zap.String("worker", w.info.Name), zap.Duration("silent", now.Sub(w.info.Seen).Round(time.Second)))
 	if len(w.leases) == 0 {
 		log.Info("worker not heard from: taken for gone")
