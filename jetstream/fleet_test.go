@@ -217,6 +217,7 @@ func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 	assert.Empty(t, f.vanished(time.Now().Add(time.Minute), 30*time.Second, true, 0), "a worker that said it stops hands back its own jobs")
 }
 
+// names returns the names of the workers in list.
 func names(list []WorkerInfo) []string {
 	var n []string
 	for _, w := range list {
