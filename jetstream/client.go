@@ -263,18 +263,19 @@ func (c *Client) submit(ctx context.Context, batch string, jobs iter.Seq2[laboro
 // batchSize returns how many jobs the SUBMITTED stream holds on subject,
 // asking again while the server does not answer.
 func batchSize(ctx context.Context, js natsjs.JetStream, cfg Config, subject string) (int, error) {
-	var info *natsjs.StreamInfo
-	err := retry(ctx, js.Conn(), func(ctx context.Context) error {
-		s, err := js.Stream(ctx, cfg.submitStream())
-		if err == nil {
-			info, err = s.Info(ctx, natsjs.WithSubjectFilter(subject))
-		}
+	var s natsjs.Stream
+	err := retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
+		s, err = js.Stream(ctx, cfg.submitStream())
 		return err
 	})
+	var n uint64
+	if err == nil {
+		n, err = count(ctx, js.Conn(), s, subject)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("jetstream: stream %s: %w", cfg.submitStream(), err)
 	}
-	return int(info.State.Subjects[subject]), nil
+	return int(n), nil
 }
 
 // Status asks the Service about batches and jobs. It returns ErrNoService
