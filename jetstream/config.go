@@ -193,6 +193,7 @@ func bytesLimit(n int64) int64 {
 func (c Config) jobsStream() string    { return c.Stream + "_JOBS" }
 func (c Config) resultsStream() string { return c.Stream + "_RESULTS" }
 func (c Config) submitStream() string  { return c.Stream + "_SUBMITTED" }
+func (c Config) fleetStream() string   { return c.Stream + "_WORKERS" }
 func (c Config) jobsSubject(id string) string {
 	return c.Stream + ".jobs." + id
 }

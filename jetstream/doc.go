@@ -31,7 +31,9 @@
 // Delivery is at least once: a worker stopped mid-job hands its job back,
 // for another worker to run at once; one that dies has its job handed back
 // by the Service within seconds of its silence (three heartbeats, each
-// 2 s), and without a Service redelivered after Config.AckWait; a job
+// 2 s), also when it died while no Service ran (a Service that starts reads
+// each worker's last heartbeat, kept in the <Stream>_WORKERS stream), and
+// without a Service redelivered after Config.AckWait; a job
 // delivered Config.MaxDeliver times
 // without a result ends StatusFailed with an error matching ErrMaxDeliver
 // (the Manager listens for JetStream's max-deliveries advisory, and finds

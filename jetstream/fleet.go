@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/laboro-go/laboro"
@@ -21,8 +22,9 @@ import (
 
 // What a fleet's service knows of its workers: each worker says every
 // beatInterval who it is, how many jobs it runs at once, which it runs, and
-// the deliveries of the jobs it holds (on Config.workersSubject, core NATS:
-// nothing is stored), and answers a request for the output of a job it runs
+// the deliveries of the jobs it holds (on Config.workersSubject; a service
+// keeps each worker's last word in the stream Config.fleetStream), and
+// answers a request for the output of a job it runs
 // now (on Config.liveSubject), so that a user can follow that output live
 // from the service's machine. With Config.ProveServer, the jobs it runs are
 // said, and their output answered for, only to a server that proved itself;
@@ -36,7 +38,10 @@ import (
 // deliveries cannot have expired and gone to another worker: the worker's
 // in-progress acknowledgements, every AckWait/3, keep each one at least
 // AckWait*2/3 past its last heartbeat, and the service hands back before
-// AckWait/2 has passed since it heard it.
+// AckWait/2 has passed since it heard it. A service that starts reads the
+// last heartbeats kept (fleet.recall): a worker killed while no service ran,
+// or while the server was down with the service that embeds it, has its jobs
+// handed back as well, if it is not heard again.
 
 // beatInterval is how often a worker says it is there; a worker not heard
 // from for beatsMissed intervals is taken for gone, and its jobs handed
@@ -239,9 +244,9 @@ type fleet struct {
 	// acks is in the acknowledgement subject of every delivery of the
 	// workers' consumer: a lease said with another is not handed back.
 	acks string
-	// back is when the service's own connection was last seen down or
-	// back up (reconnects tells): a worker's silence counts from then
-	// only, for the service could not hear it before.
+	// back is when the service started, or its own connection was last
+	// seen down or back up (reconnects tells): a worker's silence counts
+	// from then only, for the service could not hear it before.
 	back       time.Time
 	reconnects uint64
 }
@@ -259,13 +264,13 @@ func (f *fleet) reset(cfg Config) {
 	defer f.mu.Unlock()
 	f.workers = map[string]heardOf{}
 	f.acks = "." + cfg.jobsStream() + "." + consumerName + "."
-	f.back, f.reconnects = time.Time{}, 0
+	f.back, f.reconnects = time.Now(), 0 // none heard before
 }
 
 // heard records a heartbeat.
 func (f *fleet) heard(msg *nats.Msg) {
-	var beat heartbeat
-	if len(msg.Data) > maxBeat || json.Unmarshal(msg.Data, &beat) != nil || beat.Name == "" {
+	beat, ok := parseBeat(msg.Data)
+	if !ok {
 		return
 	}
 	f.mu.Lock()
@@ -274,12 +279,115 @@ func (f *fleet) heard(msg *nats.Msg) {
 		delete(f.workers, beat.Name)
 		return
 	}
+	f.note(beat, time.Now())
+}
+
+// parseBeat reads a heartbeat's body.
+func parseBeat(data []byte) (beat heartbeat, ok bool) {
+	if len(data) > maxBeat || json.Unmarshal(data, &beat) != nil || beat.Name == "" {
+		return heartbeat{}, false
+	}
+	return beat, true
+}
+
+// note records beat, heard at seen. f.mu is held.
+func (f *fleet) note(beat heartbeat, seen time.Time) {
 	if _, ok := f.workers[beat.Name]; !ok && len(f.workers) >= maxWorkersHeard {
 		return
 	}
-	beat.Seen = time.Now()
+	beat.Seen = seen
 	beat.Leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
 	f.workers[beat.Name] = heardOf{info: beat.WorkerInfo, leases: beat.Leases}
+}
+
+// The stream of heartbeats (Config.fleetStream) keeps each worker's last
+// for fleetKept, fleetMaxBytes in all.
+const (
+	fleetKept     = 5 * time.Minute
+	fleetMaxBytes = 64 << 20
+)
+
+// ensureFleet makes the stream that keeps each worker's last heartbeat, or
+// updates it.
+func ensureFleet(ctx context.Context, js natsjs.JetStream, cfg Config) (natsjs.Stream, error) {
+	st, err := ensureStream(ctx, js, true, natsjs.StreamConfig{
+		Name:              cfg.fleetStream(),
+		Description:       "laboro workers' last heartbeats",
+		Subjects:          []string{cfg.workersSubject("*")},
+		Retention:         natsjs.LimitsPolicy,
+		MaxMsgsPerSubject: 1,
+		MaxMsgs:           maxWorkersHeard,
+		MaxBytes:          fleetMaxBytes,
+		MaxMsgSize:        maxBeat,
+		MaxAge:            fleetKept,
+		Discard:           natsjs.DiscardOld,
+		Storage:           natsjs.FileStorage, // it outlives a server that dies with its service
+		Replicas:          replicas(ctx, js, cfg.fleetStream(), cfg.Replicas),
+		Duplicates:        DuplicateWindow,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.fleetStream(), err)
+	}
+	return st, nil
+}
+
+// recall learns, from the stream of heartbeats, the workers that held
+// deliveries when they last spoke, less than ackWait/2 ago: those a service
+// heard before this one started. It returns their names. A worker heard
+// since is left as heard. How long ago a heartbeat was stored is read on
+// the server's clock (its time now comes with the stream's information),
+// so that the clocks of the service's and the server's machines need not
+// agree; and a recalled worker's silence counts from this service's start
+// (reset), for a live one may take that long to reach a server started
+// again.
+func (f *fleet) recall(ctx context.Context, js natsjs.JetStream, cfg Config, ackWait time.Duration) ([]string, error) {
+	st, err := ensureFleet(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.fleetStream(), err)
+	}
+	now, serverNow := time.Now(), info.TimeStamp
+	if serverNow.IsZero() { // a server that does not say its time
+		serverNow = now
+	}
+	n := min(info.State.Msgs, maxWorkersHeard)
+	if n == 0 {
+		return nil, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.fleetStream(), err)
+	}
+	batch, err := cons.Fetch(int(n), natsjs.FetchMaxWait(time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.fleetStream(), err)
+	}
+	var names []string
+	for msg := range batch.Messages() {
+		md, err := msg.Metadata()
+		if err != nil {
+			continue
+		}
+		age := max(serverNow.Sub(md.Timestamp), 0)
+		beat, ok := parseBeat(msg.Data())
+		if !ok || beat.Gone || age >= ackWait/2 {
+			continue // gone, or its deliveries may be another worker's now
+		}
+		f.mu.Lock()
+		if _, heard := f.workers[beat.Name]; !heard {
+			f.note(beat, now.Add(-age))
+			if len(f.workers[beat.Name].leases) > 0 {
+				names = append(names, beat.Name)
+			} else {
+				delete(f.workers, beat.Name) // nothing to hand back: it is heard or not
+			}
+		}
+		f.mu.Unlock()
+	}
+	return names, batch.Error()
 }
 
 // ours reports whether ack acknowledges a delivery of the workers'

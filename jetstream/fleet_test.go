@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -196,6 +197,7 @@ func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 	late := f.workers["b"]
 	late.info.Seen = seen.Add(-14 * time.Second) // heard a while before a
 	f.workers["b"] = late
+	f.back = seen.Add(-time.Minute) // the service has run for a minute
 	f.mu.Unlock()
 	assert.Equal(t, []string{"a"}, names(f.list()), "b is silent")
 
@@ -254,4 +256,61 @@ func TestFleetWaitsOutItsOwnOutage(t *testing.T) {
 	gone = f.vanished(seen.Add(beatsMissed*beatInterval+2*time.Second), ackWait, true, 2)
 	require.Len(t, gone, 1)
 	assert.Equal(t, []lease{{"j1", ours}}, gone[0].leases, "a short outage keeps them live")
+}
+
+// A service that starts learns from the kept heartbeats the workers that
+// held deliveries of its consumer when they last spoke, lately: not those
+// that said they stop, held none, or spoke too long ago, nor one heard
+// since it started. A recalled worker's silence counts from the start.
+func TestFleetRecallsWhoHeldJobs(t *testing.T) {
+	nc := setup(t)
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	ctx := testCtx(t, time.Minute)
+	cfg := Config{}.withDefaults()
+	var f fleet
+	f.reset(cfg)
+	recalled, err := f.recall(ctx, js, cfg, 10*time.Minute)
+	require.NoError(t, err)
+	assert.Empty(t, recalled, "nothing kept yet")
+
+	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
+	say := func(name string, gone bool, leases ...lease) {
+		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: 1, Gone: gone}, Leases: leases})
+		require.NoError(t, err)
+		require.NoError(t, nc.Publish(cfg.workersSubject(name), b))
+	}
+	say("held", false, lease{"j1", ours})
+	say("idle", false)
+	say("stopped", false, lease{"j2", ours})
+	say("stopped", true)
+	say("foreign", false, lease{"j3", "$JS.ACK.OTHER_JOBS.workers.1.7.7.1.0"})
+	say("live", false, lease{"j4", ours})
+	require.Eventually(t, func() bool { return streamMsgs(t, nc, cfg.fleetStream()) == 5 }, 30*time.Second,
+		5*time.Millisecond, "the last word of each worker kept")
+	f.heard(&nats.Msg{Data: []byte(`{"name":"live","slots":2}`)}) // heard by this service
+
+	var g fleet
+	g.reset(cfg)
+	recalled, err = g.recall(ctx, js, cfg, time.Nanosecond)
+	require.NoError(t, err)
+	assert.Empty(t, recalled, "every heartbeat older than AckWait/2")
+
+	recalled, err = f.recall(ctx, js, cfg, 10*time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"held"}, recalled)
+	f.mu.Lock()
+	start := f.back
+	assert.Equal(t, []lease{{"j1", ours}}, f.workers["held"].leases)
+	assert.Equal(t, 2, f.workers["live"].info.Slots, "as heard, not as kept")
+	assert.Len(t, f.workers, 2)
+	delete(f.workers, "live")
+	f.mu.Unlock()
+
+	assert.Empty(t, f.vanished(start.Add(beatsMissed*beatInterval-time.Second), 10*time.Minute, true, 0),
+		"a recalled worker is silent from the service's start")
+	gone := f.vanished(start.Add(beatsMissed*beatInterval+time.Second), 10*time.Minute, true, 0)
+	require.Len(t, gone, 1)
+	assert.Equal(t, "held", gone[0].info.Name)
+	assert.Equal(t, []lease{{"j1", ours}}, gone[0].leases)
 }

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,12 +9,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/freeport"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -153,6 +157,83 @@ func TestServiceHandsBackAKilledWorkersJob(t *testing.T) {
 	fields := said[0].ContextMap()
 	assert.Equal(t, name, fields["worker"])
 	assert.Equal(t, []any{"held"}, fields["ids"])
+}
+
+// A worker killed while no service ran, here while `laboro serve` (the
+// service and the server it embeds) was down, has its job handed back by
+// the service that starts next, from the worker's last heartbeat the
+// server kept: long before the consumer's AckWait.
+func TestServiceStartedAgainHandsBackAKilledWorkersJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a worker process and restarts a NATS server")
+	}
+	dir, port := t.TempDir(), freeport.Port(t)
+	srv, err := StartEmbedded(dir, "127.0.0.1", port)
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Shutdown() }) // the server of the moment
+	ctx := testCtx(t, 2*time.Minute)
+	serve := func() (*nats.Conn, *observer.ObservedLogs, func()) {
+		nc, err := nats.Connect(srv.URL())
+		require.NoError(t, err)
+		core, logs := observer.New(zap.InfoLevel)
+		svc := &Service{Conn: nc, Config: Config{AckWait: 10 * time.Minute, Dir: t.TempDir(), Logger: zap.New(core)}}
+		sctx, cancel := context.WithCancel(context.Background())
+		started, served := make(chan struct{}), make(chan error, 1)
+		svc.Started = func(*laboro.Executor) { close(started) }
+		go func() { served <- svc.Run(sctx) }()
+		stop := sync.OnceFunc(func() { cancel(); require.NoError(t, <-served); nc.Close() })
+		t.Cleanup(stop)
+		<-started
+		return nc, logs, stop
+	}
+	nc, _, stopService := serve()
+
+	work := t.TempDir()
+	runs, release := filepath.Join(work, "runs"), filepath.Join(work, "release")
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o600) }) // the killed worker's orphan
+	script := fmt.Sprintf("echo run >> %s; until [ -e %s ]; do sleep 0.01; done; echo done", runs, release)
+	cl := &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	ids, err := cl.Submit(ctx, "b", []laboro.Job{{Script: script}})
+	require.NoError(t, err)
+	require.Len(t, ids, 1)
+
+	worker := startWorkerProcess(t, srv.URL(), envWorkerAckWait+"=0")
+	name := fmt.Sprintf("process-%d", worker.Process.Pid)
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st, err := js.Stream(ctx, "LABORO_WORKERS")
+		if err != nil || lines(t, runs) != 1 {
+			return false
+		}
+		msg, err := st.GetLastMsgForSubject(ctx, "LABORO.workers."+name)
+		return err == nil && strings.Contains(string(msg.Data), `"job":"`+ids[0]+`"`)
+	}, time.Minute, 5*time.Millisecond, "the server keeps the worker's heartbeat, which holds the job")
+
+	stopService()
+	srv.Shutdown()
+	require.NoError(t, worker.Process.Kill())
+	worker.Wait()
+	srv, err = StartEmbedded(dir, "127.0.0.1", port)
+	require.NoError(t, err)
+	nc, logs, _ := serve()
+	startWorker(t, nc, Config{}, 1)
+
+	require.Eventually(t, func() bool { return lines(t, runs) == 2 }, time.Minute, 5*time.Millisecond,
+		"the killed worker's job handed to the other worker")
+	require.NoError(t, os.WriteFile(release, nil, 0o600))
+	cl = &Client{Conn: nc, Config: Config{Dir: t.TempDir()}}
+	got, err := cl.Wait(ctx, "b", 1, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, got.Succeeded, "%+v", got)
+
+	recalled := logs.FilterMessage("workers heard before this service started held jobs: those not heard again have them handed back").All()
+	require.Len(t, recalled, 1)
+	assert.Equal(t, []any{name}, recalled[0].ContextMap()["workers"])
+	said := logs.FilterMessage("worker not heard from: the jobs it held are handed to other workers").All()
+	require.Len(t, said, 1, "the service says why the job moved")
+	assert.Equal(t, name, said[0].ContextMap()["worker"])
+	assert.Equal(t, []any{ids[0]}, said[0].ContextMap()["ids"])
 }
 
 func TestManagerProcessKilled(t *testing.T) {

@@ -247,11 +247,19 @@ func (s *Service) run(ctx context.Context) error {
 		return fmt.Errorf("jetstream: hear workers: %w", err)
 	}
 	defer beats.Unsubscribe()
+	ackWait := sv.workers.CachedInfo().Config.AckWait
+	if names, err := s.fleet.recall(ctx, m.js, cfg, ackWait); err != nil {
+		log.Warn("the workers heard before this service started are unknown: the jobs of one that died since wait for their AckWait",
+			zap.Duration("ackWait", ackWait), zap.Error(err))
+	} else if len(names) > 0 {
+		log.Info("workers heard before this service started held jobs: those not heard again have them handed back",
+			zap.Strings("workers", names))
+	}
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	watching := make(chan struct{})
 	go func() {
 		defer close(watching)
-		s.fleet.watch(watchCtx, s.Conn, log, sv.workers.CachedInfo().Config.AckWait)
+		s.fleet.watch(watchCtx, s.Conn, log, ackWait)
 	}()
 	defer func() { stopWatching(); <-watching }()
 	if err := s.Conn.Publish(cfg.rollSubject(), nil); err != nil {
