@@ -49,7 +49,7 @@ import (
 const (
 	beatInterval = 2 * time.Second
 	beatsMissed  = 3
-	beatMin      = 250 * time.Millisecond
+	beatMin      = 100 * time.Millisecond
 )
 
 // heartbeat is what a worker says of itself on Config.workersSubject.
@@ -121,8 +121,9 @@ func defaultWorkerName() string {
 }
 
 // beat says, every beatInterval until ctx ends, that this worker is there
-// and what it runs, and then that it is gone. It says it sooner when what
-// it runs changed, but not more than once per beatMin.
+// and what it runs, and then that it is gone. It says it at once when what
+// it runs changed (a job it starts is then in the service's hands should
+// the worker die the moment after), but not more than once per beatMin.
 func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots int) {
 	subject := r.cfg.workersSubject(subjectToken(name))
 	say := func(gone bool) {
@@ -151,6 +152,7 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 	defer t.Stop()
 	for {
 		say(false)
+		said := time.Now()
 		select {
 		case <-ctx.Done():
 			say(true)
@@ -158,11 +160,13 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 			return
 		case <-t.C:
 		case <-r.changed:
-			pause := time.NewTimer(beatMin)
-			select {
-			case <-pause.C:
-			case <-ctx.Done():
-				pause.Stop()
+			if wait := beatMin - time.Since(said); wait > 0 {
+				pause := time.NewTimer(wait)
+				select {
+				case <-pause.C:
+				case <-ctx.Done():
+					pause.Stop()
+				}
 			}
 		}
 	}
