@@ -353,10 +353,12 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, update bool, sc nats
 // sameStream reports whether a stream's configuration has every setting
 // that want sets.
 func sameStream(have, want natsjs.StreamConfig) bool {
-	// The server keeps "no limit" of bytes as -1, which want says as 0.
+	// The server keeps "no limit" as -1, which want says as 0.
 	noLimit := func(n int64) int64 { return bytesLimit(max(n, 0)) }
 	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
 		have.Retention == want.Retention && have.MaxAge == want.MaxAge && noLimit(have.MaxBytes) == noLimit(want.MaxBytes) &&
+		noLimit(have.MaxMsgs) == noLimit(want.MaxMsgs) && noLimit(have.MaxMsgsPerSubject) == noLimit(want.MaxMsgsPerSubject) &&
+		noLimit(int64(have.MaxMsgSize)) == noLimit(int64(want.MaxMsgSize)) &&
 		have.Discard == want.Discard && have.AllowDirect == want.AllowDirect && have.Storage == want.Storage &&
 		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates
 }
