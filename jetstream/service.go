@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 )
 
 // DefaultServiceConcurrency is how many jobs a Service has out at once
@@ -553,14 +556,18 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 	// Then the jobs that wait, so that the end of a running one gives none
 	// of them its place.
 	var failed, unknown, done []string
-	cancel := func(id string) bool {
-		if err := sv.cancel(ctx, id); err != nil {
-			failed = append(failed, id)
-			sv.log.Warn("cancel", zap.String("job", id), zap.Error(err))
-			return false
+	var firstErr error
+	cancel := func(ids []string) {
+		for i, err := range sv.cancelAll(ctx, ids) {
+			if err == nil {
+				done = append(done, ids[i])
+				continue
+			}
+			failed = append(failed, ids[i])
+			if firstErr == nil {
+				firstErr = err
+			}
 		}
-		done = append(done, id)
-		return true
 	}
 	for _, id := range req.IDs {
 		if sv.t.state(id) == "" {
@@ -571,22 +578,26 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 	if err != nil {
 		sv.log.Warn("cancel: read the submissions not read yet", zap.Error(err))
 	}
-	for id := range unread {
-		if !cancel(id) {
-			delete(unread, id)
-		}
+	cancel(slices.Sorted(maps.Keys(unread)))
+	for _, id := range failed {
+		delete(unread, id)
 	}
-	for _, waiting := range []bool{true, false} {
+	for _, state := range []string{StateWaiting, StateDispatched} {
+		var ids []string
 		for _, id := range req.IDs {
-			if state := sv.t.state(id); state == StateDispatched && !waiting ||
-				state == StateWaiting && waiting {
-				cancel(id)
+			if sv.t.state(id) == state {
+				ids = append(ids, id)
 			}
 		}
+		cancel(ids)
 	}
+	// One line a request, however many jobs it names.
 	if len(done) > 0 {
-		// One line a request, however many jobs it names.
 		sv.log.Info("jobs cancelled", zap.Int("jobs", len(done)), zap.Strings("ids", done[:min(len(done), 10)]))
+	}
+	if len(failed) > 0 {
+		sv.log.Warn("jobs not cancelled", zap.Int("jobs", len(failed)), zap.Strings("ids", failed[:min(len(failed), 10)]),
+			zap.Error(firstErr))
 	}
 	reply.Jobs = sv.t.status(StatusRequest{IDs: req.IDs}).Jobs
 	for i, j := range reply.Jobs {
@@ -684,6 +695,27 @@ func (sv *serving) scanUnread(ctx context.Context, st natsjs.Stream, last uint64
 		}
 	}
 	return nil
+}
+
+// cancelParallel bounds the cancels of one request under way at once:
+// each is two exchanges with the server (the record stored, the job
+// purged), which one after the other took 0.15 ms a job.
+const cancelParallel = 32
+
+// cancelAll cancels ids, cancelParallel at a time, and returns the error
+// of each.
+func (sv *serving) cancelAll(ctx context.Context, ids []string) []error {
+	errs := make([]error, len(ids))
+	var g errgroup.Group
+	g.SetLimit(cancelParallel)
+	for i, id := range ids {
+		g.Go(func() error {
+			errs[i] = sv.cancel(ctx, id)
+			return nil
+		})
+	}
+	g.Wait()
+	return errs
 }
 
 // cancel cancels job id, which has not ended.
