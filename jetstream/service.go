@@ -46,7 +46,10 @@ var ErrServiceRunning = errors.New("jetstream: another service already serves th
 // is stored (a result, or the record of its cancel) is counted as done, one
 // still in the JOBS stream is waited for without being published again,
 // and the others are published. No job is lost and none is run again
-// because the Service restarted.
+// because the Service restarted. It also reads each worker's last heartbeat,
+// which it keeps in the <Stream>_WORKERS stream: a worker that held jobs and
+// died while no Service ran has them handed to other workers, if it is not
+// heard again within seconds.
 //
 // Only one Service may serve a set of streams; Run refuses to start when
 // another one answers.
