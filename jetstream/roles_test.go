@@ -260,7 +260,8 @@ func TestRoleTokenForged(t *testing.T) {
 
 // A Manager or Service that finds the streams as it would make them leaves
 // them alone: an update of a stream in use is work for the server (and has
-// raced in it with a consumer being made), so none is sent.
+// raced in it with a consumer being made), so none is sent. One whose
+// settings or limits differ is put right.
 func TestStreamsNotUpdatedWhenSame(t *testing.T) {
 	srv, err := StartEmbedded(t.TempDir(), "127.0.0.1", -1, WithToken("s3cret"))
 	require.NoError(t, err)
@@ -270,16 +271,20 @@ func TestStreamsNotUpdatedWhenSame(t *testing.T) {
 	require.NoError(t, err)
 	ctx := testCtx(t, 30*time.Second)
 	cfg := Config{}.withDefaults()
-	_, _, _, err = ensure(ctx, js, cfg, true)
-	require.NoError(t, err)
-	require.NoError(t, ensureSubmitted(ctx, owner, cfg, true))
+	ensureAll := func() {
+		t.Helper()
+		_, _, _, err := ensure(ctx, js, cfg, true)
+		require.NoError(t, err)
+		require.NoError(t, ensureSubmitted(ctx, owner, cfg, true))
+		_, err = ensureFleet(ctx, js, cfg)
+		require.NoError(t, err)
+	}
+	ensureAll()
 
 	updates, err := owner.SubscribeSync("$JS.API.STREAM.UPDATE.>")
 	require.NoError(t, err)
 	require.NoError(t, owner.Flush())
-	_, _, _, err = ensure(ctx, js, cfg, true)
-	require.NoError(t, err)
-	require.NoError(t, ensureSubmitted(ctx, owner, cfg, true))
+	ensureAll()
 	require.NoError(t, owner.Flush())
 	n, _, err := updates.Pending()
 	require.NoError(t, err)
@@ -290,6 +295,16 @@ func TestStreamsNotUpdatedWhenSame(t *testing.T) {
 	_, results, _, err := ensure(ctx, js, cfg, true)
 	require.NoError(t, err)
 	assert.Equal(t, time.Hour, results.CachedInfo().Config.MaxAge)
+	// A limit of messages too.
+	st, err := js.Stream(ctx, cfg.fleetStream())
+	require.NoError(t, err)
+	sc := st.CachedInfo().Config
+	sc.MaxMsgsPerSubject = 10
+	_, err = js.UpdateStream(ctx, sc)
+	require.NoError(t, err)
+	st, err = ensureFleet(ctx, js, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), st.CachedInfo().Config.MaxMsgsPerSubject)
 }
 
 // recordingProxy forwards connections to addr and keeps what the clients

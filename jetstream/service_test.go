@@ -227,43 +227,6 @@ func TestZeroConfigKeepsSettings(t *testing.T) {
 	assert.Equal(t, DefaultMaxDeliver, cons.CachedInfo().Config.MaxDeliver)
 }
 
-// Streams made as wanted are left as they are when made again (an update
-// of a stream in use is work for the server); one whose limits differ from
-// what is wanted is updated.
-func TestStreamsUpdatedOnlyWhenTheyDiffer(t *testing.T) {
-	nc := setup(t)
-	js, err := natsjs.New(nc)
-	require.NoError(t, err)
-	ctx := testCtx(t, time.Minute)
-	cfg := Config{}.withDefaults()
-	ensureAll := func() {
-		_, _, _, err := ensure(ctx, js, cfg, true)
-		require.NoError(t, err)
-		require.NoError(t, ensureSubmitted(ctx, nc, cfg, true))
-		_, err = ensureFleet(ctx, js, cfg)
-		require.NoError(t, err)
-	}
-	ensureAll()
-	updates, err := nc.SubscribeSync("$JS.API.STREAM.UPDATE.>")
-	require.NoError(t, err)
-	ensureAll()
-	require.NoError(t, nc.Flush()) // our requests, and their echoes, are through
-	pending, _, err := updates.Pending()
-	require.NoError(t, err)
-	require.Zero(t, pending, "no stream updated")
-
-	st, err := js.Stream(ctx, cfg.fleetStream())
-	require.NoError(t, err)
-	sc := st.CachedInfo().Config
-	sc.MaxMsgsPerSubject = 10
-	_, err = js.UpdateStream(ctx, sc)
-	require.NoError(t, err)
-	ensureAll()
-	st, err = js.Stream(ctx, cfg.fleetStream())
-	require.NoError(t, err)
-	assert.Equal(t, int64(1), st.CachedInfo().Config.MaxMsgsPerSubject, "put right")
-}
-
 // A job that runs longer than AckWait is kept by its worker with
 // in-progress acknowledgements: the other worker never gets it.
 func TestLongJobKeptAlive(t *testing.T) {
