@@ -361,7 +361,7 @@ func (f *fleet) recall(ctx context.Context, js natsjs.JetStream, cfg Config, ack
 	if n == 0 {
 		return nil, nil
 	}
-	cons, err := st.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{})
+	cons, err := st.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{InactiveThreshold: time.Minute})
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.fleetStream(), err)
 	}
