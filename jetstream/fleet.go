@@ -381,12 +381,12 @@ func (f *fleet) recall(ctx context.Context, js natsjs.JetStream, cfg Config, ack
 			continue // gone, or its deliveries may be another worker's now
 		}
 		f.mu.Lock()
-		if _, heard := f.workers[beat.Name]; !heard {
+		_, heard := f.workers[beat.Name]
+		// One that held nothing of ours is left to be heard, or not.
+		if !heard && slices.ContainsFunc(beat.Leases, func(l lease) bool { return f.ours(l.Ack) }) {
 			f.note(beat, now.Add(-age))
-			if len(f.workers[beat.Name].leases) > 0 {
+			if _, kept := f.workers[beat.Name]; kept {
 				names = append(names, beat.Name)
-			} else {
-				delete(f.workers, beat.Name) // nothing to hand back: it is heard or not
 			}
 		}
 		f.mu.Unlock()
