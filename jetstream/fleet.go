@@ -52,6 +52,10 @@ const (
 	beatMin      = 100 * time.Millisecond
 )
 
+// beatEvery is beatInterval, as the workers keep it: a variable for the
+// tests.
+var beatEvery = beatInterval
+
 // heartbeat is what a worker says of itself on Config.workersSubject.
 type heartbeat struct {
 	WorkerInfo
@@ -123,7 +127,8 @@ func defaultWorkerName() string {
 // beat says, every beatInterval until ctx ends, that this worker is there
 // and what it runs, and then that it is gone. It says it at once when what
 // it runs changed (a job it starts is then in the service's hands should
-// the worker die the moment after), but not more than once per beatMin.
+// the worker die the moment after), but not more than once per beatMin,
+// and when its connection is back after a drop.
 func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots int) {
 	subject := r.cfg.workersSubject(subjectToken(name))
 	say := func(gone bool) {
@@ -148,8 +153,13 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 			r.log.Debug("heartbeat", zap.Error(err))
 		}
 	}
-	t := time.NewTicker(beatInterval)
+	t := time.NewTicker(beatEvery)
 	defer t.Stop()
+	// Said again as soon as the connection is back: a service that started
+	// meanwhile called the roll when this worker could not hear it, and
+	// hears of its jobs then long before it would take it for gone.
+	back := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(back)
 	for {
 		say(false)
 		said := time.Now()
@@ -159,6 +169,7 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 			nc.Flush()
 			return
 		case <-t.C:
+		case <-back:
 		case <-r.changed:
 			if wait := beatMin - time.Since(said); wait > 0 {
 				pause := time.NewTimer(wait)

@@ -3,8 +3,13 @@ package jetstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/freeport"
 )
 
 // A fleet's service sees its workers (name, slots, the jobs each runs) and
@@ -313,4 +319,105 @@ func TestFleetRecallsWhoHeldJobs(t *testing.T) {
 	require.Len(t, gone, 1)
 	assert.Equal(t, "held", gone[0].info.Name)
 	assert.Equal(t, []lease{{"j1", ours}}, gone[0].leases)
+}
+
+// gate dials while open; shut, it refuses: a connection that comes back
+// only when the test lets it.
+type gate struct {
+	mu   sync.Mutex
+	shut bool
+}
+
+func (g *gate) set(shut bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shut = shut
+}
+
+func (g *gate) Dial(network, address string) (net.Conn, error) {
+	g.mu.Lock()
+	shut := g.shut
+	g.mu.Unlock()
+	if shut {
+		return nil, errors.New("dial held back by the test")
+	}
+	return net.Dial(network, address)
+}
+
+// A worker whose connection comes back after the service started again
+// (laboro serve restarted, its roll call gone by) says at once that it is
+// there and what it runs, not at its next heartbeat: the service hears of
+// its job before it would take the worker for gone and hand the job to
+// another, and the job runs once.
+func TestWorkerSaysItIsBackAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a NATS server")
+	}
+	every := beatEvery
+	beatEvery = time.Hour // past the first, heartbeats only for a change (or a return)
+	t.Cleanup(func() { beatEvery = every })
+	dir, port := t.TempDir(), freeport.Port(t)
+	srv, err := StartEmbedded(dir, "127.0.0.1", port)
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Shutdown() }) // the server of the moment
+	ctx := testCtx(t, 2*time.Minute)
+	serve := func() (*Service, func()) {
+		nc, err := nats.Connect(srv.URL())
+		require.NoError(t, err)
+		svc := &Service{Conn: nc, Config: Config{AckWait: 10 * time.Minute, Dir: t.TempDir(), Logger: zaptest.NewLogger(t)}}
+		sctx, cancel := context.WithCancel(context.Background())
+		started, served := make(chan struct{}), make(chan error, 1)
+		svc.Started = func(*laboro.Executor) { close(started) }
+		go func() { served <- svc.Run(sctx) }()
+		stop := sync.OnceFunc(func() { cancel(); require.NoError(t, <-served); nc.Close() })
+		t.Cleanup(stop)
+		<-started
+		return svc, stop
+	}
+	svc, stopService := serve()
+
+	g := &gate{}
+	wc, err := nats.Connect(srv.URL(), nats.SetCustomDialer(g), nats.MaxReconnects(-1),
+		nats.ReconnectWait(10*time.Millisecond), nats.ReconnectBufSize(-1))
+	require.NoError(t, err)
+	t.Cleanup(wc.Close)
+	runWorker(t, &Worker{Conn: wc, Name: "w-back", OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t)})
+	work := t.TempDir()
+	runs, release := filepath.Join(work, "runs"), filepath.Join(work, "release")
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o600) })
+	script := fmt.Sprintf("echo run >> %s; until [ -e %s ]; do sleep 0.01; done; echo done", runs, release)
+	cl := &Client{Conn: svc.Conn, Config: Config{Dir: t.TempDir()}}
+	ids, err := cl.Submit(ctx, "b", []laboro.Job{{Script: script}})
+	require.NoError(t, err)
+	require.Len(t, ids, 1)
+	runsIt := func(svc *Service, since time.Time) bool {
+		for _, w := range svc.Workers() {
+			if w.Name == "w-back" && w.Seen.After(since) && slices.Contains(w.Running, ids[0]) {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, func() bool { return runsIt(svc, time.Time{}) }, time.Minute, 5*time.Millisecond,
+		"the service hears that the worker runs the job")
+
+	// The server and the service go, and come back before the worker's
+	// connection does.
+	g.set(true)
+	stopService()
+	srv.Shutdown()
+	srv, err = StartEmbedded(dir, "127.0.0.1", port)
+	require.NoError(t, err)
+	svc, _ = serve()
+	back := time.Now()
+	g.set(false)
+	require.Eventually(t, func() bool { return runsIt(svc, back) }, time.Minute, 5*time.Millisecond,
+		"the service started again hears from the worker as soon as it is back")
+
+	require.NoError(t, os.WriteFile(release, nil, 0o600))
+	cl = &Client{Conn: svc.Conn, Config: Config{Dir: t.TempDir()}}
+	got, err := cl.Wait(ctx, "b", 1, 10*time.Millisecond, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, got.Succeeded, "%+v", got)
+	assert.Equal(t, 1, lines(t, runs), "the job ran once")
 }
