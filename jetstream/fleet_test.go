@@ -361,20 +361,7 @@ func TestWorkerSaysItIsBackAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Shutdown() }) // the server of the moment
 	ctx := testCtx(t, 2*time.Minute)
-	serve := func() (*Service, func()) {
-		nc, err := nats.Connect(srv.URL())
-		require.NoError(t, err)
-		svc := &Service{Conn: nc, Config: Config{AckWait: 10 * time.Minute, Dir: t.TempDir(), Logger: zaptest.NewLogger(t)}}
-		sctx, cancel := context.WithCancel(context.Background())
-		started, served := make(chan struct{}), make(chan error, 1)
-		svc.Started = func(*laboro.Executor) { close(started) }
-		go func() { served <- svc.Run(sctx) }()
-		stop := sync.OnceFunc(func() { cancel(); require.NoError(t, <-served); nc.Close() })
-		t.Cleanup(stop)
-		<-started
-		return svc, stop
-	}
-	svc, stopService := serve()
+	svc, stopService := startOwnService(t, srv.URL(), zaptest.NewLogger(t))
 
 	g := &gate{}
 	wc, err := nats.Connect(srv.URL(), nats.SetCustomDialer(g), nats.MaxReconnects(-1),
@@ -408,7 +395,7 @@ func TestWorkerSaysItIsBackAtOnce(t *testing.T) {
 	srv.Shutdown()
 	srv, err = StartEmbedded(dir, "127.0.0.1", port)
 	require.NoError(t, err)
-	svc, _ = serve()
+	svc, _ = startOwnService(t, srv.URL(), zaptest.NewLogger(t))
 	back := time.Now()
 	g.set(false)
 	require.Eventually(t, func() bool { return runsIt(svc, back) }, time.Minute, 5*time.Millisecond,

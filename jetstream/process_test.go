@@ -173,18 +173,9 @@ func TestServiceStartedAgainHandsBackAKilledWorkersJob(t *testing.T) {
 	t.Cleanup(func() { srv.Shutdown() }) // the server of the moment
 	ctx := testCtx(t, 2*time.Minute)
 	serve := func() (*nats.Conn, *observer.ObservedLogs, func()) {
-		nc, err := nats.Connect(srv.URL())
-		require.NoError(t, err)
 		core, logs := observer.New(zap.InfoLevel)
-		svc := &Service{Conn: nc, Config: Config{AckWait: 10 * time.Minute, Dir: t.TempDir(), Logger: zap.New(core)}}
-		sctx, cancel := context.WithCancel(context.Background())
-		started, served := make(chan struct{}), make(chan error, 1)
-		svc.Started = func(*laboro.Executor) { close(started) }
-		go func() { served <- svc.Run(sctx) }()
-		stop := sync.OnceFunc(func() { cancel(); require.NoError(t, <-served); nc.Close() })
-		t.Cleanup(stop)
-		<-started
-		return nc, logs, stop
+		svc, stop := startOwnService(t, srv.URL(), zap.New(core))
+		return svc.Conn, logs, stop
 	}
 	nc, _, stopService := serve()
 
@@ -314,4 +305,22 @@ func midJob(marks string, worker int) bool {
 		}
 	}
 	return false
+}
+
+// startOwnService runs a Service on a connection of its own to url, with an
+// AckWait of 10 minutes (no job goes back on its own during a test), until
+// stop is called or the test ends; it returns once the Service started.
+func startOwnService(t *testing.T, url string, log *zap.Logger) (svc *Service, stop func()) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	svc = &Service{Conn: nc, Config: Config{AckWait: 10 * time.Minute, Dir: t.TempDir(), Logger: log}}
+	ctx, cancel := context.WithCancel(context.Background())
+	started, served := make(chan struct{}), make(chan error, 1)
+	svc.Started = func(*laboro.Executor) { close(started) }
+	go func() { served <- svc.Run(ctx) }()
+	stop = sync.OnceFunc(func() { cancel(); require.NoError(t, <-served); nc.Close() })
+	t.Cleanup(stop)
+	<-started
+	return svc, stop
 }
