@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # bench-whole-process.sh runs N trivial shell jobs, two at a time, as whole
 # processes: `laboro run` (the core Executor, no server) against
-# `xargs -P2` and GNU `parallel -j2`, in interleaved rounds (hyperfine runs
-# each command in turn), and `laboro run true` against `sh -c true` for the
-# start-up. Needs hyperfine and parallel (Debian packages of those names).
-# hyperfine runs one command's runs after the other's, so a slow phase of a
-# shared machine can favour one; the ratio to xargs is then measured again
+# `xargs -P2` and GNU `parallel -j2` with hyperfine, and `laboro run true`
+# against `sh -c true` for the start-up. Needs hyperfine and parallel (Debian
+# packages of those names). hyperfine runs one command's runs after the
+# other's, so a slow phase of a shared machine can favour one; the ratio to
+# xargs is then measured again
 # in ROUNDS interleaved rounds (each runs `laboro run` and `xargs -P2 sh -c`
 # once, in turn), printed per round and as the median with its range.
 # Output files go to $TMPDIR (for laboro's state directory).
