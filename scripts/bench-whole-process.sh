@@ -5,9 +5,9 @@
 # against `sh -c true` for the start-up. Needs hyperfine and parallel (Debian
 # packages of those names). hyperfine runs one command's runs after the
 # other's, so a slow phase of a shared machine can favour one; the ratio to
-# xargs is then measured again
-# in ROUNDS interleaved rounds (each runs `laboro run` and `xargs -P2 sh -c`
-# once, in turn), printed per round and as the median with its range.
+# xargs is then measured again in ROUNDS interleaved rounds (each runs
+# `laboro run` and `xargs -P2 sh -c` once, in turn), printed per round and
+# as the median with its range.
 # Output files go to $TMPDIR (for laboro's state directory).
 #
 #   scripts/bench-whole-process.sh [N [RUNS [ROUNDS]]]   (defaults: 1000 jobs, 5 runs, 6 rounds)
