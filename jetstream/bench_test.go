@@ -131,6 +131,11 @@ func BenchmarkJobs(b *testing.B) {
 	b.Run("serve/slots=4", func(b *testing.B) {
 		runJobs(b, benchServe(b, 64, max(b.N, 1), 4))
 	})
+	// As laboro serve runs for workers of other machines: its Service
+	// hears their heartbeats and keeps the last in a stream.
+	b.Run("service-token/workers=4", func(b *testing.B) {
+		runJobs(b, benchService(b, 64, 4))
+	})
 }
 
 // benchServe is benchJetStream as laboro serve runs the jobs itself: the
@@ -169,6 +174,69 @@ func benchServe(b *testing.B, concurrency, buffer, slots int) *laboro.Executor {
 		}
 	})
 	return benchExecutor(b, m, concurrency, buffer)
+}
+
+// benchService is benchJetStream's token setting with the Manager of a
+// Service, as laboro serve runs it for workers elsewhere: the Service's
+// Executor, up to concurrency jobs out at once, is returned, and the
+// Service hears the workers' heartbeats.
+func benchService(b *testing.B, concurrency, workers int) *laboro.Executor {
+	b.Helper()
+	const token = "the server's token"
+	srv, err := StartEmbedded(b.TempDir(), "127.0.0.1", -1, WithToken(token))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.URL(), Token(token), srv.InProcess())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	key := JobKey(token, "")
+	svc := &Service{Conn: nc, Config: Config{Dir: b.TempDir(), JobKey: key, ClientKey: ClientKey(token, "")},
+		Concurrency: concurrency}
+	started := make(chan *laboro.Executor, 1)
+	svc.Started = func(ex *laboro.Executor) { started <- ex }
+	sctx, stopService := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- svc.Run(sctx) }()
+	b.Cleanup(func() {
+		stopService()
+		if err := <-served; err != nil {
+			b.Error(err)
+		}
+	})
+	var ex *laboro.Executor
+	select {
+	case ex = <-started:
+	case err := <-served:
+		b.Fatal("service:", err)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var conns []*nats.Conn
+	b.Cleanup(func() {
+		stop()
+		wg.Wait()
+		for _, wc := range conns {
+			wc.Close()
+		}
+	})
+	for range workers {
+		wc, err := nats.Connect(srv.URL(), Token(RoleToken(token, RoleWorker, "")))
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, wc)
+		w := &Worker{Conn: wc, Config: Config{JobKey: key, ProveServer: true}, Concurrency: 1, OutputDir: b.TempDir()}
+		wg.Go(func() {
+			if err := w.Run(wctx); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	return ex
 }
 
 // runJobs submits b.N jobs to ex, waits for every result and reports the
