@@ -31,6 +31,13 @@ import (
 // an unproven one hears the worker's name and slots, and has the worker ask
 // for a proof.
 //
+// A heartbeat that says what a worker runs comes at once when that changed,
+// but not twice within beatMin; so a worker also says each delivery as it
+// takes it (on Config.tookSubject, not kept), and the service adds it to
+// what the worker's last heartbeat said until a heartbeat made after it
+// (each says a number that grows) says what the worker holds. A job whose
+// worker dies the moment after taking it is then handed back too.
+//
 // A worker that falls silent (killed, its machine gone) has its jobs handed
 // back by the service, which gives a negative acknowledgement for each
 // delivery it held: another worker takes them within seconds, instead of
@@ -52,9 +59,9 @@ const (
 	beatMin      = 100 * time.Millisecond
 )
 
-// beatEvery is beatInterval, as the workers keep it: a variable for the
-// tests.
-var beatEvery = beatInterval
+// beatEvery and beatPause are beatInterval and beatMin, as the workers keep
+// them: variables for the tests.
+var beatEvery, beatPause = beatInterval, beatMin
 
 // heartbeat is what a worker says of itself on Config.workersSubject.
 type heartbeat struct {
@@ -62,6 +69,10 @@ type heartbeat struct {
 	// Leases are the deliveries of the jobs it holds (running, or their
 	// results on the way).
 	Leases []lease `json:"leases,omitempty"`
+	// Said numbers what a worker says, heartbeats and deliveries taken, in
+	// the order it said them, from 1 as it starts; 0 from a worker that
+	// does not number them.
+	Said uint64 `json:"said,omitempty"`
 }
 
 // lease is a delivery of a job a worker holds: the job's id and the
@@ -70,6 +81,21 @@ type lease struct {
 	Job string `json:"job"`
 	Ack string `json:"ack"`
 }
+
+// took is what a worker says as it takes a job (Config.tookSubject).
+type took struct {
+	Worker string `json:"worker"`
+	Job    string `json:"job"`
+	Ack    string `json:"ack"`
+	Said   uint64 `json:"said"`
+}
+
+// maxTook bounds the body of a took, and maxLeasesHeard the deliveries a
+// service keeps for one worker.
+const (
+	maxTook        = 4 << 10
+	maxLeasesHeard = 4096
+)
 
 // maxBeat bounds a heartbeat's body: a worker says no more of the jobs it
 // runs and holds than fit, and a service ignores a bigger one.
@@ -132,7 +158,9 @@ func defaultWorkerName() string {
 func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots int) {
 	subject := r.cfg.workersSubject(subjectToken(name))
 	say := func(gone bool) {
-		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: slots, Gone: gone}}
+		// Numbered before it looks at what the worker holds: a delivery
+		// said with a greater number may be missing from it.
+		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: slots, Gone: gone}, Said: r.said.Add(1)}
 		if !gone && !r.proven() {
 			r.askProof() // its end says the jobs (see challenge)
 		} else if !gone {
@@ -171,7 +199,7 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 		case <-t.C:
 		case <-back:
 		case <-r.changed:
-			if wait := beatMin - time.Since(said); wait > 0 {
+			if wait := beatPause - time.Since(said); wait > 0 {
 				pause := time.NewTimer(wait)
 				select {
 				case <-pause.C:
@@ -180,6 +208,20 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 				}
 			}
 		}
+	}
+}
+
+// sayTook tells the service the delivery, acknowledged on ack, of job id,
+// which this worker takes now: the heartbeat that lists it may come up to
+// beatMin later, and a worker killed meanwhile would leave it to its
+// AckWait. Said only to a server that proved itself, as heartbeats are.
+func (r *workerRun) sayTook(id, ack string) {
+	if ack == "" || !r.proven() {
+		return
+	}
+	b, _ := json.Marshal(took{Worker: r.name, Job: id, Ack: ack, Said: r.said.Add(1)})
+	if err := r.js.Conn().Publish(r.cfg.tookSubject(subjectToken(r.name)), b); err != nil {
+		r.log.Debug("say a job taken", zap.String("job", id), zap.Error(err))
 	}
 }
 
@@ -259,6 +301,9 @@ type fleet struct {
 	// acks is in the acknowledgement subject of every delivery of the
 	// workers' consumer: a lease said with another is not handed back.
 	acks string
+	// beats is the subject of heartbeats up to the worker's name; one
+	// with a token more says a delivery taken.
+	beats string
 	// back is when the service started, or its own connection was last
 	// seen down or back up (reconnects tells): a worker's silence counts
 	// from then only, for the service could not hear it before.
@@ -266,10 +311,15 @@ type fleet struct {
 	reconnects uint64
 }
 
-// heardOf is a worker as its last heartbeat says.
+// heardOf is a worker as its last heartbeat says, with the deliveries it
+// said it took since.
 type heardOf struct {
 	info   WorkerInfo
 	leases []lease
+	said   uint64 // the number of the last heartbeat (heartbeat.Said)
+	// took has, for each of leases heard as the worker took it and not
+	// yet from a heartbeat, the number it was said with (heartbeat.Said).
+	took map[string]uint64 // by acknowledgement subject
 }
 
 // reset forgets the workers heard of, for a Service's Run on cfg's
@@ -279,11 +329,16 @@ func (f *fleet) reset(cfg Config) {
 	defer f.mu.Unlock()
 	f.workers = map[string]heardOf{}
 	f.acks = "." + cfg.jobsStream() + "." + consumerName + "."
+	f.beats = cfg.workersSubject("")
 	f.back, f.reconnects = time.Now(), 0 // none heard before
 }
 
-// heard records a heartbeat.
+// heard records a heartbeat, or a delivery a worker took.
 func (f *fleet) heard(msg *nats.Msg) {
+	if name, ok := strings.CutPrefix(msg.Subject, f.beats); ok && strings.Contains(name, ".") {
+		f.took(msg.Data)
+		return
+	}
 	beat, ok := parseBeat(msg.Data)
 	if !ok {
 		return
@@ -305,14 +360,65 @@ func parseBeat(data []byte) (beat heartbeat, ok bool) {
 	return beat, true
 }
 
-// note records beat, heard at seen. f.mu is held.
+// note records beat, heard at seen, keeping the deliveries said taken
+// after the heartbeat was made. f.mu is held.
 func (f *fleet) note(beat heartbeat, seen time.Time) {
-	if _, ok := f.workers[beat.Name]; !ok && len(f.workers) >= maxWorkersHeard {
+	prev, ok := f.workers[beat.Name]
+	if !ok && len(f.workers) >= maxWorkersHeard {
 		return
 	}
 	beat.Seen = seen
-	beat.Leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
-	f.workers[beat.Name] = heardOf{info: beat.WorkerInfo, leases: beat.Leases}
+	w := heardOf{info: beat.WorkerInfo, said: beat.Said}
+	w.leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
+	// A worker's numbers grow, from 1 as it starts: one started again
+	// under the same name took none of what its predecessor said.
+	if beat.Said > prev.said {
+		for _, l := range prev.leases {
+			said := prev.took[l.Ack]
+			if said > beat.Said && len(w.leases) < maxLeasesHeard && !holds(w.leases, l.Ack) {
+				w.leases = append(w.leases, l)
+				if w.took == nil {
+					w.took = map[string]uint64{}
+				}
+				w.took[l.Ack] = said
+			}
+		}
+	}
+	f.workers[beat.Name] = w
+}
+
+// holds reports whether leases has the delivery acknowledged on ack.
+func holds(leases []lease, ack string) bool {
+	return slices.ContainsFunc(leases, func(l lease) bool { return l.Ack == ack })
+}
+
+// took records a delivery a worker said it took, heard now.
+func (f *fleet) took(data []byte) {
+	var t took
+	if len(data) > maxTook || json.Unmarshal(data, &t) != nil || t.Worker == "" || t.Job == "" || t.Said == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.ours(t.Ack) {
+		return
+	}
+	w, ok := f.workers[t.Worker]
+	if !ok {
+		if len(f.workers) >= maxWorkersHeard {
+			return
+		}
+		w.info.Name = t.Worker
+	}
+	w.info.Seen = time.Now()
+	if !holds(w.leases, t.Ack) && len(w.leases) < maxLeasesHeard {
+		w.leases = append(w.leases, lease{Job: t.Job, Ack: t.Ack})
+		if w.took == nil {
+			w.took = map[string]uint64{}
+		}
+		w.took[t.Ack] = t.Said
+	}
+	f.workers[t.Worker] = w
 }
 
 // The stream of heartbeats (Config.fleetStream) keeps each worker's last

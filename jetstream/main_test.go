@@ -21,6 +21,10 @@ const (
 	// envWorkerAckWait, when set, is the worker process's Config.AckWait
 	// (0 keeps the consumer's); 1 s otherwise.
 	envWorkerAckWait = "LABORO_JS_TEST_WORKER_ACK_WAIT"
+	// envWorkerQuiet, when set, has the worker process say what it runs
+	// once an hour: the service learns of a job it takes only as it takes
+	// it (sayTook).
+	envWorkerQuiet = "LABORO_JS_TEST_WORKER_QUIET"
 	// A test binary started as a manager process runs managerJobs jobs
 	// (see managerJob) through an Executor over a Manager, until killed.
 	envManagerURL   = "LABORO_JS_TEST_MANAGER_URL"
@@ -50,6 +54,9 @@ func workerProcess(url, dir string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
+	}
+	if _, ok := os.LookupEnv(envWorkerQuiet); ok {
+		beatEvery, beatPause = time.Hour, time.Hour
 	}
 	nc, err := nats.Connect(url)
 	if err != nil {

@@ -117,6 +117,23 @@ func TestServiceHandsBackAKilledWorkersJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a worker process")
 	}
+	handsBackKilledWorkersJob(t, false)
+}
+
+// So is the job of a worker killed before any heartbeat listed it: here
+// the worker says what it runs once an hour, and the service knows of the
+// job only from what the worker said as it took it.
+func TestServiceHandsBackAJobTakenSinceTheLastHeartbeat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a worker process")
+	}
+	handsBackKilledWorkersJob(t, true)
+}
+
+// handsBackKilledWorkersJob has a worker process take a job and killed,
+// and checks that the service hands the job to another worker; quiet, the
+// killed worker says no heartbeat after its first.
+func handsBackKilledWorkersJob(t *testing.T, quiet bool) {
 	nc, url := setupURL(t)
 	core, logs := observer.New(zap.InfoLevel)
 	svc := &Service{Conn: nc, Config: Config{AckWait: 10 * time.Minute, Dir: t.TempDir(), Logger: zap.New(core)}}
@@ -134,12 +151,25 @@ func TestServiceHandsBackAKilledWorkersJob(t *testing.T) {
 	h, err := ex.Submit(ctx, laboro.Job{ID: "held", Script: script})
 	require.NoError(t, err)
 
-	worker := startWorkerProcess(t, url, envWorkerAckWait+"=0")
+	env := []string{envWorkerAckWait + "=0"}
+	if quiet {
+		env = append(env, envWorkerQuiet+"=1")
+	}
+	worker := startWorkerProcess(t, url, env...)
 	name := fmt.Sprintf("process-%d", worker.Process.Pid)
-	require.Eventually(t, func() bool {
-		ws := svc.Workers()
-		return lines(t, runs) == 1 && len(ws) == 1 && ws[0].Name == name && slices.Equal(ws[0].Running, []string{"held"})
-	}, time.Minute, 5*time.Millisecond, "the worker process says it runs the job")
+	if quiet {
+		require.Eventually(t, func() bool {
+			svc.fleet.mu.Lock()
+			defer svc.fleet.mu.Unlock()
+			w := svc.fleet.workers[name]
+			return lines(t, runs) == 1 && len(w.info.Running) == 0 && len(w.leases) == 1 && w.leases[0].Job == "held"
+		}, time.Minute, 5*time.Millisecond, "the worker process says it took the job, and no heartbeat says it runs it")
+	} else {
+		require.Eventually(t, func() bool {
+			ws := svc.Workers()
+			return lines(t, runs) == 1 && len(ws) == 1 && ws[0].Name == name && slices.Equal(ws[0].Running, []string{"held"})
+		}, time.Minute, 5*time.Millisecond, "the worker process says it runs the job")
+	}
 	require.NoError(t, worker.Process.Kill())
 	worker.Wait()
 

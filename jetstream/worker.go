@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -256,6 +257,8 @@ type workerRun struct {
 	// changed asks for a heartbeat soon: what the worker runs changed,
 	// the service asked, or the server proved itself.
 	changed chan struct{}
+	// said numbers what the worker says to the service (heartbeat.Said).
+	said atomic.Uint64
 }
 
 // taken is a job this worker handles.
@@ -609,6 +612,7 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		log.Debug("job not run: this worker has it already (running, or its result on the way)")
 		return
 	}
+	r.sayTook(wj.ID, msg.Reply())
 	// The job stays this worker's (delivered again meanwhile, it is not
 	// run again here) until its end is delivered.
 	delivering := false
