@@ -73,7 +73,7 @@ func (c *Client) trust(ctx context.Context, wait bool) error {
 	}
 	c.check.mu.Lock()
 	defer c.check.mu.Unlock()
-	pause := pauses()
+	pause := pauses(c.Conn)
 	for {
 		if c.check.proven(c.Conn) {
 			return nil
@@ -440,7 +440,7 @@ func (c *Client) Result(ctx context.Context, id string) (laboro.Result, error) {
 // submitted before any did (it waits in the SUBMIT stream) has its result
 // once one has run it. It says once, through log, that it waits.
 func waitStream(ctx context.Context, js natsjs.JetStream, name string, log *zap.Logger) (natsjs.Stream, error) {
-	pause := pauses()
+	pause := pauses(js.Conn())
 	said := false
 	for {
 		var s natsjs.Stream

@@ -558,9 +558,41 @@ func attemptLimits() transport.Backoff {
 
 // pauses are the waits after an error that may last (a server away), so
 // that a loop does not spin on it: 100 ms, then twice as long each time up
-// to 1 s. Reset after a success.
-func pauses() transport.Backoff {
-	return transport.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+// to 1 s, each cut short when nc, down as it begins, is back up (what
+// failed for want of the server is tried again as soon as it can be).
+// Reset after a success.
+func pauses(nc *nats.Conn) pause {
+	return pause{Backoff: transport.Backoff{Min: 100 * time.Millisecond, Max: time.Second}, nc: nc}
+}
+
+// pause is a Backoff that ends its wait when its connection comes back.
+type pause struct {
+	transport.Backoff
+	nc *nats.Conn
+}
+
+// Wait sleeps for Next(), or until the connection, down, is back up
+// (the next wait is then Min again), or until ctx ends; it returns
+// ctx.Err().
+func (p *pause) Wait(ctx context.Context) error {
+	if p.nc == nil || p.nc.IsConnected() || p.nc.IsClosed() {
+		return p.Backoff.Wait(ctx)
+	}
+	back := p.nc.StatusChanged(nats.CONNECTED)
+	defer p.nc.RemoveStatusListener(back)
+	t := time.NewTimer(p.Next())
+	defer t.Stop()
+	if p.nc.IsConnected() { // back before the listener was
+		p.Reset()
+		return ctx.Err()
+	}
+	select {
+	case <-t.C:
+	case <-back:
+		p.Reset()
+	case <-ctx.Done():
+	}
+	return ctx.Err()
 }
 
 // publish stores msg with id as its Nats-Msg-Id. An attempt that gets no
@@ -650,7 +682,7 @@ func count(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject str
 // retry calls f, with a time limit for each attempt (attemptLimits), until
 // it succeeds, fails for good (transient says), or ctx ends.
 func retry(ctx context.Context, nc *nats.Conn, f func(context.Context) error) error {
-	limits, pause := attemptLimits(), pauses()
+	limits, pause := attemptLimits(), pauses(nc)
 	for {
 		actx, cancel := context.WithTimeout(ctx, limits.Next())
 		err := f(actx)

@@ -73,6 +73,10 @@ type heartbeat struct {
 	// the order it said them, from 1 as it starts; 0 from a worker that
 	// does not number them.
 	Said uint64 `json:"said,omitempty"`
+	// Unproven is set when the worker does not say what it runs and holds,
+	// to a server that has not proved itself to it yet (see
+	// Config.ProveServer): a service keeps what it heard before.
+	Unproven bool `json:"unproven,omitempty"`
 }
 
 // lease is a delivery of a job a worker holds: the job's id and the
@@ -162,6 +166,7 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 		// said with a greater number may be missing from it.
 		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: slots, Gone: gone}, Said: r.said.Add(1)}
 		if !gone && !r.proven() {
+			info.Unproven = true
 			r.askProof() // its end says the jobs (see challenge)
 		} else if !gone {
 			for _, run := range r.ex.Running() {
@@ -369,10 +374,20 @@ func (f *fleet) note(beat heartbeat, seen time.Time) {
 	}
 	beat.Seen = seen
 	w := heardOf{info: beat.WorkerInfo, said: beat.Said}
-	w.leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
 	// A worker's numbers grow, from 1 as it starts: one started again
 	// under the same name took none of what its predecessor said.
-	if beat.Said > prev.said {
+	same := beat.Said > prev.said
+	if beat.Unproven && same {
+		// It says nothing of its jobs to a server it has not heard prove
+		// itself (one that came back, or this service, new): they are
+		// what it said last. Its deliveries stay its own meanwhile, kept
+		// by its in-progress acknowledgements.
+		w.info.Running, w.leases, w.took = prev.info.Running, prev.leases, prev.took
+		f.workers[beat.Name] = w
+		return
+	}
+	w.leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
+	if same {
 		for _, l := range prev.leases {
 			said := prev.took[l.Ack]
 			if said > beat.Said && len(w.leases) < maxLeasesHeard && !holds(w.leases, l.Ack) {

@@ -295,6 +295,54 @@ func TestFleetKeepsDeliveriesSaidTakenBetweenHeartbeats(t *testing.T) {
 	assert.Equal(t, []lease{{"j4", ack(4)}}, gone[i].leases, "handed back")
 }
 
+// A worker says nothing of its jobs to a server that has not proved itself
+// to it, such as one started again: the service keeps what the worker said
+// before, and hands it back should the worker die before it proves.
+func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
+	var f fleet
+	cfg := Config{}.withDefaults()
+	f.reset(cfg)
+	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
+	say := func(said uint64, unproven bool, leases ...lease) {
+		info := WorkerInfo{Name: "a", Slots: 1}
+		for _, l := range leases {
+			info.Running = append(info.Running, l.Job)
+		}
+		b, err := json.Marshal(heartbeat{WorkerInfo: info, Leases: leases, Said: said, Unproven: unproven})
+		require.NoError(t, err)
+		f.heard(&nats.Msg{Subject: cfg.workersSubject("a"), Data: b})
+	}
+	held := func() (running []string, leases []lease) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.workers["a"].info.Running, f.workers["a"].leases
+	}
+
+	say(1, false, lease{"j1", ours})
+	say(2, true)
+	running, leases := held()
+	assert.Equal(t, []string{"j1"}, running, "what it said last")
+	assert.Equal(t, []lease{{"j1", ours}}, leases)
+	say(3, false)
+	_, leases = held()
+	assert.Empty(t, leases, "proven again, it holds nothing")
+
+	say(4, false, lease{"j1", ours})
+	say(1, true)
+	running, leases = held()
+	assert.Empty(t, running, "a worker started again under the same name")
+	assert.Empty(t, leases)
+
+	say(2, false, lease{"j2", ours})
+	say(3, true)
+	f.mu.Lock()
+	seen := f.workers["a"].info.Seen
+	f.mu.Unlock()
+	gone := f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 30*time.Second, true, 0)
+	require.Len(t, gone, 1)
+	assert.Equal(t, []lease{{"j2", ours}}, gone[0].leases, "handed back")
+}
+
 // names returns the names of the workers in list.
 func names(list []WorkerInfo) []string {
 	var n []string

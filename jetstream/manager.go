@@ -365,7 +365,7 @@ func (m *Manager) forget(id string, w *waiter) {
 // the Run waiting for it.
 func (m *Manager) dispatch() {
 	defer close(m.feedDone)
-	pause := pauses()
+	pause := pauses(m.nc)
 	for {
 		m.mu.Lock()
 		feed := m.feed
@@ -470,7 +470,7 @@ func readResult(ctx context.Context, js natsjs.JetStream, results natsjs.Stream,
 	defer it.Stop()
 	asm := &assembler{dir: cfg.Dir}
 	defer asm.discard()
-	pause := pauses()
+	pause := pauses(js.Conn())
 	for {
 		msg, err := it.Next(natsjs.NextContext(ctx))
 		if err != nil {
@@ -717,7 +717,7 @@ func (m *Manager) deleted(msg *nats.Msg) {
 	if afterDeletion(m.ctx) != nil {
 		return
 	}
-	pause := pauses()
+	pause := pauses(m.nc)
 	for {
 		jobs, results, _, err := ensure(m.ctx, m.js, m.cfg, true)
 		if err == nil {

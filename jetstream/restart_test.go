@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/laboro-go/laboro/internal/freeport"
+	"github.com/laboro-go/laboro/transport"
 )
 
 // TestServerRestart shuts the NATS server down in the middle of a batch and
@@ -123,4 +126,38 @@ func TestResultOutlastsAnOutage(t *testing.T) {
 	// The worker said that the result waited, once, and when it went.
 	assert.Equal(t, 1, logs.FilterMessageSnippet("the job's result waits for the server").Len())
 	assert.Equal(t, 1, logs.FilterMessageSnippet("the job's result went").Len())
+}
+
+// What waits after a failure for want of the server (a result to store, a
+// job to fetch, a proof) is tried again as soon as the connection is back,
+// not at the end of its pause (here an hour).
+func TestPauseEndsWhenTheConnectionIsBack(t *testing.T) {
+	_, url := setupURL(t)
+	relay := e2e.NewRelay(t, strings.TrimPrefix(url, "nats://"))
+	g := &gate{}
+	nc, err := nats.Connect("nats://"+relay.Addr(), nats.SetCustomDialer(g),
+		nats.ReconnectWait(10*time.Millisecond), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	ctx := testCtx(t, time.Minute)
+
+	down := nc.StatusChanged(nats.RECONNECTING)
+	g.set(true)
+	relay.Cut()
+	select {
+	case <-down:
+	case <-ctx.Done():
+		t.Fatal("the connection never went down")
+	}
+	p := pause{Backoff: transport.Backoff{Min: time.Hour, Max: time.Hour}, nc: nc}
+	waited := make(chan error, 1)
+	go func() { waited <- p.Wait(ctx) }()
+	g.set(false)
+	select {
+	case err := <-waited:
+		require.NoError(t, err)
+		assert.True(t, nc.IsConnected())
+	case <-ctx.Done():
+		t.Fatal("the pause outlasted the connection's return")
+	}
 }

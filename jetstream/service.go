@@ -329,7 +329,7 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pause := pauses()
+	pause := pauses(s.Conn)
 	for {
 		msg, err := it.Next()
 		if err != nil {

@@ -286,7 +286,7 @@ func (r *workerRun) leases() []lease {
 // drains (takeCtx ends with either). It takes no job from a server that
 // has not proved itself (Config.ProveServer): its result could not go.
 func (r *workerRun) loop(ctx, takeCtx context.Context) {
-	pause := pauses()
+	pause := pauses(r.js.Conn())
 	for ctx.Err() == nil {
 		select {
 		case <-r.draining:
@@ -474,7 +474,7 @@ func (r *workerRun) prove(ctx context.Context) error {
 	}
 	r.check.mu.Lock()
 	defer r.check.mu.Unlock()
-	pause := pauses()
+	pause := pauses(r.js.Conn())
 	first := time.Now()
 	for {
 		if r.proven() {

@@ -155,3 +155,24 @@ func TestTidyFailures(t *testing.T) {
 	writeSummary(&b, cli.Summary{Counts: cli.Counts{Total: 1, Succeeded: 1}}, "not run", "")
 	assert.Equal(t, "1 job: 1 succeeded, 0 failed\n", b.String())
 }
+
+// A command cut off from its server tries again after 100 ms, then twice
+// as long each round up to 2 s, each wait up to half as long again at
+// random: a worker is back on a server started again within a fraction of
+// a second, and a fleet does not knock all at once.
+func TestReconnectDelay(t *testing.T) {
+	for _, c := range []struct {
+		attempts int
+		min      time.Duration
+	}{{1, 100 * time.Millisecond}, {2, 200 * time.Millisecond}, {3, 400 * time.Millisecond},
+		{4, 800 * time.Millisecond}, {5, 1600 * time.Millisecond}, {6, 2 * time.Second}, {1000, 2 * time.Second}} {
+		spread := map[time.Duration]bool{}
+		for range 50 {
+			d := reconnectDelay(c.attempts)
+			require.GreaterOrEqual(t, d, c.min, "round %d", c.attempts)
+			require.Less(t, d, c.min*3/2, "round %d", c.attempts)
+			spread[d] = true
+		}
+		assert.Greater(t, len(spread), 1, "round %d: at random", c.attempts)
+	}
+}

@@ -5,12 +5,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/jetstream"
@@ -21,6 +23,28 @@ import (
 // defaultURL is where the commands other than serve look for NATS, the
 // address of serve's embedded server.
 const defaultURL = "nats://127.0.0.1:4222"
+
+// The wait before each round of attempts to reach the servers again: from
+// reconnectMin, twice as long each round up to reconnectMax (the NATS
+// client's own wait, every round), each up to half as long again at
+// random, so that a fleet cut off at once does not come back at once. A
+// worker is back on a laboro serve started again within a fraction of a
+// second of its start, rather than up to 2 s later, its results held
+// meanwhile and its jobs unsaid.
+const (
+	reconnectMin = 100 * time.Millisecond
+	reconnectMax = 2 * time.Second
+)
+
+// reconnectDelay is the wait before round attempts (from 1) of reaching
+// the servers again.
+func reconnectDelay(attempts int) time.Duration {
+	d := reconnectMax
+	if attempts >= 1 && attempts <= 5 {
+		d = min(reconnectMin<<(attempts-1), reconnectMax)
+	}
+	return d + rand.N(d/2)
+}
 
 // shown is urls (comma-separated, as -nats takes them) as a log line, an
 // error or a job's environment may show them: without the user, password
@@ -74,6 +98,7 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 		nats.Name("laboro"),
 		nats.SetCustomDialer(dial),
 		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(reconnectDelay),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				c.log.Warn("disconnected from NATS", zap.Error(err))
