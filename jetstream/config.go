@@ -209,12 +209,9 @@ func (c Config) cancelSubject(id string) string {
 }
 
 // liveSubject is where the worker that runs job id answers requests for
-// its output; workersSubject where worker name says it is there;
-// tookSubject where it says, as it takes a job, the delivery it holds (see
-// fleet: core NATS, not kept in the stream of heartbeats).
+// its output; workersSubject where worker name says it is there.
 func (c Config) liveSubject(id string) string      { return c.Stream + ".live." + id }
 func (c Config) workersSubject(name string) string { return c.Stream + ".workers." + name }
-func (c Config) tookSubject(name string) string    { return c.workersSubject(name) + ".took" }
 
 // refusedSubject is where a worker says why it did not run job id (core
 // NATS: nothing is stored); a Manager names the last reason it heard in

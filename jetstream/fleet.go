@@ -31,12 +31,10 @@ import (
 // an unproven one hears the worker's name and slots, and has the worker ask
 // for a proof.
 //
-// A heartbeat that says what a worker runs comes at once when that changed,
-// but not twice within beatMin; so a worker also says each delivery as it
-// takes it (on Config.tookSubject, not kept), and the service adds it to
-// what the worker's last heartbeat said until a heartbeat made after it
-// (each says a number that grows) says what the worker holds. A job whose
-// worker dies the moment after taking it is then handed back too.
+// A worker says it at once as it takes a job, so that a job whose worker
+// dies the moment after is handed back too, even by a service started
+// again meanwhile; other changes (a job started, ended) not twice within
+// beatMin.
 //
 // A worker that falls silent (killed, its machine gone) has its jobs handed
 // back by the service, which gives a negative acknowledgement for each
@@ -69,9 +67,9 @@ type heartbeat struct {
 	// Leases are the deliveries of the jobs it holds (running, or their
 	// results on the way).
 	Leases []lease `json:"leases,omitempty"`
-	// Said numbers what a worker says, heartbeats and deliveries taken, in
-	// the order it said them, from 1 as it starts; 0 from a worker that
-	// does not number them.
+	// Said numbers a worker's heartbeats, from 1 as it starts; 0 from a
+	// worker that does not number them. A service tells by it a worker
+	// started again under the same name.
 	Said uint64 `json:"said,omitempty"`
 	// Unproven is set when the worker does not say what it runs and holds,
 	// to a server that has not proved itself to it yet (see
@@ -85,21 +83,6 @@ type lease struct {
 	Job string `json:"job"`
 	Ack string `json:"ack"`
 }
-
-// took is what a worker says as it takes a job (Config.tookSubject).
-type took struct {
-	Worker string `json:"worker"`
-	Job    string `json:"job"`
-	Ack    string `json:"ack"`
-	Said   uint64 `json:"said"`
-}
-
-// maxTook bounds the body of a took, and maxLeasesHeard the deliveries a
-// service keeps for one worker.
-const (
-	maxTook        = 4 << 10
-	maxLeasesHeard = 4096
-)
 
 // maxBeat bounds a heartbeat's body: a worker says no more of the jobs it
 // runs and holds than fit, and a service ignores a bigger one.
@@ -155,16 +138,17 @@ func defaultWorkerName() string {
 }
 
 // beat says, every beatInterval until ctx ends, that this worker is there
-// and what it runs, and then that it is gone. It says it at once when what
-// it runs changed (a job it starts is then in the service's hands should
-// the worker die the moment after), but not more than once per beatMin,
-// and when its connection is back after a drop.
+// and what it runs, and then that it is gone. It says it at once as it
+// takes a job (the job is then in the service's hands should the worker
+// die the moment after) and when its connection is back after a drop, and
+// soon when what it runs changed otherwise, but then not more than once
+// per beatMin.
 func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots int) {
 	subject := r.cfg.workersSubject(subjectToken(name))
+	var said uint64
 	say := func(gone bool) {
-		// Numbered before it looks at what the worker holds: a delivery
-		// said with a greater number may be missing from it.
-		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: slots, Gone: gone}, Said: r.said.Add(1)}
+		said++
+		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: slots, Gone: gone}, Said: said}
 		if !gone && !r.proven() {
 			info.Unproven = true
 			r.askProof() // its end says the jobs (see challenge)
@@ -195,7 +179,7 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 	defer nc.RemoveStatusListener(back)
 	for {
 		say(false)
-		said := time.Now()
+		at := time.Now()
 		select {
 		case <-ctx.Done():
 			say(true)
@@ -203,30 +187,19 @@ func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots 
 			return
 		case <-t.C:
 		case <-back:
+		case <-r.took:
 		case <-r.changed:
-			if wait := beatPause - time.Since(said); wait > 0 {
+			if wait := beatPause - time.Since(at); wait > 0 {
 				pause := time.NewTimer(wait)
 				select {
 				case <-pause.C:
+				case <-r.took: // said at once, with the change
+				case <-back:
 				case <-ctx.Done():
-					pause.Stop()
 				}
+				pause.Stop()
 			}
 		}
-	}
-}
-
-// sayTook tells the service the delivery, acknowledged on ack, of job id,
-// which this worker takes now: the heartbeat that lists it may come up to
-// beatMin later, and a worker killed meanwhile would leave it to its
-// AckWait. Said only to a server that proved itself, as heartbeats are.
-func (r *workerRun) sayTook(id, ack string) {
-	if ack == "" || !r.proven() {
-		return
-	}
-	b, _ := json.Marshal(took{Worker: r.name, Job: id, Ack: ack, Said: r.said.Add(1)})
-	if err := r.js.Conn().Publish(r.cfg.tookSubject(subjectToken(r.name)), b); err != nil {
-		r.log.Debug("say a job taken", zap.String("job", id), zap.Error(err))
 	}
 }
 
@@ -306,9 +279,6 @@ type fleet struct {
 	// acks is in the acknowledgement subject of every delivery of the
 	// workers' consumer: a lease said with another is not handed back.
 	acks string
-	// beats is the subject of heartbeats up to the worker's name; one
-	// with a token more says a delivery taken.
-	beats string
 	// back is when the service started, or its own connection was last
 	// seen down or back up (reconnects tells): a worker's silence counts
 	// from then only, for the service could not hear it before.
@@ -316,15 +286,11 @@ type fleet struct {
 	reconnects uint64
 }
 
-// heardOf is a worker as its last heartbeat says, with the deliveries it
-// said it took since.
+// heardOf is a worker as its last heartbeat says.
 type heardOf struct {
 	info   WorkerInfo
 	leases []lease
 	said   uint64 // the number of the last heartbeat (heartbeat.Said)
-	// took has, for each of leases heard as the worker took it and not
-	// yet from a heartbeat, the number it was said with (heartbeat.Said).
-	took map[string]uint64 // by acknowledgement subject
 }
 
 // reset forgets the workers heard of, for a Service's Run on cfg's
@@ -334,16 +300,11 @@ func (f *fleet) reset(cfg Config) {
 	defer f.mu.Unlock()
 	f.workers = map[string]heardOf{}
 	f.acks = "." + cfg.jobsStream() + "." + consumerName + "."
-	f.beats = cfg.workersSubject("")
 	f.back, f.reconnects = time.Now(), 0 // none heard before
 }
 
-// heard records a heartbeat, or a delivery a worker took.
+// heard records a heartbeat.
 func (f *fleet) heard(msg *nats.Msg) {
-	if name, ok := strings.CutPrefix(msg.Subject, f.beats); ok && strings.Contains(name, ".") {
-		f.took(msg.Data)
-		return
-	}
 	beat, ok := parseBeat(msg.Data)
 	if !ok {
 		return
@@ -365,8 +326,7 @@ func parseBeat(data []byte) (beat heartbeat, ok bool) {
 	return beat, true
 }
 
-// note records beat, heard at seen, keeping the deliveries said taken
-// after the heartbeat was made. f.mu is held.
+// note records beat, heard at seen. f.mu is held.
 func (f *fleet) note(beat heartbeat, seen time.Time) {
 	prev, ok := f.workers[beat.Name]
 	if !ok && len(f.workers) >= maxWorkersHeard {
@@ -374,66 +334,18 @@ func (f *fleet) note(beat heartbeat, seen time.Time) {
 	}
 	beat.Seen = seen
 	w := heardOf{info: beat.WorkerInfo, said: beat.Said}
-	// A worker's numbers grow, from 1 as it starts: one started again
-	// under the same name took none of what its predecessor said.
-	same := beat.Said > prev.said
-	if beat.Unproven && same {
+	// A worker's numbers grow, from 1 as it starts: one that says a
+	// smaller one is another started under the same name.
+	if beat.Unproven && beat.Said > prev.said {
 		// It says nothing of its jobs to a server it has not heard prove
 		// itself (one that came back, or this service, new): they are
 		// what it said last. Its deliveries stay its own meanwhile, kept
 		// by its in-progress acknowledgements.
-		w.info.Running, w.leases, w.took = prev.info.Running, prev.leases, prev.took
-		f.workers[beat.Name] = w
-		return
-	}
-	w.leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
-	if same {
-		for _, l := range prev.leases {
-			said := prev.took[l.Ack]
-			if said > beat.Said && len(w.leases) < maxLeasesHeard && !holds(w.leases, l.Ack) {
-				w.leases = append(w.leases, l)
-				if w.took == nil {
-					w.took = map[string]uint64{}
-				}
-				w.took[l.Ack] = said
-			}
-		}
+		w.info.Running, w.leases = prev.info.Running, prev.leases
+	} else {
+		w.leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
 	}
 	f.workers[beat.Name] = w
-}
-
-// holds reports whether leases has the delivery acknowledged on ack.
-func holds(leases []lease, ack string) bool {
-	return slices.ContainsFunc(leases, func(l lease) bool { return l.Ack == ack })
-}
-
-// took records a delivery a worker said it took, heard now.
-func (f *fleet) took(data []byte) {
-	var t took
-	if len(data) > maxTook || json.Unmarshal(data, &t) != nil || t.Worker == "" || t.Job == "" || t.Said == 0 {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.ours(t.Ack) {
-		return
-	}
-	w, ok := f.workers[t.Worker]
-	if !ok {
-		if len(f.workers) >= maxWorkersHeard {
-			return
-		}
-		w.info.Name = t.Worker
-	}
-	w.info.Seen = time.Now()
-	if !holds(w.leases, t.Ack) && len(w.leases) < maxLeasesHeard {
-		w.leases = append(w.leases, lease{Job: t.Job, Ack: t.Ack})
-		if w.took == nil {
-			w.took = map[string]uint64{}
-		}
-		w.took[t.Ack] = t.Said
-	}
-	f.workers[t.Worker] = w
 }
 
 // The stream of heartbeats (Config.fleetStream) keeps each worker's last

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,75 +223,6 @@ func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 	require.NoError(t, err)
 	f.heard(&nats.Msg{Data: b})
 	assert.Empty(t, f.vanished(time.Now().Add(time.Minute), 30*time.Second, true, 0), "a worker that said it stops hands back its own jobs")
-}
-
-// A delivery a worker says it took is handed back with those its last
-// heartbeat listed, until a heartbeat made after it says what the worker
-// holds; a worker started again under the same name took none of what its
-// predecessor said.
-func TestFleetKeepsDeliveriesSaidTakenBetweenHeartbeats(t *testing.T) {
-	var f fleet
-	cfg := Config{}.withDefaults()
-	f.reset(cfg)
-	ack := func(n int) string {
-		return fmt.Sprintf("$JS.ACK.LABORO_JOBS.workers.1.%d.%d.1764370000000000000.0", n, n)
-	}
-	beat := func(name string, said uint64, leases ...lease) {
-		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: 2}, Leases: leases, Said: said})
-		require.NoError(t, err)
-		f.heard(&nats.Msg{Subject: cfg.workersSubject(name), Data: b})
-	}
-	tookAck := func(said uint64, job, ack string) {
-		b, err := json.Marshal(took{Worker: "a", Job: job, Ack: ack, Said: said})
-		require.NoError(t, err)
-		f.heard(&nats.Msg{Subject: cfg.tookSubject("a"), Data: b})
-	}
-	take := func(said uint64, job string, n int) { tookAck(said, job, ack(n)) }
-	held := func() []string {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		var jobs []string
-		for _, l := range f.workers["a"].leases {
-			jobs = append(jobs, l.Job)
-		}
-		slices.Sort(jobs)
-		return jobs
-	}
-
-	take(1, "j1", 1)
-	assert.Equal(t, []string{"j1"}, held(), "said taken by a worker not heard before")
-	beat("a", 2, lease{"j1", ack(1)})
-	take(4, "j2", 2)
-	take(4, "j2", 2)
-	assert.Equal(t, []string{"j1", "j2"}, held(), "said twice, kept once")
-	beat("a", 3, lease{"j1", ack(1)})
-	assert.Equal(t, []string{"j1", "j2"}, held(), "a heartbeat made before j2 was taken, heard after")
-	beat("a", 5, lease{"j2", ack(2)})
-	assert.Equal(t, []string{"j2"}, held(), "a heartbeat made after: j1 ended")
-
-	tookAck(6, "x", "$JS.ACK.OTHER_JOBS.workers.1.7.7.1.0")
-	tookAck(7, "y", "LABORO.submit.x")
-	f.heard(&nats.Msg{Subject: cfg.tookSubject("a"), Data: []byte(`{"worker":"a","job":"z"`)})
-	f.heard(&nats.Msg{Subject: cfg.tookSubject("a"),
-		Data: fmt.Appendf(nil, `{"worker":"a","job":"z","ack":%q,"said":8,"pad":%q}`, ack(9), strings.Repeat("x", maxTook))})
-	assert.Equal(t, []string{"j2"}, held(), "not the consumer's deliveries, nor what cannot be read, nor too long")
-
-	take(9, "j3", 3)
-	beat("a", 1)
-	assert.Empty(t, held(), "a worker started again: its first heartbeat says what it holds")
-
-	beat("took", 1) // a worker named so
-	assert.Contains(t, names(f.list()), "took")
-
-	take(3, "j4", 4)
-	f.mu.Lock()
-	seen := f.workers["a"].info.Seen
-	f.mu.Unlock()
-	gone := f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 30*time.Second, true, 0)
-	require.Len(t, gone, 2)
-	i := slices.IndexFunc(gone, func(w heardOf) bool { return w.info.Name == "a" })
-	require.GreaterOrEqual(t, i, 0)
-	assert.Equal(t, []lease{{"j4", ack(4)}}, gone[i].leases, "handed back")
 }
 
 // A worker says nothing of its jobs to a server that has not proved itself

@@ -21,9 +21,10 @@ const (
 	// envWorkerAckWait, when set, is the worker process's Config.AckWait
 	// (0 keeps the consumer's); 1 s otherwise.
 	envWorkerAckWait = "LABORO_JS_TEST_WORKER_ACK_WAIT"
-	// envWorkerQuiet, when set, has the worker process say what it runs
-	// once an hour: the service learns of a job it takes only as it takes
-	// it (sayTook).
+	// envWorkerQuiet, when set, has the worker process say it is there
+	// once an hour, and what it runs changed at most as often: the service
+	// learns of a job it takes only from the heartbeat said as it takes
+	// it.
 	envWorkerQuiet = "LABORO_JS_TEST_WORKER_QUIET"
 	// A test binary started as a manager process runs managerJobs jobs
 	// (see managerJob) through an Executor over a Manager, until killed.

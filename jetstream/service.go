@@ -248,9 +248,7 @@ func (s *Service) run(ctx context.Context) error {
 		return fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
 	s.fleet.reset(cfg)
-	// One subscription for heartbeats and the deliveries said between
-	// them, heard in the order each worker said them.
-	beats, err := s.Conn.Subscribe(cfg.workersSubject(">"), s.fleet.heard)
+	beats, err := s.Conn.Subscribe(cfg.workersSubject("*"), s.fleet.heard)
 	if err != nil {
 		return fmt.Errorf("jetstream: hear workers: %w", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -159,7 +158,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	r := &workerRun{js: js, cfg: cfg, log: log, ex: ex, cons: cons, results: results, draining: w.drain(),
 		name: name, taken: map[string]*taken{}, recent: map[string]time.Time{}, reprove: make(chan struct{}, 1),
-		changed: changed, check: serverCheck{key: cfg.JobKey, subject: cfg.proveSubject(RoleWorker)}}
+		changed: changed, took: make(chan struct{}, 1), check: serverCheck{key: cfg.JobKey, subject: cfg.proveSubject(RoleWorker)}}
 	// Hear of the Runs that end before taking any job: the server handles
 	// a connection's messages in order, so this subscription is in place
 	// before the first job is delivered.
@@ -257,8 +256,8 @@ type workerRun struct {
 	// changed asks for a heartbeat soon: what the worker runs changed,
 	// the service asked, or the server proved itself.
 	changed chan struct{}
-	// said numbers what the worker says to the service (heartbeat.Said).
-	said atomic.Uint64
+	// took asks for a heartbeat at once: the worker took a job.
+	took chan struct{}
 }
 
 // taken is a job this worker handles.
@@ -612,7 +611,7 @@ func (r *workerRun) handle(ctx context.Context, msg natsjs.Msg) {
 		log.Debug("job not run: this worker has it already (running, or its result on the way)")
 		return
 	}
-	r.sayTook(wj.ID, msg.Reply())
+	nudge(r.took) // a heartbeat saying the delivery
 	// The job stays this worker's (delivered again meanwhile, it is not
 	// run again here) until its end is delivered.
 	delivering := false
