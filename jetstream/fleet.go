@@ -335,7 +335,12 @@ func (f *fleet) note(beat heartbeat, seen time.Time) {
 	beat.Seen = seen
 	w := heardOf{info: beat.WorkerInfo, said: beat.Said}
 	// A worker's numbers grow, from 1 as it starts: one that says a
-	// smaller one is another started under the same name.
+	// smaller one is another started under the same name (a worker's name
+	// is its own in a fleet). The one before is gone: what it held is
+	// handed back as a silent worker's is, apart from the new one's.
+	if ok && beat.Said > 0 && beat.Said <= prev.said && len(prev.leases) > 0 {
+		f.workers[beat.Name+"\x00"+strconv.FormatUint(prev.said, 10)] = prev
+	}
 	if beat.Unproven && beat.Said > prev.said {
 		// It says nothing of its jobs to a server it has not heard prove
 		// itself (one that came back, or this service, new): they are
@@ -464,8 +469,8 @@ func (f *fleet) list() []WorkerInfo {
 	defer f.mu.Unlock()
 	now := time.Now()
 	list := make([]WorkerInfo, 0, len(f.workers))
-	for _, w := range f.workers {
-		if !f.silent(w.info.Seen, now) {
+	for name, w := range f.workers {
+		if name == w.info.Name && !f.silent(w.info.Seen, now) { // not a predecessor (note)
 			list = append(list, w.info)
 		}
 	}

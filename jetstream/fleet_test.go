@@ -227,12 +227,16 @@ func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 
 // A worker says nothing of its jobs to a server that has not proved itself
 // to it, such as one started again: the service keeps what the worker said
-// before, and hands it back should the worker die before it proves.
+// before, and hands it back should the worker die before it proves. A
+// worker started again under the same name holds none of what the one
+// before held: that is handed back as a silent worker's.
 func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
 	var f fleet
 	cfg := Config{}.withDefaults()
 	f.reset(cfg)
-	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
+	ack := func(n int) string {
+		return fmt.Sprintf("$JS.ACK.LABORO_JOBS.workers.1.%d.%d.1764370000000000000.0", n, n)
+	}
 	say := func(said uint64, unproven bool, leases ...lease) {
 		info := WorkerInfo{Name: "a", Slots: 1}
 		for _, l := range leases {
@@ -248,29 +252,36 @@ func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
 		return f.workers["a"].info.Running, f.workers["a"].leases
 	}
 
-	say(1, false, lease{"j1", ours})
+	say(1, false, lease{"j1", ack(1)})
 	say(2, true)
 	running, leases := held()
 	assert.Equal(t, []string{"j1"}, running, "what it said last")
-	assert.Equal(t, []lease{{"j1", ours}}, leases)
+	assert.Equal(t, []lease{{"j1", ack(1)}}, leases)
 	say(3, false)
 	_, leases = held()
 	assert.Empty(t, leases, "proven again, it holds nothing")
 
-	say(4, false, lease{"j1", ours})
+	say(4, false, lease{"j2", ack(2)})
 	say(1, true)
 	running, leases = held()
 	assert.Empty(t, running, "a worker started again under the same name")
 	assert.Empty(t, leases)
-
-	say(2, false, lease{"j2", ours})
+	say(2, false, lease{"j3", ack(3)})
 	say(3, true)
+	assert.Equal(t, []string{"a"}, names(f.list()), "the one before is not listed")
+
 	f.mu.Lock()
 	seen := f.workers["a"].info.Seen
 	f.mu.Unlock()
 	gone := f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 30*time.Second, true, 0)
-	require.Len(t, gone, 1)
-	assert.Equal(t, []lease{{"j2", ours}}, gone[0].leases, "handed back")
+	require.Len(t, gone, 2, "the worker, and the one before it")
+	var handed []lease
+	for _, w := range gone {
+		assert.Equal(t, "a", w.info.Name)
+		handed = append(handed, w.leases...)
+	}
+	assert.ElementsMatch(t, []lease{{"j2", ack(2)}, {"j3", ack(3)}}, handed, "handed back")
+	assert.Empty(t, f.workers)
 }
 
 // names returns the names of the workers in list.

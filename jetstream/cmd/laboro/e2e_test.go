@@ -229,6 +229,38 @@ func TestRestartAndWorkerKilled(t *testing.T) {
 	assert.Contains(t, workers[1].Log(), "reconnected to NATS")
 }
 
+// laboro serve killed while its own worker runs a job, and started again:
+// the new serve's worker, of the same name, holds none of the job, and the
+// serve hands it back as a silent worker's, within seconds rather than
+// after its AckWait (here ten minutes).
+func TestServeStartedAgainRunsItsOwnWorkersJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills processes")
+	}
+	s := newSystem(t)
+	s.start("-workers", "2", "-ack-wait", "10m")
+	dir := t.TempDir()
+	marks, release := filepath.Join(dir, "runs"), filepath.Join(dir, "release")
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o600) })
+	out, _, code := s.run("submit", "-batch", "held", fmt.Sprintf("echo run >> %s; until [ -e %s ]; do sleep 0.01; done; echo done", marks, release))
+	require.Equal(t, 0, code)
+	require.Equal(t, "held-1\n", out)
+	ran := func() int {
+		b, _ := os.ReadFile(marks)
+		return strings.Count(string(b), "\n")
+	}
+	require.Eventually(t, func() bool { return ran() == 1 }, time.Minute, 5*time.Millisecond, "the job runs")
+	s.serve.Kill() // SIGKILL: its worker, and the job with it
+	s.start("-workers", "2", "-ack-wait", "10m")
+	require.Eventually(t, func() bool { return ran() == 2 }, time.Minute, 5*time.Millisecond,
+		"the job of the serve before runs again")
+	require.NoError(t, os.WriteFile(release, nil, 0o600))
+	out, _, code = s.run("status", "-watch", "held")
+	require.Equal(t, 0, code, out)
+	assert.Equal(t, "batch held: 1 job, 1 succeeded, 0 failed\n", out)
+	assert.Contains(t, s.serve.Log(), "the jobs it held are handed to other workers")
+}
+
 // A submission whose connection drops while its jobs are on the way goes
 // on once the connection is back: the batch runs whole, each job once.
 func TestSubmitThroughADroppedConnection(t *testing.T) {
