@@ -60,7 +60,9 @@ type Worker struct {
 	// Logger; nil means Config.Logger.
 	Logger *zap.Logger
 	// Name is how the service's console and status name this worker; ""
-	// means the host's name and the process id.
+	// means the host's name and the process id. A name is one worker's
+	// at a time: the Service takes a Worker that starts under a name as
+	// the next of that name, and hands back the jobs the one before held.
 	Name string
 
 	drainOnce sync.Once
