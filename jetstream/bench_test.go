@@ -33,43 +33,48 @@ func benchCore(b *testing.B, n, buffer int) *laboro.Executor {
 	return ex
 }
 
-// benchJetStream starts an embedded server in a temporary directory, a
-// Manager given to an Executor that runs up to concurrency jobs at once,
-// and the given number of in-process Workers of Concurrency 1, each on a
-// connection of its own. With token set, as laboro serve and its workers
-// run: the server wants the token, the workers prove a worker's token
-// derived from it, the jobs are signed (Config.JobKey) and the workers
-// have the server prove itself (Config.ProveServer). Everything is
-// stopped at the end of the benchmark (of each of its invocations).
-func benchJetStream(b *testing.B, concurrency, buffer, workers int, token string) *laboro.Executor {
+// benchServer starts an embedded server in a temporary directory, which
+// wants token if set, and connects to it as its owner, in process (as
+// laboro serve does) or over TCP; both are closed at the end of the
+// benchmark.
+func benchServer(b *testing.B, token string, inProcess bool) (*Embedded, *nats.Conn) {
 	b.Helper()
 	var opts []EmbeddedOption
-	var ownerAuth, workerAuth []nats.Option
+	var conn []nats.Option
 	if token != "" {
 		opts = append(opts, WithToken(token))
-		ownerAuth = []nats.Option{Token(token)}
-		workerAuth = []nats.Option{Token(RoleToken(token, RoleWorker, ""))}
+		conn = append(conn, Token(token))
 	}
-	key := JobKey(token, "")
 	srv, err := StartEmbedded(b.TempDir(), "127.0.0.1", -1, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.URL(), ownerAuth...)
+	if inProcess {
+		conn = append(conn, srv.InProcess())
+	}
+	nc, err := nats.Connect(srv.URL(), conn...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(nc.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m, err := NewManager(ctx, nc, Config{Dir: b.TempDir(), JobKey: key})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close() })
+	return srv, nc
+}
 
-	wctx, stop := context.WithCancel(context.Background())
+// benchWorkers starts n Workers of Concurrency 1 on srv, each on a
+// connection of its own, as workers on other machines have. With token
+// set, as laboro worker runs: each proves a worker's token derived from
+// it, checks that the jobs are signed with its key (Config.JobKey) and has
+// the server prove itself (Config.ProveServer). They stop at the end of
+// the benchmark.
+func benchWorkers(b *testing.B, srv *Embedded, token string, n int) {
+	b.Helper()
+	var auth []nats.Option
+	if token != "" {
+		auth = []nats.Option{Token(RoleToken(token, RoleWorker, ""))}
+	}
+	key := JobKey(token, "")
+	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var conns []*nats.Conn
 	b.Cleanup(func() {
@@ -79,21 +84,37 @@ func benchJetStream(b *testing.B, concurrency, buffer, workers int, token string
 			wc.Close()
 		}
 	})
-	for range workers {
-		// A connection of its own, as a worker on another machine has.
-		wc, err := nats.Connect(srv.URL(), workerAuth...)
+	for range n {
+		wc, err := nats.Connect(srv.URL(), auth...)
 		if err != nil {
 			b.Fatal(err)
 		}
 		conns = append(conns, wc)
 		w := &Worker{Conn: wc, Config: Config{JobKey: key, ProveServer: key != nil}, Concurrency: 1, OutputDir: b.TempDir()}
 		wg.Go(func() {
-			if err := w.Run(wctx); err != nil {
+			if err := w.Run(ctx); err != nil {
 				b.Error(err)
 			}
 		})
 	}
+}
 
+// benchJetStream starts an embedded server (benchServer), a Manager given
+// to an Executor that runs up to concurrency jobs at once, and the given
+// number of Workers (benchWorkers); with token set, as laboro serve and its
+// workers run. Everything is stopped at the end of the benchmark (of each
+// of its invocations).
+func benchJetStream(b *testing.B, concurrency, buffer, workers int, token string) *laboro.Executor {
+	b.Helper()
+	srv, nc := benchServer(b, token, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := NewManager(ctx, nc, Config{Dir: b.TempDir(), JobKey: JobKey(token, "")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	benchWorkers(b, srv, token, workers)
 	return benchExecutor(b, m, concurrency, buffer)
 }
 
@@ -145,16 +166,7 @@ func BenchmarkJobs(b *testing.B) {
 func benchServe(b *testing.B, concurrency, buffer, slots int) *laboro.Executor {
 	b.Helper()
 	const token = "the server's token"
-	srv, err := StartEmbedded(b.TempDir(), "127.0.0.1", -1, WithToken(token))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.URL(), Token(token), srv.InProcess())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
+	_, nc := benchServer(b, token, true)
 	cfg := Config{Dir: b.TempDir(), JobKey: JobKey(token, "")}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -183,26 +195,16 @@ func benchServe(b *testing.B, concurrency, buffer, slots int) *laboro.Executor {
 func benchService(b *testing.B, concurrency, workers int) *laboro.Executor {
 	b.Helper()
 	const token = "the server's token"
-	srv, err := StartEmbedded(b.TempDir(), "127.0.0.1", -1, WithToken(token))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.URL(), Token(token), srv.InProcess())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	key := JobKey(token, "")
-	svc := &Service{Conn: nc, Config: Config{Dir: b.TempDir(), JobKey: key, ClientKey: ClientKey(token, "")},
+	srv, nc := benchServer(b, token, true)
+	svc := &Service{Conn: nc, Config: Config{Dir: b.TempDir(), JobKey: JobKey(token, ""), ClientKey: ClientKey(token, "")},
 		Concurrency: concurrency}
 	started := make(chan *laboro.Executor, 1)
 	svc.Started = func(ex *laboro.Executor) { started <- ex }
-	sctx, stopService := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- svc.Run(sctx) }()
+	go func() { served <- svc.Run(ctx) }()
 	b.Cleanup(func() {
-		stopService()
+		stop()
 		if err := <-served; err != nil {
 			b.Error(err)
 		}
@@ -213,29 +215,7 @@ func benchService(b *testing.B, concurrency, workers int) *laboro.Executor {
 	case err := <-served:
 		b.Fatal("service:", err)
 	}
-	wctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var conns []*nats.Conn
-	b.Cleanup(func() {
-		stop()
-		wg.Wait()
-		for _, wc := range conns {
-			wc.Close()
-		}
-	})
-	for range workers {
-		wc, err := nats.Connect(srv.URL(), Token(RoleToken(token, RoleWorker, "")))
-		if err != nil {
-			b.Fatal(err)
-		}
-		conns = append(conns, wc)
-		w := &Worker{Conn: wc, Config: Config{JobKey: key, ProveServer: true}, Concurrency: 1, OutputDir: b.TempDir()}
-		wg.Go(func() {
-			if err := w.Run(wctx); err != nil {
-				b.Error(err)
-			}
-		})
-	}
+	benchWorkers(b, srv, token, workers)
 	return ex
 }
 
