@@ -86,7 +86,7 @@ func (r *eventRecord) event() Event {
 	if r.h != nil {
 		ev.Job = r.h.j.job()
 		if r.kind == EventFinished {
-			ev.Result = r.h.res
+			ev.Result = r.h.result()
 		}
 	}
 	return ev

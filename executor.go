@@ -481,7 +481,7 @@ func (e *Executor) interrupt(h *Handle, cause error) {
 func (e *Executor) retire(h *Handle, res *Result) {
 	e.unindex(h)
 	h.state = stateDone
-	h.res = *res // read by others only once h.finished is set (complete), or under e.mu (Recent)
+	h.keepResult(res) // read by others only once h.finished is set (complete), or under e.mu (Recent)
 	e.changes++
 	if int(res.Status) < len(e.ended) {
 		e.ended[res.Status]++

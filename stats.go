@@ -109,7 +109,7 @@ func (r *history) newest(i int) *Handle { return r.ring[(r.next-1-i+len(r.ring))
 
 // finished reads h, which retire kept, under the Executor's lock: its
 // result was kept under the lock, before h was put in the ring.
-func finished(h *Handle) Finished { return Finished{Job: h.j.job(), Result: h.res} }
+func finished(h *Handle) Finished { return Finished{Job: h.j.job(), Result: h.result()} }
 
 func (r *history) add(h *Handle) {
 	r.ring[r.next] = h
