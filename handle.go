@@ -35,7 +35,7 @@ type Handle struct {
 	// run is what Executor.Running shows beyond the job: set as the job
 	// starts with an observer, or as its Runner reports its process;
 	// guarded by the Executor's lock. (Fields of a Handle that most jobs
-	// leave unset stay apart: 256 bytes is a size class, and the Handle is
+	// leave unset stay apart: 208 bytes is a size class, and the Handle is
 	// a job's one allocation.)
 	run *runInfo
 }
