@@ -558,12 +558,12 @@ func attemptLimits() transport.Backoff {
 // to 1 s, each cut short when nc, down as it begins, is back up (what
 // failed for want of the server is tried again as soon as it can be).
 // Reset after a success.
-func pauses(nc *nats.Conn) pause {
-	return pause{Backoff: transport.Backoff{Min: 100 * time.Millisecond, Max: time.Second}, nc: nc}
+func pauses(nc *nats.Conn) connPause {
+	return connPause{Backoff: transport.Backoff{Min: 100 * time.Millisecond, Max: time.Second}, nc: nc}
 }
 
-// pause is a Backoff that ends its wait when its connection comes back.
-type pause struct {
+// connPause is a Backoff that ends its wait when its connection comes back.
+type connPause struct {
 	transport.Backoff
 	nc *nats.Conn
 }
@@ -571,7 +571,7 @@ type pause struct {
 // Wait sleeps for Next(), or until the connection, down, is back up
 // (the next wait is then Min again), or until ctx ends; it returns
 // ctx.Err().
-func (p *pause) Wait(ctx context.Context) error {
+func (p *connPause) Wait(ctx context.Context) error {
 	if p.nc == nil || p.nc.IsConnected() || p.nc.IsClosed() {
 		return p.Backoff.Wait(ctx)
 	}

@@ -149,7 +149,7 @@ func TestPauseEndsWhenTheConnectionIsBack(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the connection never went down")
 	}
-	p := pause{Backoff: transport.Backoff{Min: time.Hour, Max: time.Hour}, nc: nc}
+	p := connPause{Backoff: transport.Backoff{Min: time.Hour, Max: time.Hour}, nc: nc}
 	waited := make(chan error, 1)
 	go func() { waited <- p.Wait(ctx) }()
 	g.set(false)
