@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -249,7 +250,10 @@ func TestServeStartedAgainRunsItsOwnWorkersJob(t *testing.T) {
 		b, _ := os.ReadFile(marks)
 		return strings.Count(string(b), "\n")
 	}
-	require.Eventually(t, func() bool { return ran() == 1 }, time.Minute, 5*time.Millisecond, "the job runs")
+	// Killed once the heartbeat that lists the job is in serve's files,
+	// which outlive it (the server writes what it stores a moment later).
+	require.Eventually(t, func() bool { return ran() == 1 && keptBeat(s.data, "held-1") }, time.Minute,
+		5*time.Millisecond, "the job runs, and the worker's heartbeat that lists it is kept")
 	s.serve.Kill() // SIGKILL: its worker, and the job with it
 	s.start("-workers", "2", "-ack-wait", "10m")
 	require.Eventually(t, func() bool { return ran() == 2 }, time.Minute, 5*time.Millisecond,
@@ -259,6 +263,23 @@ func TestServeStartedAgainRunsItsOwnWorkersJob(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	assert.Equal(t, "batch held: 1 job, 1 succeeded, 0 failed\n", out)
 	assert.Contains(t, s.serve.Log(), "the jobs it held are handed to other workers")
+}
+
+// keptBeat reports whether a file of the stream of heartbeats in serve's
+// data directory holds one that names job id.
+func keptBeat(data, id string) bool {
+	found := false
+	filepath.WalkDir(data, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.Contains(path, "_WORKERS") {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(strconv.Quote(id))) {
+			found = true
+			return fs.SkipAll
+		}
+		return nil
+	})
+	return found
 }
 
 // A submission whose connection drops while its jobs are on the way goes
