@@ -577,12 +577,12 @@ func (p *connPause) Wait(ctx context.Context) error {
 	}
 	back := p.nc.StatusChanged(nats.CONNECTED)
 	defer p.nc.RemoveStatusListener(back)
-	t := time.NewTimer(p.Next())
-	defer t.Stop()
 	if p.nc.IsConnected() { // back before the listener was
 		p.Reset()
 		return ctx.Err()
 	}
+	t := time.NewTimer(p.Next())
+	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-back:
