@@ -209,9 +209,17 @@ func (c Config) cancelSubject(id string) string {
 }
 
 // liveSubject is where the worker that runs job id answers requests for
-// its output; workersSubject where worker name says it is there.
-func (c Config) liveSubject(id string) string      { return c.Stream + ".live." + id }
-func (c Config) workersSubject(name string) string { return c.Stream + ".workers." + name }
+// its output.
+func (c Config) liveSubject(id string) string { return c.Stream + ".live." + id }
+
+// workersSubject is where run run of worker name says it is there (one
+// subject a run, so that the stream of heartbeats keeps the last word of
+// each, a run started again under a name included); workersSubjects
+// matches them all.
+func (c Config) workersSubject(name, run string) string {
+	return c.Stream + ".workers." + name + "." + run
+}
+func (c Config) workersSubjects() string { return c.Stream + ".workers.>" }
 
 // refusedSubject is where a worker says why it did not run job id (core
 // NATS: nothing is stored); a Manager names the last reason it heard in

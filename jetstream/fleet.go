@@ -2,10 +2,12 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -22,8 +24,9 @@ import (
 
 // What a fleet's service knows of its workers: each worker says every
 // beatInterval who it is, how many jobs it runs at once, which it runs, and
-// the deliveries of the jobs it holds (on Config.workersSubject; a service
-// keeps each worker's last word in the stream Config.fleetStream), and
+// the deliveries of the jobs it holds (on Config.workersSubject, one subject
+// for each run of a worker, which a random id names; a service keeps each
+// run's last word in the stream Config.fleetStream), and
 // answers a request for the output of a job it runs
 // now (on Config.liveSubject), so that a user can follow that output live
 // from the service's machine. With Config.ProveServer, the jobs it runs are
@@ -67,9 +70,15 @@ type heartbeat struct {
 	// Leases are the deliveries of the jobs it holds (running, or their
 	// results on the way).
 	Leases []lease `json:"leases,omitempty"`
-	// Said numbers a worker's heartbeats, from 1 as it starts; 0 from a
-	// worker that does not number them. A service tells by it a worker
-	// started again under the same name.
+	// Run tells one run of a worker (Worker.Run) from another under the
+	// same name: a service keeps each run's word apart, so that what a
+	// run held before it stopped is handed back although its successor
+	// speaks under its name, and so that two live workers sharing a name
+	// do not have each other's jobs handed back. Empty from a worker that
+	// does not say it: its runs are then one to the service.
+	Run string `json:"run,omitempty"`
+	// Said numbers a run's heartbeats, from 1; 0 from a worker that does
+	// not number them.
 	Said uint64 `json:"said,omitempty"`
 	// Unproven is set when the worker does not say what it runs and holds,
 	// to a server that has not proved itself to it yet (see
@@ -144,11 +153,11 @@ func defaultWorkerName() string {
 // soon when what it runs changed otherwise, but then not more than once
 // per beatMin.
 func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots int) {
-	subject := r.cfg.workersSubject(subjectToken(name))
-	var said uint64
+	run, said := rand.Text(), uint64(0)
+	subject := r.cfg.workersSubject(subjectToken(name), run)
 	say := func(gone bool) {
 		said++
-		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: slots, Gone: gone}, Said: said}
+		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: slots, Gone: gone}, Run: run, Said: said}
 		if !gone && !r.proven() {
 			info.Unproven = true
 			r.askProof() // its end says the jobs (see challenge)
@@ -272,10 +281,23 @@ func tail(ctx context.Context, nc *nats.Conn, cfg Config, id string, offset int6
 	return reply.Data, nil
 }
 
+// key is where a fleet keeps what b says: under its worker's name and
+// run.
+func (b heartbeat) key() string {
+	if b.Run == "" {
+		return b.Name
+	}
+	return b.Name + "\x00" + b.Run
+}
+
 // fleet is what a Service hears of its workers.
 type fleet struct {
 	mu      sync.Mutex
-	workers map[string]heardOf // by name
+	log     *zap.Logger
+	workers map[string]heardOf // by name and run (heartbeat.key)
+	// names are the names heard live: the run each was last heard from,
+	// and whether the service warned that two live workers share it.
+	names map[string]nameHeard
 	// acks is in the acknowledgement subject of every delivery of the
 	// workers' consumer: a lease said with another is not handed back.
 	acks string
@@ -290,15 +312,23 @@ type fleet struct {
 type heardOf struct {
 	info   WorkerInfo
 	leases []lease
+	run    string // heartbeat.Run
 	said   uint64 // the number of the last heartbeat (heartbeat.Said)
 }
 
+// nameHeard is a worker's name as a fleet heard it (fleet.names).
+type nameHeard struct {
+	run    string
+	shared bool
+}
+
 // reset forgets the workers heard of, for a Service's Run on cfg's
-// streams.
-func (f *fleet) reset(cfg Config) {
+// streams, logging to log.
+func (f *fleet) reset(cfg Config, log *zap.Logger) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.workers = map[string]heardOf{}
+	f.log = log
+	f.workers, f.names = map[string]heardOf{}, map[string]nameHeard{}
 	f.acks = "." + cfg.jobsStream() + "." + consumerName + "."
 	f.back, f.reconnects = time.Now(), 0 // none heard before
 }
@@ -312,10 +342,19 @@ func (f *fleet) heard(msg *nats.Msg) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if beat.Gone {
-		delete(f.workers, beat.Name)
+		f.forget(beat.key(), beat.Name, beat.Run)
 		return
 	}
-	f.note(beat, time.Now())
+	f.note(beat, time.Now(), true)
+}
+
+// forget drops the worker kept at key, named name, of run run. f.mu is
+// held.
+func (f *fleet) forget(key, name, run string) {
+	delete(f.workers, key)
+	if n, ok := f.names[name]; ok && n.run == run {
+		delete(f.names, name)
+	}
 }
 
 // parseBeat reads a heartbeat's body.
@@ -326,20 +365,28 @@ func parseBeat(data []byte) (beat heartbeat, ok bool) {
 	return beat, true
 }
 
-// note records beat, heard at seen. f.mu is held.
-func (f *fleet) note(beat heartbeat, seen time.Time) {
-	prev, ok := f.workers[beat.Name]
+// note records beat, heard at seen; live is set when it was heard as it
+// was said (not recalled from the stream). f.mu is held.
+func (f *fleet) note(beat heartbeat, seen time.Time, live bool) {
+	key := beat.key()
+	prev, ok := f.workers[key]
 	if !ok && len(f.workers) >= maxWorkersHeard {
 		return
 	}
 	beat.Seen = seen
-	w := heardOf{info: beat.WorkerInfo, said: beat.Said}
-	// A worker's numbers grow, from 1 as it starts: one that says a
-	// smaller one is another started under the same name (a worker's name
-	// is its own in a fleet). The one before is gone: what it held is
-	// handed back as a silent worker's is, apart from the new one's.
-	if ok && beat.Said > 0 && beat.Said <= prev.said && len(prev.leases) > 0 {
-		f.workers[beat.Name+"\x00"+strconv.FormatUint(prev.said, 10)] = prev
+	w := heardOf{info: beat.WorkerInfo, run: beat.Run, said: beat.Said}
+	if live {
+		// A run heard again after another of its name spoke: two live
+		// workers share the name (a run that stopped says no more).
+		n, spoke := f.names[beat.Name]
+		if ok && spoke && n.run != beat.Run && !n.shared {
+			n.shared = true
+			f.log.Warn("two live workers share this name: give each its own (Worker.Name, laboro worker -name); "+
+				"the service lists one, and keeps one's last heartbeat for a service started again",
+				zap.String("worker", beat.Name))
+		}
+		n.run = beat.Run
+		f.names[beat.Name] = n
 	}
 	if beat.Unproven && beat.Said > prev.said {
 		// It says nothing of its jobs to a server it has not heard prove
@@ -350,7 +397,7 @@ func (f *fleet) note(beat heartbeat, seen time.Time) {
 	} else {
 		w.leases = slices.DeleteFunc(beat.Leases, func(l lease) bool { return !f.ours(l.Ack) })
 	}
-	f.workers[beat.Name] = w
+	f.workers[key] = w
 }
 
 // The stream of heartbeats (Config.fleetStream) keeps each worker's last
@@ -366,7 +413,7 @@ func ensureFleet(ctx context.Context, js natsjs.JetStream, cfg Config) (natsjs.S
 	st, err := ensureStream(ctx, js, true, natsjs.StreamConfig{
 		Name:              cfg.fleetStream(),
 		Description:       "laboro workers' last heartbeats",
-		Subjects:          []string{cfg.workersSubject("*")},
+		Subjects:          []string{cfg.workersSubjects()},
 		Retention:         natsjs.LimitsPolicy,
 		MaxMsgsPerSubject: 1,
 		MaxMsgs:           maxWorkersHeard,
@@ -430,11 +477,11 @@ func (f *fleet) recall(ctx context.Context, js natsjs.JetStream, cfg Config, ack
 			continue // gone, or its deliveries may be another worker's now
 		}
 		f.mu.Lock()
-		_, heard := f.workers[beat.Name]
+		_, heard := f.workers[beat.key()]
 		// One that held nothing of ours is left to be heard, or not.
 		if !heard && slices.ContainsFunc(beat.Leases, func(l lease) bool { return f.ours(l.Ack) }) {
-			f.note(beat, now.Add(-age))
-			if _, kept := f.workers[beat.Name]; kept {
+			f.note(beat, now.Add(-age), false)
+			if _, kept := f.workers[beat.key()]; kept {
 				names = append(names, beat.Name)
 			}
 		}
@@ -463,17 +510,22 @@ func (f *fleet) silent(seen, now time.Time) bool {
 	return now.Sub(seen) > beatsMissed*beatInterval
 }
 
-// list returns the workers heard from lately, by name.
+// list returns the workers heard from lately, by name: of the runs heard
+// under one name (one started again, two sharing it), the one heard last.
 func (f *fleet) list() []WorkerInfo {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	list := make([]WorkerInfo, 0, len(f.workers))
-	for name, w := range f.workers {
-		if name == w.info.Name && !f.silent(w.info.Seen, now) { // not a predecessor (note)
-			list = append(list, w.info)
+	last := make(map[string]WorkerInfo, len(f.workers))
+	for _, w := range f.workers {
+		if f.silent(w.info.Seen, now) {
+			continue
+		}
+		if l, ok := last[w.info.Name]; !ok || w.info.Seen.After(l.Seen) {
+			last[w.info.Name] = w.info
 		}
 	}
+	list := slices.Collect(maps.Values(last))
 	slices.SortFunc(list, func(a, b WorkerInfo) int { return strings.Compare(a.Name, b.Name) })
 	return list
 }
@@ -493,11 +545,11 @@ func (f *fleet) vanished(now time.Time, ackWait time.Duration, up bool, reconnec
 		return nil
 	}
 	var gone []heardOf
-	for name, w := range f.workers {
+	for key, w := range f.workers {
 		if !f.silent(w.info.Seen, now) {
 			continue
 		}
-		delete(f.workers, name)
+		f.forget(key, w.info.Name, w.run)
 		if now.Sub(w.info.Seen) >= ackWait/2 {
 			w.leases = nil
 		}

@@ -17,7 +17,9 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/freeport"
@@ -186,7 +188,7 @@ func TestServiceListsUnreadSubmissions(t *testing.T) {
 // heartbeat naming another subject does not have it publish there.
 func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 	var f fleet
-	f.reset(Config{}.withDefaults())
+	f.reset(Config{}.withDefaults(), zap.NewNop())
 	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
 	ours2 := "$JS.ACK.hub.ACCHASH.LABORO_JOBS.workers.2.8.9.1764370000000000000.0.token" // with a domain
 	beat := func(name string, leases ...lease) {
@@ -233,45 +235,49 @@ func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
 	var f fleet
 	cfg := Config{}.withDefaults()
-	f.reset(cfg)
+	core, logs := observer.New(zap.WarnLevel)
+	f.reset(cfg, zap.New(core))
 	ack := func(n int) string {
 		return fmt.Sprintf("$JS.ACK.LABORO_JOBS.workers.1.%d.%d.1764370000000000000.0", n, n)
 	}
-	say := func(said uint64, unproven bool, leases ...lease) {
+	say := func(run string, said uint64, unproven bool, leases ...lease) {
 		info := WorkerInfo{Name: "a", Slots: 1}
 		for _, l := range leases {
 			info.Running = append(info.Running, l.Job)
 		}
-		b, err := json.Marshal(heartbeat{WorkerInfo: info, Leases: leases, Said: said, Unproven: unproven})
+		b, err := json.Marshal(heartbeat{WorkerInfo: info, Leases: leases, Run: run, Said: said, Unproven: unproven})
 		require.NoError(t, err)
-		f.heard(&nats.Msg{Subject: cfg.workersSubject("a"), Data: b})
+		f.heard(&nats.Msg{Subject: cfg.workersSubject("a", run), Data: b})
 	}
 	held := func() (running []string, leases []lease) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return f.workers["a"].info.Running, f.workers["a"].leases
+		w := f.workers["a\x00"+f.names["a"].run]
+		return w.info.Running, w.leases
 	}
 
-	say(1, false, lease{"j1", ack(1)})
-	say(2, true)
+	say("r1", 1, false, lease{"j1", ack(1)})
+	say("r1", 2, true)
 	running, leases := held()
 	assert.Equal(t, []string{"j1"}, running, "what it said last")
 	assert.Equal(t, []lease{{"j1", ack(1)}}, leases)
-	say(3, false)
+	say("r1", 3, false)
 	_, leases = held()
 	assert.Empty(t, leases, "proven again, it holds nothing")
 
-	say(4, false, lease{"j2", ack(2)})
-	say(1, true)
+	say("r1", 4, false, lease{"j2", ack(2)})
+	say("r2", 1, true)
 	running, leases = held()
 	assert.Empty(t, running, "a worker started again under the same name")
 	assert.Empty(t, leases)
-	say(2, false, lease{"j3", ack(3)})
-	say(3, true)
-	assert.Equal(t, []string{"a"}, names(f.list()), "the one before is not listed")
+	say("r2", 2, false, lease{"j3", ack(3)})
+	say("r2", 3, true)
+	assert.Equal(t, []WorkerInfo{{Name: "a", Slots: 1, Running: []string{"j3"}, Seen: f.list()[0].Seen}}, f.list(),
+		"the one before is not listed")
+	assert.Zero(t, logs.Len(), "a worker started again is not taken for two: %v", logs.All())
 
 	f.mu.Lock()
-	seen := f.workers["a"].info.Seen
+	seen := f.workers["a\x00"+f.names["a"].run].info.Seen
 	f.mu.Unlock()
 	gone := f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 30*time.Second, true, 0)
 	require.Len(t, gone, 2, "the worker, and the one before it")
@@ -282,6 +288,59 @@ func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []lease{{"j2", ack(2)}, {"j3", ack(3)}}, handed, "handed back")
 	assert.Empty(t, f.workers)
+	assert.Empty(t, f.names)
+}
+
+// Two live workers that share a name (two machines of one host name, a
+// name given twice) are two to the service: neither has the other's jobs
+// handed back while both speak, each has its own handed back once silent,
+// and the service warns, once, that the name is shared.
+func TestFleetKeepsTwoWorkersOfOneNameApart(t *testing.T) {
+	var f fleet
+	cfg := Config{}.withDefaults()
+	core, logs := observer.New(zap.WarnLevel)
+	f.reset(cfg, zap.New(core))
+	ack := func(n int) string {
+		return fmt.Sprintf("$JS.ACK.LABORO_JOBS.workers.1.%d.%d.1764370000000000000.0", n, n)
+	}
+	said := map[string]uint64{}
+	say := func(run string, leases ...lease) {
+		said[run]++
+		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "twin", Slots: 1}, Leases: leases, Run: run, Said: said[run]})
+		require.NoError(t, err)
+		f.heard(&nats.Msg{Subject: cfg.workersSubject("twin", run), Data: b})
+	}
+	for range 3 {
+		say("left", lease{"j1", ack(1)})
+		say("right", lease{"j2", ack(2)})
+	}
+	require.Equal(t, 1, logs.FilterMessageSnippet("two live workers share this name").Len(), "warned once: %v", logs.All())
+	assert.Equal(t, "twin", logs.All()[0].ContextMap()["worker"])
+	assert.Equal(t, []string{"twin"}, names(f.list()))
+
+	f.mu.Lock()
+	seen := f.workers["twin\x00right"].info.Seen
+	f.mu.Unlock()
+	assert.Empty(t, f.vanished(seen.Add(time.Second), 10*time.Minute, true, 0), "both speak")
+
+	f.mu.Lock()
+	left := f.workers["twin\x00left"]
+	left.info.Seen = seen.Add(-beatsMissed * beatInterval) // left fell silent
+	f.workers["twin\x00left"] = left
+	f.back = seen.Add(-time.Minute) // the service has run for a minute
+	f.mu.Unlock()
+	gone := f.vanished(seen.Add(time.Second), 10*time.Minute, true, 0)
+	require.Len(t, gone, 1, "left is silent, right speaks")
+	assert.Equal(t, "left", gone[0].run)
+	assert.Equal(t, []lease{{"j1", ack(1)}}, gone[0].leases, "left's own handed back")
+	assert.Equal(t, []string{"twin"}, names(f.list()), "right listed")
+
+	gone = f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 10*time.Minute, true, 0)
+	require.Len(t, gone, 1)
+	assert.Equal(t, "right", gone[0].run)
+	assert.Equal(t, []lease{{"j2", ack(2)}}, gone[0].leases, "right's own handed back")
+	assert.Empty(t, f.workers)
+	assert.Empty(t, f.names)
 }
 
 // names returns the names of the workers in list.
@@ -298,7 +357,7 @@ func names(list []WorkerInfo) []string {
 // every job of the fleet run again.
 func TestFleetWaitsOutItsOwnOutage(t *testing.T) {
 	var f fleet
-	f.reset(Config{}.withDefaults())
+	f.reset(Config{}.withDefaults(), zap.NewNop())
 	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
 	b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "a", Slots: 1}, Leases: []lease{{"j1", ours}}})
 	require.NoError(t, err)
@@ -326,7 +385,8 @@ func TestFleetWaitsOutItsOwnOutage(t *testing.T) {
 // A service that starts learns from the kept heartbeats the workers that
 // held deliveries of its consumer when they last spoke, lately: not those
 // that said they stop, held none, or spoke too long ago, nor one heard
-// since it started. A recalled worker's silence counts from the start.
+// since it started; but one started again under its name since does not
+// hide it. A recalled worker's silence counts from the start.
 func TestFleetRecallsWhoHeldJobs(t *testing.T) {
 	nc := setup(t)
 	js, err := natsjs.New(nc)
@@ -334,16 +394,16 @@ func TestFleetRecallsWhoHeldJobs(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	cfg := Config{}.withDefaults()
 	var f fleet
-	f.reset(cfg)
+	f.reset(cfg, zap.NewNop())
 	recalled, err := f.recall(ctx, js, cfg, 10*time.Minute)
 	require.NoError(t, err)
 	assert.Empty(t, recalled, "nothing kept yet")
 
 	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
 	say := func(name string, gone bool, leases ...lease) {
-		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: 1, Gone: gone}, Leases: leases})
+		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: 1, Gone: gone}, Leases: leases, Run: "old"})
 		require.NoError(t, err)
-		require.NoError(t, nc.Publish(cfg.workersSubject(name), b))
+		require.NoError(t, nc.Publish(cfg.workersSubject(name, "old"), b))
 	}
 	say("held", false, lease{"j1", ours})
 	say("idle", false)
@@ -353,10 +413,11 @@ func TestFleetRecallsWhoHeldJobs(t *testing.T) {
 	say("live", false, lease{"j4", ours})
 	require.Eventually(t, func() bool { return streamMsgs(t, nc, cfg.fleetStream()) == 5 }, 30*time.Second,
 		5*time.Millisecond, "the last word of each worker kept")
-	f.heard(&nats.Msg{Data: []byte(`{"name":"live","slots":2}`)}) // heard by this service
+	f.heard(&nats.Msg{Data: []byte(`{"name":"live","run":"old","slots":2}`)}) // heard by this service
+	f.heard(&nats.Msg{Data: []byte(`{"name":"held","run":"new","slots":1}`)}) // started again
 
 	var g fleet
-	g.reset(cfg)
+	g.reset(cfg, zap.NewNop())
 	recalled, err = g.recall(ctx, js, cfg, time.Nanosecond)
 	require.NoError(t, err)
 	assert.Empty(t, recalled, "every heartbeat older than AckWait/2")
@@ -366,10 +427,11 @@ func TestFleetRecallsWhoHeldJobs(t *testing.T) {
 	assert.Equal(t, []string{"held"}, recalled)
 	f.mu.Lock()
 	start := f.back
-	assert.Equal(t, []lease{{"j1", ours}}, f.workers["held"].leases)
-	assert.Equal(t, 2, f.workers["live"].info.Slots, "as heard, not as kept")
-	assert.Len(t, f.workers, 2)
-	delete(f.workers, "live")
+	assert.Equal(t, []lease{{"j1", ours}}, f.workers["held\x00old"].leases)
+	assert.Equal(t, 2, f.workers["live\x00old"].info.Slots, "as heard, not as kept")
+	assert.Len(t, f.workers, 3)
+	delete(f.workers, "live\x00old")
+	delete(f.workers, "held\x00new")
 	f.mu.Unlock()
 
 	assert.Empty(t, f.vanished(start.Add(beatsMissed*beatInterval-time.Second), 10*time.Minute, true, 0),

@@ -162,7 +162,7 @@ func handsBackKilledWorkersJob(t *testing.T, quiet bool) {
 		require.Eventually(t, func() bool {
 			svc.fleet.mu.Lock()
 			defer svc.fleet.mu.Unlock()
-			w := svc.fleet.workers[name]
+			w := svc.fleet.workers[name+"\x00"+svc.fleet.names[name].run]
 			return lines(t, runs) == 1 && len(w.leases) == 1 && w.leases[0].Job == "held"
 		}, time.Minute, 5*time.Millisecond, "the worker process says it took the job")
 	} else {
@@ -228,7 +228,7 @@ func TestServiceStartedAgainHandsBackAKilledWorkersJob(t *testing.T) {
 		if err != nil || lines(t, runs) != 1 {
 			return false
 		}
-		msg, err := st.GetLastMsgForSubject(ctx, "LABORO.workers."+name)
+		msg, err := st.GetLastMsgForSubject(ctx, "LABORO.workers."+name+".*")
 		return err == nil && strings.Contains(string(msg.Data), `"job":"`+ids[0]+`"`)
 	}, time.Minute, 5*time.Millisecond, "the server keeps the worker's heartbeat, which holds the job")
 

@@ -235,7 +235,7 @@ func rolePermissions(role Role, stream string) *server.Permissions {
 			c.resultsSubject(">"),
 			// Say it is there, and what it runs; why it did not run a job;
 			// have the server prove it is laboro's.
-			c.workersSubject("*"), c.refusedSubject("*"), c.proveSubject(RoleWorker),
+			c.workersSubjects(), c.refusedSubject("*"), c.proveSubject(RoleWorker),
 		}
 		// Hear of ended jobs, of requests for the output of those it runs
 		// (answered through Response), and of a new service's roll call.

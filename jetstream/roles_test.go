@@ -631,7 +631,7 @@ func workerProvesItsServer(t *testing.T, said string, wrongKey bool) {
 		t.Cleanup(func() { proofPatience = patience }) // after the worker stops
 	}
 	beats := make(chan *nats.Msg, 64)
-	beatSub, err := owner.ChanSubscribe(cfg.workersSubject("*"), beats)
+	beatSub, err := owner.ChanSubscribe(cfg.workersSubjects(), beats)
 	require.NoError(t, err)
 	t.Cleanup(func() { beatSub.Unsubscribe() })
 	results, err := owner.SubscribeSync(cfg.resultsSubject("held"))
@@ -749,7 +749,7 @@ func TestWorkerTellsAPoserNothing(t *testing.T) {
 	p := newPoser(t)
 	cfg, poserOwner := p.cfg, p.poserOwner
 	beats := make(chan *nats.Msg, 64)
-	beatSub, err := poserOwner.ChanSubscribe(cfg.workersSubject("*"), beats)
+	beatSub, err := poserOwner.ChanSubscribe(cfg.workersSubjects(), beats)
 	require.NoError(t, err)
 	t.Cleanup(func() { beatSub.Unsubscribe() })
 	require.NoError(t, poserOwner.Flush())

@@ -247,8 +247,8 @@ func (s *Service) run(ctx context.Context) error {
 	if sv.workers, err = m.jobs.Consumer(ctx, consumerName); err != nil {
 		return fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
-	s.fleet.reset(cfg)
-	beats, err := s.Conn.Subscribe(cfg.workersSubject("*"), s.fleet.heard)
+	s.fleet.reset(cfg, log)
+	beats, err := s.Conn.Subscribe(cfg.workersSubjects(), s.fleet.heard)
 	if err != nil {
 		return fmt.Errorf("jetstream: hear workers: %w", err)
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
-	"github.com/laboro-go/laboro/transport"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -60,9 +59,10 @@ type Worker struct {
 	// Logger; nil means Config.Logger.
 	Logger *zap.Logger
 	// Name is how the service's console and status name this worker; ""
-	// means the host's name and the process id. A name is one worker's
-	// at a time: the Service takes a Worker that starts under a name as
-	// the next of that name, and hands back the jobs the one before held.
+	// means the host's name and the process id. Give each worker its own:
+	// the Service tells each Run from another under the same name (the
+	// jobs of one that stopped are handed back), but lists one of them,
+	// keeps one's last word, and warns of a name two live workers share.
 	Name string
 
 	drainOnce sync.Once
@@ -861,9 +861,7 @@ func setResultHeaders(h nats.Header, id string, attempt uint64, res laboro.Resul
 // (the server restarted meanwhile) is not made again: the job is then
 // redelivered, and the worker that gets it finds its result stored.
 func ack(ctx context.Context, nc *nats.Conn, msg natsjs.Msg) error {
-	// Polled: the connection has no event for it that this could wait on
-	// without a listener of its own.
-	pause := transport.Backoff{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+	pause := pauses(nc) // ends as the connection is back
 	for nc.IsReconnecting() {
 		if err := pause.Wait(ctx); err != nil {
 			return err

@@ -265,6 +265,32 @@ func TestServeStartedAgainRunsItsOwnWorkersJob(t *testing.T) {
 	assert.Contains(t, s.serve.Log(), "the jobs it held are handed to other workers")
 }
 
+// Two workers started under one name are two to serve, which says the
+// name is shared; the jobs run, each once.
+func TestTwoWorkersOfOneName(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	s := newSystem(t)
+	s.start("-workers", "0")
+	for range 2 {
+		e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-name", "twin", "-c", "2", "-dir", t.TempDir())
+	}
+	s.serve.Await(t, regexp.MustCompile(`two live workers share this name.*"worker": "twin"`), time.Minute)
+
+	const n = 20
+	jobs, marks := markJobs(t, n, "")
+	out, _, code := s.run("submit", "-batch", "twins", "-wait", "-f", jobs)
+	require.Equal(t, 0, code, out)
+	assert.Equal(t, fmt.Sprintf("batch twins: %d jobs, %d succeeded, 0 failed\n", n, n), out)
+	seen := runs(t, marks)
+	assert.Len(t, seen, n)
+	for i, times := range seen {
+		assert.Equal(t, 1, times, "job %d ran more than once", i)
+	}
+	assert.Equal(t, 1, strings.Count(s.serve.Log(), "two live workers share this name"), "said once")
+}
+
 // keptBeat reports whether a file of the stream of heartbeats in serve's
 // data directory holds one that names job id.
 func keptBeat(data, id string) bool {

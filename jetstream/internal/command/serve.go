@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/console"
@@ -182,18 +181,6 @@ func serve(args []string) int {
 		}()
 		defer func() { stopService(); <-served }()
 	}
-	// The local worker starts once the service serves: the service has
-	// then read the last heartbeat of the local worker of the serve before
-	// (one of the same name, which the new one's would replace), and hands
-	// back the jobs it held.
-	serving, started := make(chan struct{}), service.Started
-	ready := sync.OnceFunc(func() { close(serving) })
-	service.Started = func(ex *laboro.Executor) {
-		ready()
-		if started != nil {
-			started(ex)
-		}
-	}
 	go func() { errs <- service.Run(serviceCtx) }()
 	if *workers > 0 {
 		running++
@@ -201,14 +188,7 @@ func serve(args []string) int {
 		local.Name = "local"
 		// The service logs each failed job; its local worker need not too.
 		local.Logger = c.log.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core { return withoutFailures{core} }))
-		go func() {
-			select {
-			case <-serving:
-				errs <- local.Run(ctx)
-			case <-serviceCtx.Done(): // the service failed, or was stopped, first
-				errs <- nil
-			}
-		}()
+		go func() { errs <- local.Run(ctx) }()
 	}
 	code := 0
 	for range running {
