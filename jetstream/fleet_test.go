@@ -442,6 +442,41 @@ func TestFleetRecallsWhoHeldJobs(t *testing.T) {
 	assert.Equal(t, []lease{{"j1", ours}}, gone[0].leases)
 }
 
+// The stream of heartbeats as an earlier serve made it (a subject a
+// worker's name, no runs) is brought to a subject a run, and what it kept
+// is recalled: a serve upgraded on its data directory.
+func TestFleetStreamOfAnEarlierServe(t *testing.T) {
+	nc := setup(t)
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	ctx := testCtx(t, time.Minute)
+	cfg := Config{}.withDefaults()
+	_, err = js.CreateStream(ctx, natsjs.StreamConfig{Name: cfg.fleetStream(), Subjects: []string{cfg.Stream + ".workers.*"},
+		MaxMsgsPerSubject: 1, Storage: natsjs.FileStorage})
+	require.NoError(t, err)
+	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
+	b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "before", Slots: 1}, Leases: []lease{{"j1", ours}}, Said: 9})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, cfg.Stream+".workers.before", b)
+	require.NoError(t, err)
+
+	var f fleet
+	f.reset(cfg, zap.NewNop())
+	recalled, err := f.recall(ctx, js, cfg, 10*time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"before"}, recalled, "kept by the earlier serve")
+	st, err := js.Stream(ctx, cfg.fleetStream())
+	require.NoError(t, err)
+	assert.Equal(t, []string{cfg.workersSubjects()}, st.CachedInfo().Config.Subjects)
+	for _, run := range []string{"R1", "R2"} {
+		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "after", Slots: 1}, Run: run, Said: 1})
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, cfg.workersSubject("after", run), b)
+		require.NoError(t, err, "a run's heartbeat is kept")
+	}
+	assert.EqualValues(t, 3, streamMsgs(t, nc, cfg.fleetStream()), "the last of each run, and the earlier worker's")
+}
+
 // gate dials while open; shut, it refuses: a connection that comes back
 // only when the test lets it.
 type gate struct {
