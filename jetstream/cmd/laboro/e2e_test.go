@@ -251,7 +251,9 @@ func TestServeStartedAgainRunsItsOwnWorkersJob(t *testing.T) {
 		return strings.Count(string(b), "\n")
 	}
 	// Killed once the heartbeat that lists the job is in serve's files,
-	// which outlive it (the server writes what it stores a moment later).
+	// which outlive it: a heartbeat is published without waiting for the
+	// server to store it, so it reaches the stream a moment after the job
+	// starts.
 	require.Eventually(t, func() bool { return ran() == 1 && keptBeat(s.data, "held-1") }, time.Minute,
 		5*time.Millisecond, "the job runs, and the worker's heartbeat that lists it is kept")
 	s.serve.Kill() // SIGKILL: its worker, and the job with it
