@@ -233,13 +233,7 @@ func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 // worker started again under the same name holds none of what the one
 // before held: that is handed back as a silent worker's.
 func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
-	var f fleet
-	cfg := Config{}.withDefaults()
-	core, logs := observer.New(zap.WarnLevel)
-	f.reset(cfg, zap.New(core))
-	ack := func(n int) string {
-		return fmt.Sprintf("$JS.ACK.LABORO_JOBS.workers.1.%d.%d.1764370000000000000.0", n, n)
-	}
+	f, cfg, logs := loggedFleet()
 	say := func(run string, said uint64, unproven bool, leases ...lease) {
 		info := WorkerInfo{Name: "a", Slots: 1}
 		for _, l := range leases {
@@ -256,21 +250,21 @@ func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
 		return w.info.Running, w.leases
 	}
 
-	say("r1", 1, false, lease{"j1", ack(1)})
+	say("r1", 1, false, lease{"j1", ackOf(1)})
 	say("r1", 2, true)
 	running, leases := held()
 	assert.Equal(t, []string{"j1"}, running, "what it said last")
-	assert.Equal(t, []lease{{"j1", ack(1)}}, leases)
+	assert.Equal(t, []lease{{"j1", ackOf(1)}}, leases)
 	say("r1", 3, false)
 	_, leases = held()
 	assert.Empty(t, leases, "proven again, it holds nothing")
 
-	say("r1", 4, false, lease{"j2", ack(2)})
+	say("r1", 4, false, lease{"j2", ackOf(2)})
 	say("r2", 1, true)
 	running, leases = held()
 	assert.Empty(t, running, "a worker started again under the same name")
 	assert.Empty(t, leases)
-	say("r2", 2, false, lease{"j3", ack(3)})
+	say("r2", 2, false, lease{"j3", ackOf(3)})
 	say("r2", 3, true)
 	assert.Equal(t, []WorkerInfo{{Name: "a", Slots: 1, Running: []string{"j3"}, Seen: f.list()[0].Seen}}, f.list(),
 		"the one before is not listed")
@@ -286,7 +280,7 @@ func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
 		assert.Equal(t, "a", w.info.Name)
 		handed = append(handed, w.leases...)
 	}
-	assert.ElementsMatch(t, []lease{{"j2", ack(2)}, {"j3", ack(3)}}, handed, "handed back")
+	assert.ElementsMatch(t, []lease{{"j2", ackOf(2)}, {"j3", ackOf(3)}}, handed, "handed back")
 	assert.Empty(t, f.workers)
 	assert.Empty(t, f.names)
 }
@@ -296,13 +290,7 @@ func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
 // handed back while both speak, each has its own handed back once silent,
 // and the service warns, once, that the name is shared.
 func TestFleetKeepsTwoWorkersOfOneNameApart(t *testing.T) {
-	var f fleet
-	cfg := Config{}.withDefaults()
-	core, logs := observer.New(zap.WarnLevel)
-	f.reset(cfg, zap.New(core))
-	ack := func(n int) string {
-		return fmt.Sprintf("$JS.ACK.LABORO_JOBS.workers.1.%d.%d.1764370000000000000.0", n, n)
-	}
+	f, cfg, logs := loggedFleet()
 	said := map[string]uint64{}
 	say := func(run string, leases ...lease) {
 		said[run]++
@@ -311,8 +299,8 @@ func TestFleetKeepsTwoWorkersOfOneNameApart(t *testing.T) {
 		f.heard(&nats.Msg{Subject: cfg.workersSubject("twin", run), Data: b})
 	}
 	for range 3 {
-		say("left", lease{"j1", ack(1)})
-		say("right", lease{"j2", ack(2)})
+		say("left", lease{"j1", ackOf(1)})
+		say("right", lease{"j2", ackOf(2)})
 	}
 	require.Equal(t, 1, logs.FilterMessageSnippet("two live workers share this name").Len(), "warned once: %v", logs.All())
 	assert.Equal(t, "twin", logs.All()[0].ContextMap()["worker"])
@@ -332,15 +320,31 @@ func TestFleetKeepsTwoWorkersOfOneNameApart(t *testing.T) {
 	gone := f.vanished(seen.Add(time.Second), 10*time.Minute, true, 0)
 	require.Len(t, gone, 1, "left is silent, right speaks")
 	assert.Equal(t, "left", gone[0].run)
-	assert.Equal(t, []lease{{"j1", ack(1)}}, gone[0].leases, "left's own handed back")
+	assert.Equal(t, []lease{{"j1", ackOf(1)}}, gone[0].leases, "left's own handed back")
 	assert.Equal(t, []string{"twin"}, names(f.list()), "right listed")
 
 	gone = f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 10*time.Minute, true, 0)
 	require.Len(t, gone, 1)
 	assert.Equal(t, "right", gone[0].run)
-	assert.Equal(t, []lease{{"j2", ack(2)}}, gone[0].leases, "right's own handed back")
+	assert.Equal(t, []lease{{"j2", ackOf(2)}}, gone[0].leases, "right's own handed back")
 	assert.Empty(t, f.workers)
 	assert.Empty(t, f.names)
+}
+
+// loggedFleet returns a fleet reset for the default configuration, and
+// the warnings it logs.
+func loggedFleet() (*fleet, Config, *observer.ObservedLogs) {
+	var f fleet
+	cfg := Config{}.withDefaults()
+	core, logs := observer.New(zap.WarnLevel)
+	f.reset(cfg, zap.New(core))
+	return &f, cfg, logs
+}
+
+// ackOf is the acknowledgement subject of the workers' consumer's nth
+// delivery.
+func ackOf(n int) string {
+	return fmt.Sprintf("$JS.ACK.LABORO_JOBS.workers.1.%d.%d.1764370000000000000.0", n, n)
 }
 
 // names returns the names of the workers in list.
