@@ -359,7 +359,8 @@ func (f *fleet) forget(key, name, run string) {
 
 // parseBeat reads a heartbeat's body.
 func parseBeat(data []byte) (beat heartbeat, ok bool) {
-	if len(data) > maxBeat || json.Unmarshal(data, &beat) != nil || beat.Name == "" {
+	if len(data) > maxBeat || json.Unmarshal(data, &beat) != nil || beat.Name == "" ||
+		strings.Contains(beat.Name, "\x00") || strings.Contains(beat.Run, "\x00") { // NUL parts a key (heartbeat.key)
 		return heartbeat{}, false
 	}
 	return beat, true

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 )
 
 // The fuzz targets of the decoders that take bytes from the wire: result
@@ -459,5 +460,49 @@ func FuzzTokenProof(f *testing.F) {
 		} else {
 			require.Equal(t, rolePermissions(role, stream), c.user.Permissions)
 		}
+	})
+}
+
+// FuzzHeartbeats feeds a service's fleet whatever workers may say on their
+// subject (any holder of a worker's token can): a run of heartbeat bodies
+// separated by msgSep. It never panics, keeps each worker under its name
+// and run, keeps no more workers than maxWorkersHeard, lists each name
+// once, and keeps no lease it would hand back anywhere but to its own
+// consumer.
+func FuzzHeartbeats(f *testing.F) {
+	// More seeds are in testdata/fuzz/FuzzHeartbeats.
+	ack := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
+	f.Add([]byte(`{"name":"a","slots":2,"running":["j1"],"leases":[{"job":"j1","ack":"` + ack + `"}],"run":"R1","said":1}` +
+		msgSep + `{"name":"a","slots":2,"run":"R2","said":1,"unproven":true}` +
+		msgSep + `{"name":"a","slots":2,"run":"R1","said":2}` +
+		msgSep + `{"name":"a","run":"R2","gone":true}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fl fleet
+		fl.reset(Config{}.withDefaults(), zap.NewNop())
+		n := 0
+		for body := range bytes.SplitSeq(data, []byte(msgSep)) {
+			if n++; n > maxMessages {
+				break
+			}
+			fl.heard(&nats.Msg{Data: body})
+		}
+		fl.mu.Lock()
+		require.LessOrEqual(t, len(fl.workers), maxWorkersHeard)
+		for key, w := range fl.workers {
+			require.Equal(t, heartbeat{WorkerInfo: WorkerInfo{Name: w.info.Name}, Run: w.run}.key(), key)
+			require.NotEmpty(t, w.info.Name)
+			require.NotContains(t, w.info.Name+w.run, "\x00", "a key's parts are apart")
+			for _, l := range w.leases {
+				require.True(t, fl.ours(l.Ack), "lease %q kept", l.Ack)
+			}
+		}
+		for name, heard := range fl.names {
+			_, ok := fl.workers[heartbeat{WorkerInfo: WorkerInfo{Name: name}, Run: heard.run}.key()]
+			require.True(t, ok, "name %q heard last from run %q, not kept", name, heard.run)
+		}
+		fl.mu.Unlock()
+		names := names(fl.list())
+		require.True(t, slices.IsSorted(names))
+		require.Equal(t, len(names), len(slices.Compact(slices.Clone(names))), "each name once")
 	})
 }
