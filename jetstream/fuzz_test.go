@@ -26,7 +26,8 @@ import (
 )
 
 // The fuzz targets of the decoders that take bytes from the wire: result
-// messages (assembler.add, decodeResult) and jobs (wireJob). Their seed
+// messages (assembler.add, decodeResult), jobs (wireJob), a client's proof
+// (tokenAuth) and workers' heartbeats (fleet.heard). Their seed
 // corpora are in testdata/fuzz/<target>; run one with
 //
 //	go test -run '^$' -fuzz '^FuzzAssembler$' -fuzztime 60s .
