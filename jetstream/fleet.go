@@ -383,8 +383,7 @@ func (f *fleet) note(beat heartbeat, seen time.Time, live bool) {
 		if ok && spoke && n.run != beat.Run && !n.shared {
 			n.shared = true
 			f.log.Warn("two live workers share this name: give each its own (Worker.Name, laboro worker -name); "+
-				"the service lists one, and keeps one's last heartbeat for a service started again",
-				zap.String("worker", beat.Name))
+				"the service lists only one of them", zap.String("worker", beat.Name))
 		}
 		n.run = beat.Run
 		f.names[beat.Name] = n

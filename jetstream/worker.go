@@ -61,8 +61,8 @@ type Worker struct {
 	// Name is how the service's console and status name this worker; ""
 	// means the host's name and the process id. Give each worker its own:
 	// the Service tells each Run from another under the same name (the
-	// jobs of one that stopped are handed back), but lists one of them,
-	// keeps one's last word, and warns of a name two live workers share.
+	// jobs of one that stopped are handed back), but lists only one of
+	// those that run at once, and warns of such a name.
 	Name string
 
 	drainOnce sync.Once
