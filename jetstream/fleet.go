@@ -281,13 +281,15 @@ func tail(ctx context.Context, nc *nats.Conn, cfg Config, id string, offset int6
 	return reply.Data, nil
 }
 
-// key is where a fleet keeps what b says: under its worker's name and
-// run.
-func (b heartbeat) key() string {
-	if b.Run == "" {
-		return b.Name
+// key is where a fleet keeps what b says (workerKey).
+func (b heartbeat) key() string { return workerKey(b.Name, b.Run) }
+
+// workerKey is where a fleet keeps run run of worker name.
+func workerKey(name, run string) string {
+	if run == "" {
+		return name
 	}
-	return b.Name + "\x00" + b.Run
+	return name + "\x00" + run
 }
 
 // fleet is what a Service hears of its workers.
@@ -342,16 +344,15 @@ func (f *fleet) heard(msg *nats.Msg) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if beat.Gone {
-		f.forget(beat.key(), beat.Name, beat.Run)
+		f.forget(beat.Name, beat.Run)
 		return
 	}
 	f.note(beat, time.Now(), true)
 }
 
-// forget drops the worker kept at key, named name, of run run. f.mu is
-// held.
-func (f *fleet) forget(key, name, run string) {
-	delete(f.workers, key)
+// forget drops run run of worker name. f.mu is held.
+func (f *fleet) forget(name, run string) {
+	delete(f.workers, workerKey(name, run))
 	if n, ok := f.names[name]; ok && n.run == run {
 		delete(f.names, name)
 	}
@@ -545,11 +546,11 @@ func (f *fleet) vanished(now time.Time, ackWait time.Duration, up bool, reconnec
 		return nil
 	}
 	var gone []heardOf
-	for key, w := range f.workers {
+	for _, w := range f.workers {
 		if !f.silent(w.info.Seen, now) {
 			continue
 		}
-		f.forget(key, w.info.Name, w.run)
+		f.forget(w.info.Name, w.run)
 		if now.Sub(w.info.Seen) >= ackWait/2 {
 			w.leases = nil
 		}

@@ -490,7 +490,7 @@ func FuzzHeartbeats(f *testing.F) {
 		fl.mu.Lock()
 		require.LessOrEqual(t, len(fl.workers), maxWorkersHeard)
 		for key, w := range fl.workers {
-			require.Equal(t, heartbeat{WorkerInfo: WorkerInfo{Name: w.info.Name}, Run: w.run}.key(), key)
+			require.Equal(t, workerKey(w.info.Name, w.run), key)
 			require.NotEmpty(t, w.info.Name)
 			require.NotContains(t, w.info.Name+w.run, "\x00", "a key's parts are apart")
 			for _, l := range w.leases {
@@ -498,7 +498,7 @@ func FuzzHeartbeats(f *testing.F) {
 			}
 		}
 		for name, heard := range fl.names {
-			_, ok := fl.workers[heartbeat{WorkerInfo: WorkerInfo{Name: name}, Run: heard.run}.key()]
+			_, ok := fl.workers[workerKey(name, heard.run)]
 			require.True(t, ok, "name %q heard last from run %q, not kept", name, heard.run)
 		}
 		fl.mu.Unlock()
