@@ -1,8 +1,8 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,13 +70,6 @@ type heartbeat struct {
 	// Leases are the deliveries of the jobs it holds (running, or their
 	// results on the way).
 	Leases []lease `json:"leases,omitempty"`
-	// Run tells one run of a worker (Worker.Run) from another under the
-	// same name: a service keeps each run's word apart, so that what a
-	// run held before it stopped is handed back although its successor
-	// speaks under its name, and so that two live workers sharing a name
-	// do not have each other's jobs handed back. Empty from a worker that
-	// does not say it: its runs are then one to the service.
-	Run string `json:"run,omitempty"`
 	// Said numbers a run's heartbeats, from 1; 0 from a worker that does
 	// not number them.
 	Said uint64 `json:"said,omitempty"`
@@ -112,6 +105,15 @@ var ErrNotRunning = errors.New("jetstream: no worker runs the job now")
 type WorkerInfo struct {
 	// Name is the worker's name (Worker.Name).
 	Name string `json:"name"`
+	// Run tells one run of a worker (a call of Worker.Run, which picks it
+	// at random and logs it) from another under the same name: a service
+	// keeps each run's word apart, so that what a run held before it
+	// stopped is handed back although its successor speaks under its name,
+	// and so that two live workers sharing a name do not have each other's
+	// jobs handed back. Such twins are listed each on its own; a worker
+	// started again is listed once, as its last run. Empty from a worker
+	// that does not say it: its runs are then one to the service.
+	Run string `json:"run,omitempty"`
 	// Slots is how many jobs it runs at once.
 	Slots int `json:"slots"`
 	// Running are the ids of the jobs it runs now.
@@ -152,12 +154,12 @@ func defaultWorkerName() string {
 // die the moment after) and when its connection is back after a drop, and
 // soon when what it runs changed otherwise, but then not more than once
 // per beatMin.
-func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name string, slots int) {
-	run, said := rand.Text(), uint64(0)
+func (r *workerRun) beat(ctx context.Context, nc *nats.Conn, name, run string, slots int) {
+	said := uint64(0)
 	subject := r.cfg.workersSubject(subjectToken(name), run)
 	say := func(gone bool) {
 		said++
-		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: slots, Gone: gone}, Run: run, Said: said}
+		info := heartbeat{WorkerInfo: WorkerInfo{Name: name, Run: run, Slots: slots, Gone: gone}, Said: said}
 		if !gone && !r.proven() {
 			info.Unproven = true
 			r.askProof() // its end says the jobs (see challenge)
@@ -314,7 +316,6 @@ type fleet struct {
 type heardOf struct {
 	info   WorkerInfo
 	leases []lease
-	run    string // heartbeat.Run
 	said   uint64 // the number of the last heartbeat (heartbeat.Said)
 }
 
@@ -376,7 +377,7 @@ func (f *fleet) note(beat heartbeat, seen time.Time, live bool) {
 		return
 	}
 	beat.Seen = seen
-	w := heardOf{info: beat.WorkerInfo, run: beat.Run, said: beat.Said}
+	w := heardOf{info: beat.WorkerInfo, said: beat.Said}
 	if live {
 		// A run heard again after another of its name spoke: two live
 		// workers share the name (a run that stopped says no more).
@@ -384,7 +385,7 @@ func (f *fleet) note(beat heartbeat, seen time.Time, live bool) {
 		if ok && spoke && n.run != beat.Run && !n.shared {
 			n.shared = true
 			f.log.Warn("two live workers share this name: give each its own (Worker.Name, laboro worker -name); "+
-				"the service lists only one of them", zap.String("worker", beat.Name))
+				"each logged its run as it started", zap.String("worker", beat.Name), zap.Strings("runs", []string{n.run, beat.Run}))
 		}
 		n.run = beat.Run
 		f.names[beat.Name] = n
@@ -511,23 +512,30 @@ func (f *fleet) silent(seen, now time.Time) bool {
 	return now.Sub(seen) > beatsMissed*beatInterval
 }
 
-// list returns the workers heard from lately, by name: of the runs heard
-// under one name (one started again, two sharing it), the one heard last.
+// list returns the workers heard from lately, by name and run: every run
+// of a name two live workers share; of the runs of another name (a worker
+// started again, its run before not silent yet), the one heard last.
 func (f *fleet) list() []WorkerInfo {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
+	var list []WorkerInfo
 	last := make(map[string]WorkerInfo, len(f.workers))
 	for _, w := range f.workers {
-		if f.silent(w.info.Seen, now) {
-			continue
-		}
-		if l, ok := last[w.info.Name]; !ok || w.info.Seen.After(l.Seen) {
-			last[w.info.Name] = w.info
+		switch {
+		case f.silent(w.info.Seen, now):
+		case f.names[w.info.Name].shared:
+			list = append(list, w.info) // twins: each
+		default:
+			if l, ok := last[w.info.Name]; !ok || w.info.Seen.After(l.Seen) {
+				last[w.info.Name] = w.info
+			}
 		}
 	}
-	list := slices.Collect(maps.Values(last))
-	slices.SortFunc(list, func(a, b WorkerInfo) int { return strings.Compare(a.Name, b.Name) })
+	list = slices.AppendSeq(list, maps.Values(last))
+	slices.SortFunc(list, func(a, b WorkerInfo) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Run, b.Run))
+	})
 	return list
 }
 
@@ -550,7 +558,7 @@ func (f *fleet) vanished(now time.Time, ackWait time.Duration, up bool, reconnec
 		if !f.silent(w.info.Seen, now) {
 			continue
 		}
-		f.forget(w.info.Name, w.run)
+		f.forget(w.info.Name, w.info.Run)
 		if now.Sub(w.info.Seen) >= ackWait/2 {
 			w.leases = nil
 		}

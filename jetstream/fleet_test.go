@@ -235,11 +235,11 @@ func TestFleetHandsBackOnlyLiveLeasesOfItsConsumer(t *testing.T) {
 func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
 	f, cfg, logs := loggedFleet()
 	say := func(run string, said uint64, unproven bool, leases ...lease) {
-		info := WorkerInfo{Name: "a", Slots: 1}
+		info := WorkerInfo{Name: "a", Run: run, Slots: 1}
 		for _, l := range leases {
 			info.Running = append(info.Running, l.Job)
 		}
-		b, err := json.Marshal(heartbeat{WorkerInfo: info, Leases: leases, Run: run, Said: said, Unproven: unproven})
+		b, err := json.Marshal(heartbeat{WorkerInfo: info, Leases: leases, Said: said, Unproven: unproven})
 		require.NoError(t, err)
 		f.heard(&nats.Msg{Subject: cfg.workersSubject("a", run), Data: b})
 	}
@@ -266,7 +266,7 @@ func TestFleetKeepsWhatAnUnprovenWorkerHeld(t *testing.T) {
 	assert.Empty(t, leases)
 	say("r2", 2, false, lease{"j3", ackOf(3)})
 	say("r2", 3, true)
-	assert.Equal(t, []WorkerInfo{{Name: "a", Slots: 1, Running: []string{"j3"}, Seen: f.list()[0].Seen}}, f.list(),
+	assert.Equal(t, []WorkerInfo{{Name: "a", Run: "r2", Slots: 1, Running: []string{"j3"}, Seen: f.list()[0].Seen}}, f.list(),
 		"the one before is not listed")
 	assert.Zero(t, logs.Len(), "a worker started again is not taken for two: %v", logs.All())
 
@@ -294,7 +294,7 @@ func TestFleetKeepsTwoWorkersOfOneNameApart(t *testing.T) {
 	said := map[string]uint64{}
 	say := func(run string, leases ...lease) {
 		said[run]++
-		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "twin", Slots: 1}, Leases: leases, Run: run, Said: said[run]})
+		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "twin", Run: run, Slots: 1}, Leases: leases, Said: said[run]})
 		require.NoError(t, err)
 		f.heard(&nats.Msg{Subject: cfg.workersSubject("twin", run), Data: b})
 	}
@@ -304,7 +304,8 @@ func TestFleetKeepsTwoWorkersOfOneNameApart(t *testing.T) {
 	}
 	require.Equal(t, 1, logs.FilterMessageSnippet("two live workers share this name").Len(), "warned once: %v", logs.All())
 	assert.Equal(t, "twin", logs.All()[0].ContextMap()["worker"])
-	assert.Equal(t, []string{"twin"}, names(f.list()))
+	assert.ElementsMatch(t, []any{"left", "right"}, logs.All()[0].ContextMap()["runs"], "the runs named")
+	assert.Equal(t, []string{"twin\x00left", "twin\x00right"}, keys(f.list()), "each listed")
 
 	f.mu.Lock()
 	seen := f.workers["twin\x00right"].info.Seen
@@ -319,13 +320,13 @@ func TestFleetKeepsTwoWorkersOfOneNameApart(t *testing.T) {
 	f.mu.Unlock()
 	gone := f.vanished(seen.Add(time.Second), 10*time.Minute, true, 0)
 	require.Len(t, gone, 1, "left is silent, right speaks")
-	assert.Equal(t, "left", gone[0].run)
+	assert.Equal(t, "left", gone[0].info.Run)
 	assert.Equal(t, []lease{{"j1", ackOf(1)}}, gone[0].leases, "left's own handed back")
-	assert.Equal(t, []string{"twin"}, names(f.list()), "right listed")
+	assert.Equal(t, []string{"twin\x00right"}, keys(f.list()), "right listed")
 
 	gone = f.vanished(seen.Add(beatsMissed*beatInterval+time.Second), 10*time.Minute, true, 0)
 	require.Len(t, gone, 1)
-	assert.Equal(t, "right", gone[0].run)
+	assert.Equal(t, "right", gone[0].info.Run)
 	assert.Equal(t, []lease{{"j2", ackOf(2)}}, gone[0].leases, "right's own handed back")
 	assert.Empty(t, f.workers)
 	assert.Empty(t, f.names)
@@ -354,6 +355,15 @@ func names(list []WorkerInfo) []string {
 		n = append(n, w.Name)
 	}
 	return n
+}
+
+// keys returns the fleet's key (workerKey) of each worker of list.
+func keys(list []WorkerInfo) []string {
+	var k []string
+	for _, w := range list {
+		k = append(k, workerKey(w.Name, w.Run))
+	}
+	return k
 }
 
 // A service cut off from the server hears no heartbeat: no worker is
@@ -405,7 +415,7 @@ func TestFleetRecallsWhoHeldJobs(t *testing.T) {
 
 	ours := "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"
 	say := func(name string, gone bool, leases ...lease) {
-		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: name, Slots: 1, Gone: gone}, Leases: leases, Run: "old"})
+		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: name, Run: "old", Slots: 1, Gone: gone}, Leases: leases})
 		require.NoError(t, err)
 		require.NoError(t, nc.Publish(cfg.workersSubject(name, "old"), b))
 	}
@@ -473,7 +483,7 @@ func TestFleetStreamOfAnEarlierServe(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{cfg.workersSubjects()}, st.CachedInfo().Config.Subjects)
 	for _, run := range []string{"R1", "R2"} {
-		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "after", Slots: 1}, Run: run, Said: 1})
+		b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "after", Run: run, Slots: 1}, Said: 1})
 		require.NoError(t, err)
 		_, err = js.Publish(ctx, cfg.workersSubject("after", run), b)
 		require.NoError(t, err, "a run's heartbeat is kept")

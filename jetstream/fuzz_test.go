@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -490,9 +491,9 @@ func FuzzHeartbeats(f *testing.F) {
 		fl.mu.Lock()
 		require.LessOrEqual(t, len(fl.workers), maxWorkersHeard)
 		for key, w := range fl.workers {
-			require.Equal(t, workerKey(w.info.Name, w.run), key)
+			require.Equal(t, workerKey(w.info.Name, w.info.Run), key)
 			require.NotEmpty(t, w.info.Name)
-			require.NotContains(t, w.info.Name+w.run, "\x00", "a key's parts are apart")
+			require.NotContains(t, w.info.Name+w.info.Run, "\x00", "a key's parts are apart")
 			for _, l := range w.leases {
 				require.True(t, fl.ours(l.Ack), "lease %q kept", l.Ack)
 			}
@@ -502,8 +503,18 @@ func FuzzHeartbeats(f *testing.F) {
 			require.True(t, ok, "name %q heard last from run %q, not kept", name, heard.run)
 		}
 		fl.mu.Unlock()
-		names := names(fl.list())
-		require.True(t, slices.IsSorted(names))
-		require.Equal(t, len(names), len(slices.Compact(slices.Clone(names))), "each name once")
+		list := fl.list()
+		keys := keys(list)
+		require.True(t, slices.IsSortedFunc(list, func(a, b WorkerInfo) int {
+			return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Run, b.Run))
+		}))
+		require.Equal(t, len(keys), len(slices.Compact(slices.Clone(keys))), "each run once")
+		fl.mu.Lock()
+		for i, w := range list {
+			if i > 0 && list[i-1].Name == w.Name {
+				require.True(t, fl.names[w.Name].shared, "name %q listed twice, not shared", w.Name)
+			}
+		}
+		fl.mu.Unlock()
 	})
 }

@@ -708,7 +708,8 @@ func unprovenBeats(t *testing.T, ctx context.Context, nc *nats.Conn, cfg Config,
 		case msg := <-beats:
 			var info WorkerInfo
 			require.NoError(t, json.Unmarshal(msg.Data, &info))
-			assert.Equal(t, WorkerInfo{Name: "w1", Slots: 1}, info, "a heartbeat to an unproven server")
+			assert.NotEmpty(t, info.Run, "the run's id")
+			assert.Equal(t, WorkerInfo{Name: "w1", Run: info.Run, Slots: 1}, info, "a heartbeat to an unproven server")
 			heard++
 		case <-ask.C:
 		case <-ctx.Done():

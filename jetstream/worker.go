@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -184,9 +185,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("jetstream: hear the roll call: %w", err)
 	}
 	defer roll.Unsubscribe()
+	// The run's id tells this run of the worker from another under its
+	// name (WorkerInfo.Run): logged, it tells the service's warning of two
+	// live workers under one name which machines they are.
+	run := rand.Text()
+	log.Info("worker taking jobs", zap.String("name", name), zap.String("run", run), zap.Int("slots", n))
 	beatCtx, stopBeat := context.WithCancel(context.Background())
 	beaten := make(chan struct{})
-	go func() { defer close(beaten); r.beat(beatCtx, w.Conn, name, n) }()
+	go func() { defer close(beaten); r.beat(beatCtx, w.Conn, name, run, n) }()
 	defer func() { stopBeat(); <-beaten }()
 	// The jobs published from now on have their ends heard of by sub, as
 	// long as the connection holds: for them, no lookup is needed.

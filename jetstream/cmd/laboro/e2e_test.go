@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,11 +275,33 @@ func TestTwoWorkersOfOneName(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	s := newSystem(t)
-	s.start("-workers", "0")
+	s.start("-workers", "0", "-http", "127.0.0.1:0")
+	var ids []string // each worker's run, as it logged it
 	for range 2 {
-		e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-name", "twin", "-c", "2", "-dir", t.TempDir())
+		p := e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "worker", "-name", "twin", "-c", "2", "-dir", t.TempDir())
+		ids = append(ids, p.Await(t, regexp.MustCompile(`worker taking jobs.*"name": "twin", "run": "(\w+)"`), time.Minute))
 	}
-	s.serve.Await(t, regexp.MustCompile(`two live workers share this name.*"worker": "twin"`), time.Minute)
+	warned := s.serve.Await(t, regexp.MustCompile(`two live workers share this name.*"worker": "twin", "runs": (\[.*\])`), time.Minute)
+	var said []string
+	require.NoError(t, json.Unmarshal([]byte(warned), &said), warned)
+	assert.ElementsMatch(t, ids, said, "the warning names both runs")
+
+	// The console lists each, with its run; the metrics count both.
+	base := s.serve.Await(t, regexp.MustCompile(`console.*"url": "(http://[^/]+)/\?token=…"`), 20*time.Second)
+	cc := consoleClient{t, base, e2e.Token(t, "laboro")}
+	var st struct {
+		Workers []struct{ Name string } `json:"workers"`
+	}
+	require.Eventually(t, func() bool {
+		code, body := cc.call("GET", "/api/state", nil)
+		return code == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil && len(st.Workers) == 2
+	}, 30*time.Second, 10*time.Millisecond, "%+v", st)
+	slices.Sort(ids)
+	assert.Equal(t, []string{"twin (run " + ids[0] + ")", "twin (run " + ids[1] + ")"},
+		[]string{st.Workers[0].Name, st.Workers[1].Name})
+	code, body := cc.call("GET", "/metrics", nil)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "\nlaboro_workers_connected 2\n")
 
 	const n = 20
 	jobs, marks := markJobs(t, n, "")

@@ -146,11 +146,7 @@ func serve(args []string) int {
 		}
 		defer ln.Close()
 		con := web.New(c.token, &web.Fleet{Tail: service.Tail, Workers: func() []console.Worker {
-			var list []console.Worker
-			for _, w := range service.Workers() {
-				list = append(list, console.Worker{Name: w.Name, Slots: w.Slots, Running: w.Running})
-			}
-			return list
+			return consoleWorkers(service.Workers())
 		}, Batches: func() []console.Batch {
 			var list []console.Batch
 			for _, b := range service.Batches(console.MaxListed) {
@@ -292,4 +288,20 @@ func (c withoutFailures) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapco
 
 func (c withoutFailures) With(fields []zapcore.Field) zapcore.Core {
 	return withoutFailures{c.Core.With(fields)}
+}
+
+// consoleWorkers is the fleet as the console lists it: each worker by its
+// name, and two live workers sharing a name each with its run, as each
+// logged it.
+func consoleWorkers(ws []jetstream.WorkerInfo) []console.Worker {
+	list := make([]console.Worker, 0, len(ws))
+	for i, w := range ws {
+		name := w.Name
+		twin := (i > 0 && ws[i-1].Name == w.Name) || (i+1 < len(ws) && ws[i+1].Name == w.Name)
+		if twin && w.Run != "" {
+			name += " (run " + w.Run + ")"
+		}
+		list = append(list, console.Worker{Name: name, Slots: w.Slots, Running: w.Running})
+	}
+	return list
 }
