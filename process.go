@@ -191,6 +191,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		return fail(err)
 	}
 	res.PID = cmd.Process.Pid
+	watch := watchGroup(ctx, res.PID)
 	reap('+', res.PID) // its group's id is its pid
 	if tail != nil {
 		tail.start(res.PID)
@@ -203,6 +204,7 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 	if tail != nil {
 		tail.collect()
 	}
+	watch.settle()
 	err = cmd.Wait()
 	// Reaped: the forking thread may go. Unpinned, the waits below do not
 	// need that very thread to wake up.
@@ -273,7 +275,7 @@ func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *
 	delay := time.Millisecond
 	file := programs.find(argv[0])
 	for attempt := 0; ; attempt++ {
-		cmd := exec.CommandContext(ctx, file, argv[1:]...)
+		cmd := command(ctx, file, argv[1:]...)
 		cmd.Args[0] = argv[0] // as the job named it, as exec.Command would
 		cmd.Dir, cmd.Env, cmd.Stdin, cmd.Stdout = job.Dir, job.Env, job.Stdin, out
 		if job.Stdin == nil {
@@ -292,18 +294,12 @@ func (r *ProcessRunner) start(ctx context.Context, job Job, argv []string, out *
 			}
 		}
 		cmd.SysProcAttr = sysProcAttr()
-		cmd.Cancel = func() error {
-			// The negative pid names the process group the child leads.
-			// The child is not reaped yet, so its id cannot have been reused.
-			err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			if errors.Is(err, syscall.ESRCH) {
-				return os.ErrProcessDone
-			}
-			return err
-		}
 		cmd.WaitDelay = r.WaitDelay
 		if cmd.WaitDelay <= 0 {
 			cmd.WaitDelay = DefaultWaitDelay
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("laboro: start %q: %w", argv[0], err)
 		}
 		err := cmd.Start()
 		if err == nil {
