@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laboro-go/laboro"
+)
+
+// BenchmarkStream measures what `laboro run` adds to its jobs' processes,
+// in process: b.N shell jobs (`true` as a script, as `laboro run` makes
+// each line), two at a time, through
+//
+//   - batch: Batch.Stream on an Executor whose buffer holds twice its
+//     workers, with progress (to nowhere), as `laboro run` runs them;
+//   - executor: the same Executor, every job submitted and its result
+//     waited for in turn by one goroutine, without the batch driver;
+//   - runner: the same ProcessRunner called from two goroutines, without
+//     an Executor: each job's process and its promises (its output file,
+//     its standard-error tail, its process group), and nothing else.
+//
+// Run them in interleaved rounds (scripts/bench-rounds.sh with
+// PKG=./internal/cli) and compare each to runner in the same round.
+func BenchmarkStream(b *testing.B) {
+	b.Run("batch", func(b *testing.B) {
+		ex := benchExecutor(b)
+		batch := Batch{Progress: NewProgress(io.Discard, time.Hour)}
+		b.ResetTimer()
+		sum, err := batch.Stream(benchContext(b), ex, func(yield func(laboro.Job, error) bool) {
+			for range b.N {
+				if !yield(laboro.Job{Script: "true"}, nil) {
+					return
+				}
+			}
+		}, b.N)
+		b.StopTimer()
+		if err != nil || sum.Succeeded != b.N {
+			b.Fatalf("%d of %d jobs succeeded: %v", sum.Succeeded, b.N, err)
+		}
+	})
+	b.Run("executor", func(b *testing.B) {
+		ex := benchExecutor(b)
+		ctx := benchContext(b)
+		handles := make(chan *laboro.Handle, 4)
+		var collected sync.WaitGroup
+		var failed int
+		collected.Go(func() {
+			for h := range handles {
+				res, err := h.Wait(ctx)
+				if err != nil || res.Status != laboro.StatusSucceeded {
+					failed++
+				}
+				res.Output.Close()
+			}
+		})
+		b.ResetTimer()
+		for range b.N {
+			h, err := ex.Submit(ctx, laboro.Job{Script: "true"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			handles <- h
+		}
+		close(handles)
+		collected.Wait()
+		b.StopTimer()
+		if failed > 0 {
+			b.Fatalf("%d of %d jobs failed", failed, b.N)
+		}
+	})
+	b.Run("runner", func(b *testing.B) {
+		r := &laboro.ProcessRunner{Dir: b.TempDir()}
+		ctx := benchContext(b)
+		jobs := make(chan struct{})
+		var workers sync.WaitGroup
+		var mu sync.Mutex
+		var failed int
+		for range 2 {
+			workers.Go(func() {
+				for range jobs {
+					res := r.Run(ctx, laboro.Job{Script: "true"})
+					if res.Status != laboro.StatusSucceeded {
+						mu.Lock()
+						failed++
+						mu.Unlock()
+					}
+					res.Output.Close()
+				}
+			})
+		}
+		b.ResetTimer()
+		for range b.N {
+			jobs <- struct{}{}
+		}
+		close(jobs)
+		workers.Wait()
+		b.StopTimer()
+		if failed > 0 {
+			b.Fatalf("%d of %d jobs failed", failed, b.N)
+		}
+	})
+}
+
+// benchExecutor returns an Executor of two workers and a buffer of four on
+// process jobs, as `laboro run -workers 2` makes it, closed at the end.
+func benchExecutor(b *testing.B) *laboro.Executor {
+	b.Helper()
+	ex, err := laboro.New(laboro.WithRunner(&laboro.ProcessRunner{Dir: b.TempDir()}),
+		laboro.WithPoolSize(2), laboro.WithConcurrency(2), laboro.WithBufferSize(4))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ex.Close() })
+	return ex
+}
+
+// benchContext returns a context that ends with the benchmark, and after
+// ten minutes at most.
+func benchContext(b *testing.B) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	b.Cleanup(cancel)
+	return ctx
+}
