@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,16 +77,13 @@ func BenchmarkStream(b *testing.B) {
 		ctx := benchContext(b)
 		jobs := make(chan struct{})
 		var workers sync.WaitGroup
-		var mu sync.Mutex
-		var failed int
+		var failed atomic.Int64
 		for range 2 {
 			workers.Go(func() {
 				for range jobs {
 					res := r.Run(ctx, laboro.Job{Script: "true"})
 					if res.Status != laboro.StatusSucceeded {
-						mu.Lock()
-						failed++
-						mu.Unlock()
+						failed.Add(1)
 					}
 					res.Output.Close()
 				}
@@ -98,8 +96,8 @@ func BenchmarkStream(b *testing.B) {
 		close(jobs)
 		workers.Wait()
 		b.StopTimer()
-		if failed > 0 {
-			b.Fatalf("%d of %d jobs failed", failed, b.N)
+		if n := failed.Load(); n > 0 {
+			b.Fatalf("%d of %d jobs failed", n, b.N)
 		}
 	})
 }
