@@ -297,6 +297,15 @@ type Batch struct {
 	// failures): it reads no more jobs, not even the one it is waiting
 	// for, and ends as the jobs submitted end.
 	Stop <-chan struct{}
+	// Ends, if not nil, is how the batch learns of its jobs' ends: in
+	// batches, from the Executor's observer (see Ends). Without it, a
+	// goroutine waits for each job.
+	Ends *Ends
+	// TerminatedNotRun counts the jobs that Shutdown or Close took from
+	// the buffer before they ran (StatusTerminated, after a halt) as not
+	// run rather than as failed: OnResult is not called for them, and the
+	// summary leaves them out of both counts.
+	TerminatedNotRun bool
 }
 
 // NoWorkerAfter is how long jobs wait with no worker to run them before
@@ -377,6 +386,9 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 	// end waits for the goroutines (which return once ctx ends) before the
 	// summary is read.
 	end := func(err error) (Summary, error) {
+		if b.Ends != nil {
+			b.Ends.follow(nil)
+		}
 		waits.Wait()
 		sum.Unread = !drained
 		if b.Progress != nil {
@@ -397,6 +409,9 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 	// report hands a result to OnResult and counts it; mu is held.
 	report := func(h *laboro.Handle, res laboro.Result) {
 		defer res.Output.Close()
+		if b.TerminatedNotRun && res.Status == laboro.StatusTerminated {
+			return
+		}
 		job := h.Job()
 		var err error
 		if b.OnResult != nil {
@@ -435,10 +450,53 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 		}
 		b.Progress.Update(c)
 	}
+	tick := time.NewTicker(200 * time.Millisecond) // progress moves with no result too
+	defer tick.Stop()
+	// With Ends, the jobs submitted and not reported, by id (mu), and how
+	// many the batch keeps in the Executor.
+	var pending map[string]*laboro.Handle
+	ahead := 0
+	if b.Ends != nil {
+		pending = make(map[string]*laboro.Handle)
+		b.Ends.follow(func(ev laboro.Event) {
+			mu.Lock()
+			h, ok := pending[ev.Job.ID]
+			if !ok {
+				mu.Unlock()
+				return // a job another caller submitted
+			}
+			delete(pending, ev.Job.ID)
+			report(h, ev.Result)
+			mu.Unlock()
+			settled()
+		})
+	}
 	r := readAhead(jobs)
 	defer r.close()
 reading:
 	for {
+		// With Ends, once Ahead jobs are in the Executor, wait for a batch
+		// of them to end rather than for each place in the buffer.
+		for b.Ends != nil {
+			mu.Lock()
+			in := read - ended
+			mu.Unlock()
+			if in < ahead {
+				break
+			}
+			if ahead = b.Ends.Ahead(); in < ahead {
+				break
+			}
+			update()
+			select {
+			case <-progress:
+			case <-tick.C:
+			case <-ctx.Done():
+				return end(ctx.Err())
+			case <-b.Stop:
+				break reading
+			}
+		}
 		job, state, err := r.next(ctx, b.Stop)
 		switch state {
 		case ctxEnded:
@@ -470,6 +528,20 @@ reading:
 			}
 			job = prepared
 		}
+		if b.Ends != nil {
+			// The lock is held across Submit: the job's end, which may be
+			// told before Submit returns, waits until the job is pending.
+			mu.Lock()
+			h, err := ex.Submit(ctx, job)
+			if err == nil {
+				pending[h.ID()] = h
+			}
+			mu.Unlock()
+			if err != nil {
+				return end(fmt.Errorf("submit %s: %w", job.String(), err))
+			}
+			continue
+		}
 		h, err := ex.Submit(ctx, job)
 		if err != nil {
 			return end(fmt.Errorf("submit %s: %w", job.String(), err))
@@ -498,8 +570,6 @@ reading:
 			b.Submitted()
 		}
 	}
-	tick := time.NewTicker(200 * time.Millisecond) // progress moves with no result too
-	defer tick.Stop()
 	for {
 		mu.Lock()
 		left, cut := read-ended, interrupted

@@ -16,7 +16,10 @@ import (
 // each line), two at a time, through
 //
 //   - batch: Batch.Stream on an Executor whose buffer holds twice its
-//     workers, with progress (to nowhere), as `laboro run` runs them;
+//     workers, with progress (to nowhere), a goroutine waiting for each
+//     job;
+//   - ends: the same, learning of ends in batches from the Executor's
+//     observer (Batch.Ends), with 128 jobs ahead, as `laboro run` runs them;
 //   - executor: the same Executor, every job submitted and its result
 //     waited for in turn by one goroutine, without the batch driver;
 //   - runner: the same ProcessRunner called from two goroutines, without
@@ -26,9 +29,8 @@ import (
 // Run them in interleaved rounds (scripts/bench-rounds.sh with
 // PKG=./internal/cli) and compare each to runner in the same round.
 func BenchmarkStream(b *testing.B) {
-	b.Run("batch", func(b *testing.B) {
-		ex := benchExecutor(b)
-		batch := Batch{Progress: NewProgress(io.Discard, time.Hour)}
+	stream := func(b *testing.B, ex *laboro.Executor, batch Batch) {
+		batch.Progress = NewProgress(io.Discard, time.Hour)
 		b.ResetTimer()
 		sum, err := batch.Stream(benchContext(b), ex, func(yield func(laboro.Job, error) bool) {
 			for range b.N {
@@ -41,9 +43,16 @@ func BenchmarkStream(b *testing.B) {
 		if err != nil || sum.Succeeded != b.N {
 			b.Fatalf("%d of %d jobs succeeded: %v", sum.Succeeded, b.N, err)
 		}
+	}
+	b.Run("batch", func(b *testing.B) {
+		stream(b, benchExecutor(b, laboro.WithBufferSize(4)), Batch{})
+	})
+	b.Run("ends", func(b *testing.B) {
+		ends := &Ends{Ahead: func() int { return 128 }}
+		stream(b, benchExecutor(b, laboro.WithBufferSize(128), laboro.WithObserver(ends.Observe)), Batch{Ends: ends})
 	})
 	b.Run("executor", func(b *testing.B) {
-		ex := benchExecutor(b)
+		ex := benchExecutor(b, laboro.WithBufferSize(4))
 		ctx := benchContext(b)
 		handles := make(chan *laboro.Handle, 4)
 		var collected sync.WaitGroup
@@ -102,12 +111,12 @@ func BenchmarkStream(b *testing.B) {
 	})
 }
 
-// benchExecutor returns an Executor of two workers and a buffer of four on
-// process jobs, as `laboro run -workers 2` makes it, closed at the end.
-func benchExecutor(b *testing.B) *laboro.Executor {
+// benchExecutor returns an Executor of two workers on process jobs, with
+// opts, closed at the end.
+func benchExecutor(b *testing.B, opts ...laboro.Option) *laboro.Executor {
 	b.Helper()
-	ex, err := laboro.New(laboro.WithRunner(&laboro.ProcessRunner{Dir: b.TempDir()}),
-		laboro.WithPoolSize(2), laboro.WithConcurrency(2), laboro.WithBufferSize(4))
+	ex, err := laboro.New(append([]laboro.Option{laboro.WithRunner(&laboro.ProcessRunner{Dir: b.TempDir()}),
+		laboro.WithPoolSize(2), laboro.WithConcurrency(2)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

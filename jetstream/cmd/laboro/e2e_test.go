@@ -1262,6 +1262,52 @@ func TestRunHalt(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(dir, "never2"))
 }
 
+// -halt soon,fail=1 lets the job running beside the failure finish; the
+// jobs still waiting to start are not run, not failed, and are left out of
+// the job log, so that -resume runs them.
+func TestRunHaltSoonLeavesTheRestToResume(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	jobs := filepath.Join(dir, "jobs.txt")
+	lines := "exit 5\n"
+	for i := 2; i <= 50; i++ {
+		lines += fmt.Sprintf("touch ran.%d\n", i)
+	}
+	require.NoError(t, os.WriteFile(jobs, []byte(lines), 0o600))
+	runIn := func(args ...string) (string, int) {
+		cmd := exec.Command(bin, append([]string{"run", "-workers", "1", "-f", jobs, "-joblog", "log.tsv"}, args...)...)
+		cmd.Dir = dir
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return stderr.String(), ee.ExitCode()
+		}
+		require.NoError(t, err)
+		return stderr.String(), 0
+	}
+	ran := func() int {
+		m, err := filepath.Glob(filepath.Join(dir, "ran.*"))
+		require.NoError(t, err)
+		return len(m)
+	}
+
+	report, code := runIn("-halt", "soon,fail=1")
+	assert.Equal(t, 1, code)
+	// The worker may have taken job 2 as job 1 ended, before the halt.
+	before := ran()
+	assert.LessOrEqual(t, before, 1, report)
+	assert.Contains(t, report, fmt.Sprintf("50 jobs: %d succeeded, 1 failed, %d not run (halted after 1 failure)\n", before, 49-before))
+	assert.Contains(t, report, "1 failed, exit status 5: exit 5\n")
+	assert.NotContains(t, report, "terminated")
+
+	report, code = runIn("-resume")
+	assert.Equal(t, 0, code, report)
+	assert.Equal(t, fmt.Sprintf("%d jobs: %d succeeded, 0 failed\n", 49-before, 49-before), report)
+	assert.Equal(t, 49, ran())
+}
+
 // startFed starts laboro with args, its standard input a pipe that stays
 // open until the test closes it.
 func startFed(t *testing.T, args ...string) (cmd *exec.Cmd, in io.WriteCloser, stdout, stderr *strings.Builder) {

@@ -40,6 +40,12 @@ const runDoc = "Runs the jobs on this machine, -workers at a time, and waits for
 // the user may raise while it runs.
 const consolePool = 256
 
+// runAhead is how many jobs a batch keeps in the Executor for each job it
+// runs at once: the jobs its workers take while the ends of others wait to
+// be told (cli.Ends; up to 10 ms while busy), for jobs that take a sixth
+// of a millisecond or more.
+const runAhead = 64
+
 // runJobs runs jobs on this machine, -workers at a time, through the core
 // Executor: nothing to set up, nothing kept but what the user asks for
 // (-results, -joblog). A single COMMAND prints its output and returns its
@@ -57,7 +63,7 @@ func runJobs(args []string) int {
 	c.fs.BoolVar(&o.resume, "resume", false, "with -joblog: skip the jobs the log lists, run the rest")
 	c.fs.BoolVar(&o.resumeFailed, "resume-failed", false, "with -joblog: skip the jobs the log lists as succeeded, run the rest (the failed ones again)")
 	c.fs.IntVar(&o.retries, "retries", 1, "run a job that fails up to N times in all")
-	halt := c.fs.String("halt", "", "stop after failures: now,fail=N (kill the running jobs) or soon,fail=N (let them finish)")
+	halt := c.fs.String("halt", "", "stop after failures: now,fail=N (kill the running jobs) or soon,fail=N (let them finish); the jobs not started are not run (-resume runs them)")
 	httpAddr := c.fs.String("http", "", "serve a live web console and /metrics on this HOST:PORT, behind laboro.token (loopback unless -http-public)")
 	httpPublic := c.fs.Bool("http-public", false, "let -http listen beyond this machine")
 	if code, ok := c.parse(args); !ok {
@@ -161,13 +167,22 @@ func runJobs(args []string) int {
 	if o.results != "" {
 		pr.StderrTail = resultsStderr
 	}
-	opts := []laboro.Option{laboro.WithRunner(retrying{pr, o.retries}), laboro.WithPoolSize(*workers),
-		laboro.WithConcurrency(*workers), laboro.WithBufferSize(2 * *workers),
+	// A batch learns of its jobs' ends in batches (cli.Ends), and keeps
+	// runAhead jobs a worker in the buffer meanwhile.
+	ends := &cli.Ends{}
+	pool := *workers
+	if console != nil {
+		pool = max(*workers, consolePool) // the console may raise the concurrency level: room for it
+	}
+	// A halt counts the failures as their jobs end, in the Executor's
+	// workers: the batch hears of ends a little later.
+	halted := &haltState{rule: o.halt, stop: make(chan struct{})}
+	opts := []laboro.Option{laboro.WithRunner(retrying{pr, o.retries, halted.failed}), laboro.WithPoolSize(pool),
+		laboro.WithConcurrency(*workers), laboro.WithBufferSize(runAhead * pool), laboro.WithObserver(ends.Observe),
 		// Failed jobs are in the summary: the log keeps to errors.
 		laboro.WithLogger(c.log.WithOptions(zap.IncreaseLevel(zap.ErrorLevel)))}
 	if console != nil {
-		// The console may raise the concurrency level: room for it.
-		opts = append(opts, laboro.WithPoolSize(max(*workers, consolePool)), laboro.WithHistory(web.History))
+		opts = append(opts, laboro.WithHistory(web.History))
 	}
 	ex, err := laboro.New(opts...)
 	if err != nil {
@@ -175,6 +190,8 @@ func runJobs(args []string) int {
 		return exitFailed
 	}
 	defer ex.Close()
+	halted.ex = ex // before a job runs
+	ends.Ahead = func() int { return runAhead * ex.Parallelism() }
 	if console != nil {
 		consoleCtx, stopConsole := context.WithCancel(context.Background())
 		served := make(chan struct{})
@@ -229,15 +246,15 @@ func runJobs(args []string) int {
 		}
 	}
 
-	halted := haltState{stop: make(chan struct{})}
 	progress := cli.NewProgress(os.Stderr, summaryEvery)
 	batch := cli.Batch{
-		Stop:     halted.stop,
-		Progress: progress,
+		Stop: halted.stop,
+		Ends: ends,
+		// After a halt, the jobs still queued were not run: GNU parallel
+		// counts them so, and -resume runs them.
+		TerminatedNotRun: true,
+		Progress:         progress,
 		OnResult: func(job laboro.Job, res laboro.Result) error {
-			if res.Status != laboro.StatusSucceeded {
-				halted.failed(ex, o.halt)
-			}
 			err := rec.record(job, res)
 			if perr := printOutput(progress, res.Output); perr != nil {
 				err = errors.Join(err, perr)
@@ -350,16 +367,21 @@ type runOptions struct {
 const resultsStderr = 1 << 20
 
 // retrying runs a job that fails again, up to attempts times in all, as
-// long as its context lasts.
+// long as its context lasts, and calls failed, if not nil, when it did
+// not succeed in the end.
 type retrying struct {
 	laboro.Runner
 	attempts int
+	failed   func()
 }
 
 func (r retrying) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	for i := 1; ; i++ {
 		res := r.Runner.Run(ctx, job)
 		if res.Status != laboro.StatusFailed || i >= r.attempts || ctx.Err() != nil {
+			if res.Status != laboro.StatusSucceeded && r.failed != nil {
+				r.failed()
+			}
 			return res
 		}
 		res.Output.Close()
@@ -375,27 +397,30 @@ type haltRule struct {
 
 // haltState counts failures and halts the Executor once, by the rule.
 type haltState struct {
+	rule   haltRule
+	ex     *laboro.Executor
 	mu     sync.Mutex
 	count  int
 	halted bool
 	stop   chan struct{} // closed on the halt: no more jobs are read
 }
 
-func (h *haltState) failed(ex *laboro.Executor, rule haltRule) {
+// failed counts a job that did not succeed, and halts on the rule's count.
+func (h *haltState) failed() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count++
-	if rule.fails == 0 || h.count < rule.fails || h.halted {
+	if h.rule.fails == 0 || h.count < h.rule.fails || h.halted {
 		return
 	}
 	h.halted = true
 	close(h.stop)
-	if rule.now {
-		go ex.Close() // kills the running jobs; the batch sees them end
+	if h.rule.now {
+		go h.ex.Close() // kills the running jobs; the batch sees them end
 		return
 	}
 	// Soon: no new job starts, the running ones finish.
-	go ex.Shutdown(context.Background())
+	go h.ex.Shutdown(context.Background())
 }
 
 func (h *haltState) done() bool {
