@@ -368,6 +368,10 @@ func (b *Batch) Run(ctx context.Context, ex *laboro.Executor, jobs []laboro.Job)
 // and Stop take effect while it waits for a job (a pipe whose writer is
 // slow): Stream then returns without waiting for that read, and the
 // goroutine ends once jobs yields again or ends.
+//
+// With b.Ends, Stream keeps Ends.Ahead jobs in ex and hears of their ends
+// from ex's observer; without it, a goroutine waits for each job, and the
+// buffer's room sets how many are in ex.
 func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[laboro.Job, error], total int) (Summary, error) {
 	var (
 		mu       sync.Mutex
@@ -452,20 +456,18 @@ func (b *Batch) Stream(ctx context.Context, ex *laboro.Executor, jobs iter.Seq2[
 	}
 	tick := time.NewTicker(200 * time.Millisecond) // progress moves with no result too
 	defer tick.Stop()
-	// With Ends, the jobs submitted and not reported, by id (mu), and how
-	// many the batch keeps in the Executor.
-	var pending map[string]*laboro.Handle
+	// With Ends, the jobs submitted and not reported (mu), and how many
+	// the batch keeps in the Executor.
+	var pending endsPending
 	ahead := 0
 	if b.Ends != nil {
-		pending = make(map[string]*laboro.Handle)
 		b.Ends.follow(func(ev laboro.Event) {
 			mu.Lock()
-			h, ok := pending[ev.Job.ID]
-			if !ok {
+			h := pending.ended(ev.Job.ID)
+			if h == nil {
 				mu.Unlock()
 				return // a job another caller submitted
 			}
-			delete(pending, ev.Job.ID)
 			report(h, ev.Result)
 			mu.Unlock()
 			settled()
@@ -534,7 +536,7 @@ reading:
 			mu.Lock()
 			h, err := ex.Submit(ctx, job)
 			if err == nil {
-				pending[h.ID()] = h
+				pending.add(h)
 			}
 			mu.Unlock()
 			if err != nil {

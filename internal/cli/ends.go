@@ -50,3 +50,49 @@ func (e *Ends) follow(fn func(laboro.Event)) {
 	e.finished = fn
 	e.mu.Unlock()
 }
+
+// endsPending holds the jobs of a Stream with Ends that were submitted and
+// not reported, by id. A batch may submit a job with the id of one that
+// has ended and whose end is not told yet (the Executor refuses only the
+// ids of jobs it holds): the ends of the two are told in that order, so
+// the later ones wait in line behind the first.
+type endsPending struct {
+	first map[string]*laboro.Handle
+	later map[string][]*laboro.Handle // rarely made
+}
+
+// add records h, just submitted.
+func (p *endsPending) add(h *laboro.Handle) {
+	id := h.ID()
+	if p.first == nil {
+		p.first = make(map[string]*laboro.Handle)
+	}
+	if _, ok := p.first[id]; !ok {
+		p.first[id] = h
+		return
+	}
+	if p.later == nil {
+		p.later = make(map[string][]*laboro.Handle)
+	}
+	p.later[id] = append(p.later[id], h)
+}
+
+// ended returns the job of id whose end is told now, and forgets it; nil
+// if there is none (a job another caller submitted).
+func (p *endsPending) ended(id string) *laboro.Handle {
+	h, ok := p.first[id]
+	if !ok {
+		return nil
+	}
+	if next := p.later[id]; len(next) > 0 {
+		p.first[id] = next[0]
+		if len(next) == 1 {
+			delete(p.later, id)
+		} else {
+			p.later[id] = next[1:]
+		}
+	} else {
+		delete(p.first, id)
+	}
+	return h
+}

@@ -15,16 +15,17 @@ import (
 )
 
 // newEndsExecutor returns an Executor of pool workers whose ends go to a
-// new Ends that keeps ahead jobs in it, and calls each observer in also.
+// new Ends that keeps ahead jobs in it, each event to the observers in
+// also first.
 func newEndsExecutor(t *testing.T, pool, ahead int, also ...func(laboro.Event)) (*laboro.Executor, *Ends) {
 	t.Helper()
 	ends := &Ends{Ahead: func() int { return ahead }}
 	ex, err := laboro.New(laboro.WithPoolSize(pool), laboro.WithConcurrency(pool), laboro.WithBufferSize(ahead),
 		laboro.WithObserver(func(ev laboro.Event) {
-			ends.Observe(ev)
 			for _, fn := range also {
 				fn(ev)
 			}
+			ends.Observe(ev)
 		}))
 	require.NoError(t, err)
 	t.Cleanup(func() { ex.Close() })
@@ -97,6 +98,54 @@ func TestEndsReportsInEndOrder(t *testing.T) {
 	require.Len(t, o.sum.Failures, 1)
 	assert.Equal(t, "1", o.sum.Failures[0].ID)
 	assert.Contains(t, o.sum.Failures[0].Err, "job 1 failed")
+}
+
+// A batch may run a job again under the id of one that has ended before
+// the first's end is told: each is reported, in the order they ended.
+func TestEndsTellsJobsOfOneIdApart(t *testing.T) {
+	firstEnded, secondIn := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	ex, ends := newEndsExecutor(t, 1, 4, func(ev laboro.Event) {
+		if ev.Kind == laboro.EventFinished && ev.Job.ID == "x" {
+			once.Do(func() {
+				close(firstEnded)
+				<-secondIn // the end is told once the second "x" is in
+			})
+		}
+	})
+	var runs atomic.Int64
+	job := laboro.Job{ID: "x", Func: func(context.Context) error {
+		if runs.Add(1) == 2 {
+			return errors.New("second run")
+		}
+		return nil
+	}}
+	source := func(yield func(laboro.Job, error) bool) {
+		if !yield(job, nil) {
+			return
+		}
+		<-firstEnded
+		if !yield(job, nil) {
+			return
+		}
+		// This one is read once the second "x" is submitted.
+		ok := yield(laboro.Job{ID: "y", Func: func(context.Context) error { return nil }}, nil)
+		close(secondIn)
+		if !ok {
+			return
+		}
+	}
+	var reported []string
+	b := Batch{Ends: ends, OnResult: func(job laboro.Job, res laboro.Result) error {
+		reported = append(reported, job.ID+" "+res.Status.String())
+		return nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum, err := b.Stream(ctx, ex, source, 3)
+	require.NoError(t, err)
+	assert.Equal(t, Counts{Total: 3, Succeeded: 2, Failed: 1}, sum.Counts)
+	assert.Equal(t, []string{"x succeeded", "x failed", "y succeeded"}, reported)
 }
 
 // With Ends, a batch keeps no more than Ahead of its jobs in the Executor,
