@@ -176,7 +176,8 @@ func runJobs(args []string) int {
 		pool = max(*workers, consolePool) // the console may raise the concurrency level: room for it
 	}
 	// A halt counts the failures as their jobs end, in the Executor's
-	// workers: the batch hears of ends a little later.
+	// workers (the batch hears of ends a little later), so that no job
+	// starts after the failure that halts.
 	halted := &haltState{rule: o.halt, stop: make(chan struct{})}
 	opts := []laboro.Option{laboro.WithRunner(retrying{pr, o.retries, halted.failed}), laboro.WithPoolSize(pool),
 		laboro.WithConcurrency(*workers), laboro.WithBufferSize(runAhead * pool), laboro.WithObserver(ends.Observe),
@@ -256,6 +257,7 @@ func runJobs(args []string) int {
 		TerminatedNotRun: true,
 		Progress:         progress,
 		OnResult: func(job laboro.Job, res laboro.Result) error {
+			halted.reported(job)
 			err := rec.record(job, res)
 			if perr := printOutput(progress, res.Output); perr != nil {
 				err = errors.Join(err, perr)
@@ -391,7 +393,7 @@ func roomForWaits(workers int) {
 type retrying struct {
 	laboro.Runner
 	attempts int
-	failed   func()
+	failed   func(job laboro.Job)
 }
 
 func (r retrying) Run(ctx context.Context, job laboro.Job) laboro.Result {
@@ -399,7 +401,7 @@ func (r retrying) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		res := r.Runner.Run(ctx, job)
 		if res.Status != laboro.StatusFailed || i >= r.attempts || ctx.Err() != nil {
 			if res.Status != laboro.StatusSucceeded && r.failed != nil {
-				r.failed()
+				r.failed(job)
 			}
 			return res
 		}
@@ -416,30 +418,39 @@ type haltRule struct {
 
 // haltState counts failures and halts the Executor once, by the rule.
 type haltState struct {
-	rule   haltRule
-	ex     *laboro.Executor
-	mu     sync.Mutex
-	count  int
-	halted bool
-	stop   chan struct{} // closed on the halt: no more jobs are read
+	rule     haltRule
+	ex       *laboro.Executor
+	mu       sync.Mutex
+	count    int
+	halted   bool
+	haltedBy string        // the id of the job whose failure halted
+	stop     chan struct{} // closed on the halt: no more jobs are read
 }
 
-// failed counts a job that did not succeed, and halts on the rule's count.
-func (h *haltState) failed() {
+// failed counts a job that did not succeed, as it ends in its worker, and
+// halts on the rule's count: no job starts after it (Shutdown), and with
+// now, the running jobs are killed once it is reported.
+func (h *haltState) failed(job laboro.Job) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count++
 	if h.rule.fails == 0 || h.count < h.rule.fails || h.halted {
 		return
 	}
-	h.halted = true
+	h.halted, h.haltedBy = true, job.ID
 	close(h.stop)
-	if h.rule.now {
-		go h.ex.Close() // kills the running jobs; the batch sees them end
-		return
-	}
-	// Soon: no new job starts, the running ones finish.
 	go h.ex.Shutdown(context.Background())
+}
+
+// reported is told of each job reported. Once the job that halted is, and
+// so has ended in the Executor with its own status, a halt now kills the
+// jobs still running (Close); killed before, it would be counted killed.
+func (h *haltState) reported(job laboro.Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.halted && h.rule.now && job.ID == h.haltedBy {
+		go h.ex.Close() // the batch sees the killed jobs end
+	}
 }
 
 func (h *haltState) done() bool {
