@@ -439,7 +439,11 @@ func (h *haltState) failed(job laboro.Job) {
 	}
 	h.halted, h.haltedBy = true, job.ID
 	close(h.stop)
-	go h.ex.Shutdown(context.Background())
+	// Shutdown, given a context already ended, begins the drain and
+	// returns: the worker that ran job takes no other.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = h.ex.Shutdown(ended) // ended's error: the drain goes on
 }
 
 // reported is told of each job reported. Once the job that halted is, and
