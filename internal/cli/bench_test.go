@@ -19,7 +19,9 @@ import (
 //     workers, with progress (to nowhere), a goroutine waiting for each
 //     job;
 //   - ends: the same, learning of ends in batches from the Executor's
-//     observer (Batch.Ends), with 128 jobs ahead, as `laboro run` runs them;
+//     observer (Batch.Ends), with 128 jobs ahead;
+//   - run: ends with one processor to spare (SpareProcessor), as `laboro
+//     run -workers 2` runs them;
 //   - executor: the same Executor, every job submitted and its result
 //     waited for in turn by one goroutine, without the batch driver;
 //   - runner: the same ProcessRunner called from two goroutines, without
@@ -47,9 +49,14 @@ func BenchmarkStream(b *testing.B) {
 	b.Run("batch", func(b *testing.B) {
 		stream(b, benchExecutor(b, laboro.WithBufferSize(4)), Batch{})
 	})
-	b.Run("ends", func(b *testing.B) {
+	ends := func(b *testing.B) {
 		ends := &Ends{Ahead: func() int { return 128 }}
 		stream(b, benchExecutor(b, laboro.WithBufferSize(128), laboro.WithObserver(ends.Observe)), Batch{Ends: ends})
+	}
+	b.Run("ends", ends)
+	b.Run("run", func(b *testing.B) {
+		defer SpareProcessor(2)()
+		ends(b)
 	})
 	b.Run("executor", func(b *testing.B) {
 		ex := benchExecutor(b, laboro.WithBufferSize(4))

@@ -150,7 +150,7 @@ func runJobs(args []string) int {
 		secret.FromEnv("LABORO_TOKEN")
 	}
 	defer c.log.Sync()
-	roomForWaits(*workers)
+	cli.SpareProcessor(*workers)
 	ctx, stop := interruptible()
 	defer stop()
 	single := file == nil
@@ -368,24 +368,6 @@ type runOptions struct {
 
 // resultsStderr is how much of each job's standard error -results keeps.
 const resultsStderr = 1 << 20
-
-// roomForWaits gives the Go runtime a processor more than the jobs that
-// can run at once on this machine's CPUs, unless GOMAXPROCS is set. A
-// process job's goroutine waits for its process in a system call, keeping
-// its processor until the runtime's monitor takes it back, some
-// microseconds later: with every processor so kept, the goroutines that
-// read, submit and report jobs wait for that monitor each time they wake,
-// and it keeps waking to take processors back. With one to spare they run
-// at once (laboro run -workers 2 on two CPUs: about 1.1 times the rate, and
-// a third fewer context switches; BENCHMARKS.md §13).
-func roomForWaits(workers int) {
-	if os.Getenv("GOMAXPROCS") != "" {
-		return
-	}
-	if procs := runtime.GOMAXPROCS(0); min(workers, procs) >= procs {
-		runtime.GOMAXPROCS(procs + 1)
-	}
-}
 
 // retrying runs a job that fails again, up to attempts times in all, as
 // long as its context lasts, and calls failed, if not nil, when it did
