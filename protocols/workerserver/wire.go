@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Paths are where a master serves the worker's three POSTs; each ends with
@@ -90,9 +91,9 @@ type WorkerCode struct {
 // worker module's from its `version` and its own from its package.json,
 // so it may come as a JSON string, a number (`version: 2`) or anything
 // else: UnmarshalJSON keeps a string as it is, null as "", and any other
-// value as its JSON text (2 becomes "2"); it is written back as a JSON
-// string. A version is shown, never compared, so no worker is refused for
-// it.
+// value as its JSON text (2 becomes "2"; bytes in it that are not UTF-8
+// become U+FFFD, as in a string); it is written back as a JSON string. A
+// version is shown, never compared, so no worker is refused for it.
 type Version string
 
 // UnmarshalJSON reads any JSON value; see Version.
@@ -110,7 +111,9 @@ func (v *Version) UnmarshalJSON(b []byte) error {
 		*v = ""
 		return nil
 	}
-	*v = Version(c.String())
+	// Text for people, as a string's: bytes that are not UTF-8 become
+	// U+FFFD, as json.Unmarshal makes them in a string.
+	*v = Version(strings.ToValidUTF8(c.String(), "\uFFFD"))
 	return nil
 }
 
