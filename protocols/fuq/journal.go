@@ -111,7 +111,7 @@ func OpenJournal(path string) (*Journal, []JournaledJob, error) {
 // held more, the file is first rewritten with those alone (a new file
 // renamed over the old one), so that it does not grow for ever.
 func OpenJournalKeeping(path string, maxEndedTasks, maxEndedJobs int) (*Journal, []JournaledJob, error) {
-	jobs, err := replay(path)
+	jobs, err := replay(path, maxJournalTasks)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,7 +128,10 @@ func OpenJournalKeeping(path string, maxEndedTasks, maxEndedJobs int) (*Journal,
 	return &Journal{f: f, path: path, w: bufio.NewWriterSize(f, 4096)}, jobs, nil
 }
 
-func replay(path string) ([]JournaledJob, error) {
+// replay reads the jobs of the journal at path (none if there is no such
+// file); a cancelled job of more than maxTasks tasks is not one this
+// foreman made, and its tasks are not filled in.
+func replay(path string, maxTasks int) ([]JournaledJob, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -168,7 +171,8 @@ func replay(path string) ([]JournaledJob, error) {
 				}
 			}
 		case l.End != nil:
-			if j := byRef[l.End.Ref]; j != nil {
+			// An end says how the job ended: without a state it is none.
+			if j := byRef[l.End.Ref]; j != nil && l.End.State != "" {
 				j.State, j.Error = l.End.State, l.End.Error
 			}
 		}
@@ -177,7 +181,7 @@ func replay(path string) ([]JournaledJob, error) {
 		return nil, fmt.Errorf("fuq: journal %s: %w", path, err)
 	}
 	for j, why := range cancelled {
-		j.Ended = cancelRest(j.Ended, j.Desc.NumTasks, why)
+		j.Ended = cancelRest(j.Ended, j.Desc.NumTasks, maxTasks, why)
 	}
 	jobs := make([]JournaledJob, 0, len(order))
 	for _, ref := range order {
@@ -187,9 +191,9 @@ func replay(path string) ([]JournaledJob, error) {
 }
 
 // cancelRest returns ended with the tasks of 1…n it does not hold
-// appended, cancelled for why.
-func cancelRest(ended []TaskInfo, n int, why string) []TaskInfo {
-	if n < 1 || n > maxJournalTasks {
+// appended, cancelled for why; ended as it is if n is not within 1…limit.
+func cancelRest(ended []TaskInfo, n, limit int, why string) []TaskInfo {
+	if n < 1 || n > limit {
 		return ended // not a job this foreman made
 	}
 	seen := make([]bool, n+1)

@@ -158,3 +158,36 @@ func TestForemanResumedJob(t *testing.T) {
 	assert.Equal(t, uint64(42), info.JobId)
 	assert.Equal(t, 4, info.Done)
 }
+
+// FuzzJournal feeds a foreman's start whatever its journal may hold (torn,
+// damaged or edited lines): replay never fails on a line, and what it
+// reads survives the rewrite that forgets old jobs: written again and
+// replayed, it is the same.
+func FuzzJournal(f *testing.F) {
+	// More seeds are in testdata/fuzz/FuzzJournal.
+	f.Add([]byte(`{"job":{"ref":"job_1","desc":{"JobId":1,"Name":"a","NumTasks":3,"Command":"/bin/true"}}}
+{"task":{"job":1,"task":2,"state":"done","status":"done","worker":"w1"}}
+{"cancel":{"job":1,"status":"job cancelled"}}
+{"end":{"ref":"job_1","state":"cancelled","error":"fuq: job cancelled"}}
+{"task":{"job":7,"ta`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(dir, "journal")
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		const maxTasks = 1000 // a cancelled job's tasks are filled in
+		jobs, err := replay(path, maxTasks)
+		if err != nil {
+			// Only a line over the bound stops the replay.
+			require.ErrorContains(t, err, "token too long")
+			return
+		}
+		require.NoError(t, rewrite(path, jobs))
+		again, err := replay(path, maxTasks)
+		require.NoError(t, err)
+		if len(jobs) == 0 {
+			require.Empty(t, again)
+			return
+		}
+		require.Equal(t, jobs, again)
+	})
+}

@@ -151,6 +151,22 @@ func TestExitPayload(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// FuzzParseExit: only 4 bytes decode, and they re-encode to the same
+// payload.
+func FuzzParseExit(f *testing.F) {
+	// More seeds are in testdata/fuzz/FuzzParseExit.
+	f.Add(ExitPayload(-1))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		code, err := ParseExit(p)
+		if len(p) != 4 {
+			require.Error(t, err)
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, p, ExitPayload(code))
+	})
+}
+
 // FuzzParseRequest: whatever decodes re-encodes to a payload that decodes
 // to the same request.
 func FuzzParseRequest(f *testing.F) {
