@@ -1308,6 +1308,63 @@ func TestRunHaltSoonLeavesTheRestToResume(t *testing.T) {
 	assert.Equal(t, 49, ran())
 }
 
+// -halt now kills the job running beside the failure: it did not end by
+// itself, so the job log leaves it out and -resume runs it again; a job
+// that timed out ended, and is logged as GNU parallel logs one (Exitval
+// -1, its signal), so -resume-failed runs it again.
+func TestRunJobLogKilledAndTimedOut(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	jobs := filepath.Join(dir, "jobs.txt")
+	// On the first run job 1 waits, job 2 fails; then both succeed.
+	require.NoError(t, os.WriteFile(jobs, []byte("[ -e again ] || sleep 60; touch ran.1\n[ -e again ] || exit 5\n"), 0o600))
+	runIn := func(args ...string) (string, int) {
+		cmd := exec.Command(bin, append([]string{"run", "-workers", "2", "-joblog", "log.tsv"}, args...)...)
+		cmd.Dir = dir
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return stderr.String(), ee.ExitCode()
+		}
+		require.NoError(t, err)
+		return stderr.String(), 0
+	}
+	logLines := func() []string {
+		b, err := os.ReadFile(filepath.Join(dir, "log.tsv"))
+		require.NoError(t, err)
+		return strings.Split(strings.TrimSpace(string(b)), "\n")[1:]
+	}
+
+	report, code := runIn("-f", jobs, "-halt", "now,fail=1")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, report, "1 killed")
+	lines := logLines()
+	require.Len(t, lines, 1, "only job 2 ended by itself")
+	assert.Regexp(t, `^2\t.*\t5\t0\t\[ -e again \] \|\| exit 5$`, lines[0])
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "again"), nil, 0o600))
+	report, code = runIn("-f", jobs, "-resume")
+	assert.Equal(t, 0, code, report)
+	assert.Equal(t, "1 job: 1 succeeded, 0 failed\n", report)
+	assert.FileExists(t, filepath.Join(dir, "ran.1"))
+
+	// A job that timed out: Exitval -1, killed by SIGKILL.
+	require.NoError(t, os.Remove(filepath.Join(dir, "log.tsv")))
+	require.NoError(t, os.Remove(filepath.Join(dir, "again")))
+	report, code = runIn("-f", jobs, "-timeout", "200ms")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, report, "1 timed out")
+	lines = logLines()
+	require.Len(t, lines, 2)
+	slices.Sort(lines)
+	assert.Regexp(t, `^1\t.*\t-1\t9\t\[ -e again \] \|\| sleep 60; touch ran.1$`, lines[0])
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "again"), nil, 0o600))
+	report, code = runIn("-f", jobs, "-resume-failed")
+	assert.Equal(t, 0, code, report)
+	assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", report)
+}
+
 // startFed starts laboro with args, its standard input a pipe that stays
 // open until the test closes it.
 func startFed(t *testing.T, args ...string) (cmd *exec.Cmd, in io.WriteCloser, stdout, stderr *strings.Builder) {

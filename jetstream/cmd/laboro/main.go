@@ -16,11 +16,14 @@
 // run runs jobs on this machine through the core Executor and waits for
 // them: nothing to set up, no server. -results keeps each job's stdout,
 // stderr, exit status and command in DIR/<seq>/; -joblog appends a line per
-// job as GNU parallel does (Seq, Host, Starttime, JobRuntime, Send,
-// Receive, Exitval, Signal, Command), from which -resume runs the jobs not
-// in the log and -resume-failed those that did not succeed; -retries runs a
-// failing job up to N times in all; -halt stops after N failures, now
-// (killing the running jobs) or soon (letting them finish).
+// job that ended as GNU parallel does (Seq, Host, Starttime, JobRuntime,
+// Send, Receive, Exitval, Signal, Command; Exitval -1 for a job killed or
+// never started), from which -resume runs the jobs not in the log and
+// -resume-failed those that did not succeed; -retries runs a failing job
+// up to N times in all; -halt stops after N failures, now (killing the
+// running jobs) or soon (letting them finish). A job that a halt or an
+// interrupt kills, or that never starts, is left out of the log: -resume
+// runs it again.
 //
 // serve runs the service that dispatches submitted jobs. With no -nats it
 // starts a NATS server with JetStream inside the process, storing its data

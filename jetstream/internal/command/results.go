@@ -2,6 +2,7 @@ package command
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -35,9 +36,13 @@ func newRecorder(o runOptions) (*recorder, error) {
 		}
 	}
 	if o.joblog != "" {
-		f, err := os.OpenFile(o.joblog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(o.joblog, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
 			return nil, err
+		}
+		if err := dropTornLine(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", o.joblog, err)
 		}
 		r.log, r.w = f, bufio.NewWriter(f)
 		if fi, err := f.Stat(); err == nil && fi.Size() == 0 {
@@ -48,20 +53,21 @@ func newRecorder(o runOptions) (*recorder, error) {
 }
 
 // record keeps job's result: its files, then its log line (written at
-// once, so that a run killed midway can be resumed from the log).
+// once, so that a run killed midway can be resumed from the log; none for
+// a job killed by a halt or an interrupt, see logged).
 func (r *recorder) record(job laboro.Job, res laboro.Result) error {
 	var errs []error
 	if r.results != "" {
 		errs = append(errs, r.save(job, res))
 	}
-	if r.log != nil {
+	if exitval, signal, ended := logged(res); r.log != nil && ended {
 		var size int64
 		if res.Output != nil {
 			size = res.Output.Size()
 		}
 		start := float64(res.Started.UnixMilli()) / 1000
 		line := fmt.Sprintf("%s\t%s\t%.3f\t%.3f\t0\t%d\t%d\t%d\t%s\n", job.ID, r.host, start,
-			res.Duration().Seconds(), size, max(res.ExitCode, 0), signalOf(res), oneLine(job.Script, 1<<20))
+			res.Duration().Seconds(), size, exitval, signal, oneLine(job.Script, 1<<20))
 		r.mu.Lock()
 		_, err := r.w.WriteString(line)
 		if err == nil {
@@ -114,6 +120,27 @@ func (r *recorder) close() error {
 	return err
 }
 
+// logged says what the job log holds of res, as GNU parallel writes it:
+// its exit value (-1 when the job has none: its process was killed, or
+// never started) and the signal that ended it (0 for none), or !ended for
+// a job that did not end by itself, which the log leaves out so that
+// -resume runs it again: one run's halt or interrupt killed it.
+func logged(res laboro.Result) (exitval, signal int, ended bool) {
+	switch res.Status {
+	case laboro.StatusKilled, laboro.StatusTerminated, laboro.StatusStopped:
+		return 0, 0, false
+	}
+	exitval, signal = res.ExitCode, signalOf(res)
+	if exitval < 0 {
+		exitval = -1
+		if signal == 0 && res.PID != 0 && res.Status != laboro.StatusFailed {
+			// Timed out or cancelled: laboro killed its process group.
+			signal = int(syscall.SIGKILL)
+		}
+	}
+	return exitval, signal, true
+}
+
 // signalOf is the signal that ended res's process, 0 for none.
 func signalOf(res laboro.Result) int {
 	var ee *exec.ExitError
@@ -136,8 +163,12 @@ func readJobLog(path string, succeededOnly bool) (map[string]bool, error) {
 		return nil, err
 	}
 	defer f.Close()
+	whole, err := wholeLines(f)
+	if err != nil {
+		return nil, err
+	}
 	done := map[string]bool{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(io.LimitReader(f, whole)) // a last line cut by a crash: its job runs again
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for n := 1; sc.Scan(); n++ {
 		fields := strings.SplitN(sc.Text(), "\t", 9)
@@ -152,6 +183,42 @@ func readJobLog(path string, succeededOnly bool) (map[string]bool, error) {
 		}
 	}
 	return done, sc.Err()
+}
+
+// wholeLines returns how many bytes of f its whole lines take: all but a
+// last line without its newline, which a crash cut as it was written.
+func wholeLines(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	end := fi.Size()
+	buf := make([]byte, 64<<10)
+	for end > 0 {
+		n := min(end, int64(len(buf)))
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return end - n + int64(i) + 1, nil
+		}
+		end -= n
+	}
+	return 0, nil
+}
+
+// dropTornLine removes from the job log f a last line without its newline
+// (a crash cut it; -resume ignores it), so that the next line starts a
+// line of its own.
+func dropTornLine(f *os.File) error {
+	whole, err := wholeLines(f)
+	if err != nil {
+		return err
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() == whole {
+		return err
+	}
+	return f.Truncate(whole)
 }
 
 // countDone counts the sequence numbers from 1 to n that done holds.

@@ -59,7 +59,7 @@ func runJobs(args []string) int {
 	workers := c.fs.Int("workers", runtime.NumCPU(), "jobs run at once")
 	var o runOptions
 	c.fs.StringVar(&o.results, "results", "", "keep each job's stdout, stderr, exit status and command in DIR/<seq>/")
-	c.fs.StringVar(&o.joblog, "joblog", "", "append a line per job to FILE, tab-separated as GNU parallel writes it: Seq Host Starttime JobRuntime Send Receive Exitval Signal Command")
+	c.fs.StringVar(&o.joblog, "joblog", "", "append a line per job that ended to FILE, tab-separated as GNU parallel writes it: Seq Host Starttime JobRuntime Send Receive Exitval Signal Command (a job killed by a halt or an interrupt is left out: -resume runs it again)")
 	c.fs.BoolVar(&o.resume, "resume", false, "with -joblog: skip the jobs the log lists, run the rest")
 	c.fs.BoolVar(&o.resumeFailed, "resume-failed", false, "with -joblog: skip the jobs the log lists as succeeded, run the rest (the failed ones again)")
 	c.fs.IntVar(&o.retries, "retries", 1, "run a job that fails up to N times in all")
