@@ -40,13 +40,13 @@ func newRecorder(o runOptions) (*recorder, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := dropTornLine(f); err != nil {
+		if err := mendTornLine(f); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", o.joblog, err)
 		}
 		r.log, r.w = f, bufio.NewWriter(f)
 		if fi, err := f.Stat(); err == nil && fi.Size() == 0 {
-			fmt.Fprintln(r.w, "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand")
+			r.w.WriteString(jobLogHeader)
 		}
 	}
 	return r, nil
@@ -207,15 +207,25 @@ func wholeLines(f *os.File) (int64, error) {
 	return 0, nil
 }
 
-// dropTornLine removes from the job log f a last line without its newline
-// (a crash cut it; -resume ignores it), so that the next line starts a
-// line of its own.
-func dropTornLine(f *os.File) error {
-	whole, err := wholeLines(f)
+// jobLogHeader is the first line of a job log, as GNU parallel writes it.
+const jobLogHeader = "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand\n"
+
+// mendTornLine readies the job log f for its next line when its last line
+// lacks its newline (a crash cut it; -resume ignores it): it removes that
+// line, or, in a file that does not start as a job log (another file named
+// by mistake), keeps it and ends it.
+func mendTornLine(f *os.File) error {
+	fi, err := f.Stat()
 	if err != nil {
 		return err
 	}
-	if fi, err := f.Stat(); err != nil || fi.Size() == whole {
+	whole, err := wholeLines(f)
+	if err != nil || whole == fi.Size() {
+		return err
+	}
+	head := make([]byte, len(jobLogHeader))
+	if _, err := f.ReadAt(head, 0); err != nil || string(head) != jobLogHeader {
+		_, err := f.WriteString("\n")
 		return err
 	}
 	return f.Truncate(whole)

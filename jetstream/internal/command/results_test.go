@@ -1,8 +1,10 @@
 package command
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -27,7 +29,10 @@ func FuzzJobLog(f *testing.F) {
 		listed, err := readJobLog(path, false)
 		if err != nil {
 			require.Regexp(t, `not a job log line|token too long`, err.Error())
-			// Not a log -resume reads: the job goes to a new one.
+		}
+		if err != nil || (len(log) > 0 && !bytes.HasPrefix(log, []byte(jobLogHeader))) {
+			// Not a job log (run would not make it): the job goes to a
+			// new one.
 			require.NoError(t, os.Remove(path))
 			listed = map[string]bool{}
 		}
@@ -54,4 +59,37 @@ func FuzzJobLog(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, exit == 0 || succeeded["7"], ok["7"], "exit %d", exit)
 	})
+}
+
+// A job log cut by a crash loses its cut line, which -resume ignored; a
+// file named as the job log that is not one (a file of jobs, by mistake)
+// loses nothing: its last line is ended before the log's lines.
+func TestJobLogTornLine(t *testing.T) {
+	dir := t.TempDir()
+	logJob := func(path string) {
+		r, err := newRecorder(runOptions{joblog: path})
+		require.NoError(t, err)
+		now := time.Now()
+		require.NoError(t, r.record(laboro.Job{ID: "2", Script: "echo b"},
+			laboro.Result{ID: "2", Status: laboro.StatusSucceeded, Started: now, Ended: now}))
+		require.NoError(t, r.close())
+	}
+	line1 := "1\th\t1764370000.000\t0.010\t0\t2\t0\t0\techo a\n"
+
+	log := filepath.Join(dir, "log.tsv")
+	require.NoError(t, os.WriteFile(log, []byte(jobLogHeader+line1+"2\th\t17643"), 0o644))
+	listed, err := readJobLog(log, false)
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"1": true}, listed)
+	logJob(log)
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	require.Regexp(t, `^`+regexp.QuoteMeta(jobLogHeader+line1)+`2\t[^\n]*\techo b\n$`, string(b))
+
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte("echo a\necho b"), 0o644))
+	logJob(jobs)
+	b, err = os.ReadFile(jobs)
+	require.NoError(t, err)
+	require.Regexp(t, `^echo a\necho b\n2\t[^\n]*\techo b\n$`, string(b))
 }
