@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/lines"
 )
 
 // A Journal keeps a Foreman's jobs on disk, so that a foreman started
@@ -36,7 +37,8 @@ import (
 //
 // Each line is one write of the process: a SIGKILL loses none that was
 // written (the kernel has it); a machine that loses power may lose the
-// last ones, and a torn last line is ignored on replay. A task that was
+// last ones, and a torn last line is ignored on replay, and removed before
+// the next line is written. A task that was
 // running when the foreman died runs again, unless its worker, which
 // keeps running it, comes back in time to say so: the job and task
 // numbers stay the same across the restart, so the worker's HELLO names
@@ -121,8 +123,14 @@ func OpenJournalKeeping(path string, maxEndedTasks, maxEndedJobs int) (*Journal,
 		}
 		jobs = kept
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
+		return nil, nil, fmt.Errorf("fuq: journal: %w", err)
+	}
+	// A last line cut by a crash, which replay skipped, goes: the next
+	// line starts a line of its own rather than end it, and be lost.
+	if err := lines.DropCut(f); err != nil {
+		f.Close()
 		return nil, nil, fmt.Errorf("fuq: journal: %w", err)
 	}
 	return &Journal{f: f, path: path, w: bufio.NewWriterSize(f, 4096)}, jobs, nil

@@ -40,7 +40,6 @@ func TestJournalReplay(t *testing.T) {
 
 	j, jobs, err = OpenJournal(path)
 	require.NoError(t, err)
-	defer j.Close()
 	require.Len(t, jobs, 2)
 	assert.Equal(t, "job_1", jobs[0].Ref)
 	assert.Equal(t, uint64(7), jobs[0].Desc.JobId)
@@ -48,6 +47,15 @@ func TestJournalReplay(t *testing.T) {
 	assert.Empty(t, jobs[0].State, "unfinished")
 	assert.Equal(t, "failed", jobs[1].State)
 	assert.Equal(t, 3, NextRef(jobs))
+
+	// The torn line is gone: the first line written after it is not lost.
+	j.job("job_3", JobDescription{Name: "c", Command: "/bin/true", NumTasks: 1, JobId: 9})
+	require.NoError(t, j.Close())
+	j, jobs, err = OpenJournal(path)
+	require.NoError(t, err)
+	defer j.Close()
+	require.Len(t, jobs, 3)
+	assert.Equal(t, "job_3", jobs[2].Ref)
 }
 
 // Opened again, a journal forgets the oldest ended jobs past its bounds,

@@ -2,7 +2,6 @@ package command
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/lines"
 )
 
 // recorder keeps what run's user asked to keep of each job: its files
@@ -163,7 +163,7 @@ func readJobLog(path string, succeededOnly bool) (map[string]bool, error) {
 		return nil, err
 	}
 	defer f.Close()
-	whole, err := wholeLines(f)
+	whole, err := lines.Whole(f)
 	if err != nil {
 		return nil, err
 	}
@@ -185,28 +185,6 @@ func readJobLog(path string, succeededOnly bool) (map[string]bool, error) {
 	return done, sc.Err()
 }
 
-// wholeLines returns how many bytes of f its whole lines take: all but a
-// last line without its newline, which a crash cut as it was written.
-func wholeLines(f *os.File) (int64, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	end := fi.Size()
-	buf := make([]byte, 64<<10)
-	for end > 0 {
-		n := min(end, int64(len(buf)))
-		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
-			return 0, err
-		}
-		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
-			return end - n + int64(i) + 1, nil
-		}
-		end -= n
-	}
-	return 0, nil
-}
-
 // jobLogHeader is the first line of a job log, as GNU parallel writes it.
 const jobLogHeader = "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand\n"
 
@@ -215,20 +193,20 @@ const jobLogHeader = "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\t
 // line, or, in a file that does not start as a job log (another file named
 // by mistake), keeps it and ends it.
 func mendTornLine(f *os.File) error {
+	head := make([]byte, len(jobLogHeader))
+	if _, err := f.ReadAt(head, 0); err == nil && string(head) == jobLogHeader {
+		return lines.DropCut(f)
+	}
 	fi, err := f.Stat()
 	if err != nil {
 		return err
 	}
-	whole, err := wholeLines(f)
+	whole, err := lines.Whole(f)
 	if err != nil || whole == fi.Size() {
 		return err
 	}
-	head := make([]byte, len(jobLogHeader))
-	if _, err := f.ReadAt(head, 0); err != nil || string(head) != jobLogHeader {
-		_, err := f.WriteString("\n")
-		return err
-	}
-	return f.Truncate(whole)
+	_, err = f.WriteString("\n")
+	return err
 }
 
 // countDone counts the sequence numbers from 1 to n that done holds.
