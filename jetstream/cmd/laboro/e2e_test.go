@@ -1191,19 +1191,7 @@ func TestRunResultsJobLogResume(t *testing.T) {
 		"[ -e fixed ] || { echo not yet >&2; exit 3; }; echo two\n"+
 		"echo x >> tries; [ $(wc -l < tries) -ge 3 ] && echo three\n"), 0o600))
 	runIn := func(args ...string) (string, string, int) {
-		cmd := exec.Command(bin, append([]string{"run", "-workers", "1", "-f", jobs, "-joblog", "log.tsv"}, args...)...)
-		cmd.Dir = dir
-		var stdout, stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		return stdout.String(), stderr.String(), code
+		return runLaboro(t, bin, dir, append([]string{"run", "-workers", "1", "-f", jobs, "-joblog", "log.tsv"}, args...)...)
 	}
 
 	out, report, code := runIn("-results", "res", "-retries", "3")
@@ -1275,17 +1263,8 @@ func TestRunHaltSoonLeavesTheRestToResume(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(jobs, []byte(lines), 0o600))
 	runIn := func(args ...string) (string, int) {
-		cmd := exec.Command(bin, append([]string{"run", "-workers", "1", "-f", jobs, "-joblog", "log.tsv"}, args...)...)
-		cmd.Dir = dir
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return stderr.String(), ee.ExitCode()
-		}
-		require.NoError(t, err)
-		return stderr.String(), 0
+		_, report, code := runLaboro(t, bin, dir, append([]string{"run", "-workers", "1", "-f", jobs, "-joblog", "log.tsv"}, args...)...)
+		return report, code
 	}
 	ran := func() int {
 		m, err := filepath.Glob(filepath.Join(dir, "ran.*"))
@@ -1319,17 +1298,8 @@ func TestRunJobLogKilledAndTimedOut(t *testing.T) {
 	// On the first run job 1 waits, job 2 fails; then both succeed.
 	require.NoError(t, os.WriteFile(jobs, []byte("[ -e again ] || sleep 60; touch ran.1\n[ -e again ] || exit 5\n"), 0o600))
 	runIn := func(args ...string) (string, int) {
-		cmd := exec.Command(bin, append([]string{"run", "-workers", "2", "-joblog", "log.tsv"}, args...)...)
-		cmd.Dir = dir
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return stderr.String(), ee.ExitCode()
-		}
-		require.NoError(t, err)
-		return stderr.String(), 0
+		_, report, code := runLaboro(t, bin, dir, append([]string{"run", "-workers", "2", "-joblog", "log.tsv"}, args...)...)
+		return report, code
 	}
 	logLines := func() []string {
 		b, err := os.ReadFile(filepath.Join(dir, "log.tsv"))
@@ -1363,6 +1333,24 @@ func TestRunJobLogKilledAndTimedOut(t *testing.T) {
 	report, code = runIn("-f", jobs, "-resume-failed")
 	assert.Equal(t, 0, code, report)
 	assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", report)
+}
+
+// runLaboro runs bin with args in dir until it exits, and returns its
+// standard output and error and its exit status.
+func runLaboro(t *testing.T, bin, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errOut.String(), code
 }
 
 // startFed starts laboro with args, its standard input a pipe that stays
