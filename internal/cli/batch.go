@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -295,7 +296,9 @@ type Batch struct {
 	Prepare func(job laboro.Job) (laboro.Job, error)
 	// Stop, if not nil, stops Stream's reading when closed (a halt after
 	// failures): it reads no more jobs, not even the one it is waiting
-	// for, and ends as the jobs submitted end.
+	// for, and ends as the jobs submitted end. Closed before the halt
+	// stops the Executor, it makes a job the Executor then refuses
+	// (ErrClosed) one not run, rather than Stream's error.
 	Stop <-chan struct{}
 	// Ends, if not nil, is how the batch learns of its jobs' ends: in
 	// batches, from the Executor's observer (see Ends). Without it, a
@@ -530,23 +533,30 @@ reading:
 			}
 			job = prepared
 		}
+		var h *laboro.Handle
 		if b.Ends != nil {
 			// The lock is held across Submit: the job's end, which may be
 			// told before Submit returns, waits until the job is pending.
 			mu.Lock()
-			h, err := ex.Submit(ctx, job)
+			h, err = ex.Submit(ctx, job)
 			if err == nil {
 				pending.add(h)
 			}
 			mu.Unlock()
-			if err != nil {
-				return end(fmt.Errorf("submit %s: %w", job.String(), err))
-			}
-			continue
+		} else {
+			h, err = ex.Submit(ctx, job)
 		}
-		h, err := ex.Submit(ctx, job)
+		if errors.Is(err, laboro.ErrClosed) && closed(b.Stop) {
+			// The halt came between this job's read and its submission:
+			// it is not run, and the jobs in the Executor end as told.
+			settled()
+			break
+		}
 		if err != nil {
 			return end(fmt.Errorf("submit %s: %w", job.String(), err))
+		}
+		if b.Ends != nil {
+			continue
 		}
 		mu.Lock()
 		place := order.add(h)
@@ -595,6 +605,16 @@ reading:
 	}
 	update() // the counts as they end
 	return end(srcErr)
+}
+
+// closed reports whether c is closed; a nil c never is.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // WriteTable writes rows as aligned columns, the first row being the

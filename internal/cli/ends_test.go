@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -266,4 +267,55 @@ func TestEndsInterrupted(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Zero(t, reported)
+}
+
+// A halt that comes between a job's read and its submission (laboro run's
+// halts in the Executor's worker, as the failing job ends) makes that job
+// one not run: the batch still waits for the end of the job that failed,
+// told late, and reports it, rather than return at the refused
+// submission with the failure missing from its summary.
+func TestBatchHaltBeforeSubmit(t *testing.T) {
+	finished, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	ex, ends := newEndsExecutor(t, 1, 8, func(ev laboro.Event) {
+		if ev.Kind == laboro.EventFinished && ev.Job.ID == "1" {
+			close(finished)
+			<-release // its end is told late
+		}
+	})
+	jobs, gates := gatedJobs(2, "1")
+	close(gates["1"])
+	stop := make(chan struct{})
+	var reported []string
+	b := Batch{Ends: ends, TerminatedNotRun: true, Stop: stop,
+		Prepare: func(job laboro.Job) (laboro.Job, error) {
+			if job.ID == "2" {
+				<-finished // job 1 failed: the halt
+				close(stop)
+				// Begun, not waited for (as laboro run's halt): the drain
+				// waits for the observer, which waits for the batch.
+				ended, cancel := context.WithCancel(context.Background())
+				cancel()
+				ex.Shutdown(ended)
+			}
+			return job, nil
+		},
+		OnResult: func(job laboro.Job, res laboro.Result) error {
+			reported = append(reported, job.ID)
+			return nil
+		},
+		// Told of the batch's progress while it waits for the ends.
+		Progress: NewProgress(io.Discard, time.Hour),
+		Out: func() (int, int) {
+			releaseOnce.Do(func() { close(release) })
+			return 0, 0
+		},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sum, err := b.Run(ctx, ex, jobs)
+	releaseOnce.Do(func() { close(release) })
+	require.NoError(t, err)
+	assert.Equal(t, Counts{Total: 2, Failed: 1}, sum.Counts)
+	assert.Equal(t, []string{"1"}, reported)
 }

@@ -268,7 +268,7 @@ func runJobs(args []string) int {
 	}
 	sum, err := batch.Stream(ctx, ex, jobs, total)
 	tidyFailures(&sum, *jf.timeout)
-	if err != nil && !(halted.done() && errors.Is(err, laboro.ErrClosed)) {
+	if err != nil {
 		if sum.Done() > 0 {
 			writeSummary(os.Stderr, sum, "not done", "") // what ran before the error
 		}
