@@ -193,10 +193,6 @@ const jobLogHeader = "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\t
 // line, or, in a file that does not start as a job log (another file named
 // by mistake), keeps it and ends it.
 func mendTornLine(f *os.File) error {
-	head := make([]byte, len(jobLogHeader))
-	if _, err := f.ReadAt(head, 0); err == nil && string(head) == jobLogHeader {
-		return lines.DropCut(f)
-	}
 	fi, err := f.Stat()
 	if err != nil {
 		return err
@@ -204,6 +200,10 @@ func mendTornLine(f *os.File) error {
 	whole, err := lines.Whole(f)
 	if err != nil || whole == fi.Size() {
 		return err
+	}
+	head := make([]byte, len(jobLogHeader))
+	if _, err := f.ReadAt(head, 0); err == nil && string(head) == jobLogHeader {
+		return f.Truncate(whole)
 	}
 	_, err = f.WriteString("\n")
 	return err
