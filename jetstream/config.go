@@ -291,7 +291,7 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config, update bool) (jo
 		Retention:   natsjs.WorkQueuePolicy,
 		AllowDirect: true, // fast lookups of a job still waiting
 		Storage:     natsjs.FileStorage,
-		Replicas:    replicas(ctx, js, c.jobsStream(), c.Replicas),
+		Replicas:    c.Replicas, // 0: the stream's
 		Duplicates:  DuplicateWindow,
 	})
 	if err != nil {
@@ -307,7 +307,7 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config, update bool) (jo
 		Discard:     natsjs.DiscardOld,
 		AllowDirect: true, // fast lookups of a job's stored result
 		Storage:     natsjs.FileStorage,
-		Replicas:    replicas(ctx, js, c.resultsStream(), c.Replicas),
+		Replicas:    c.Replicas,
 		Duplicates:  DuplicateWindow,
 	})
 	if err != nil {
@@ -315,9 +315,14 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config, update bool) (jo
 	}
 	// Settings left at 0 keep the consumer's, or get the defaults.
 	ackWait, maxDeliver := c.AckWait, c.MaxDeliver
-	if old, err := jobs.Consumer(ctx, consumerName); err == nil {
+	switch old, err := jobs.Consumer(ctx, consumerName); {
+	case err == nil:
 		info := old.CachedInfo().Config
 		ackWait, maxDeliver = cmp.Or(ackWait, info.AckWait), cmp.Or(maxDeliver, info.MaxDeliver)
+	case !errors.Is(err, natsjs.ErrConsumerNotFound):
+		// Not known: the settings it has are not to be lost to defaults.
+		err = refusedOr(js.Conn(), err, "$JS.API.CONSUMER.INFO."+c.jobsStream()+"."+consumerName)
+		return nil, nil, nil, fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
 	ackWait, maxDeliver = cmp.Or(ackWait, DefaultAckWait), cmp.Or(maxDeliver, DefaultMaxDeliver)
 	cons, err = jobs.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{
@@ -329,13 +334,19 @@ func ensure(ctx context.Context, js natsjs.JetStream, c Config, update bool) (jo
 		Replicas:    c.Replicas, // 0: the stream's
 	})
 	if err != nil {
+		err = refusedOr(js.Conn(), err, "$JS.API.CONSUMER.CREATE."+c.jobsStream()+"."+consumerName)
 		return nil, nil, nil, fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
 	return jobs, results, cons, nil
 }
 
 // ensureStream creates the stream sc describes, or updates it when update
-// is set; else a stream that exists stays as it is.
+// is set; else a stream that exists stays as it is. sc.Replicas 0 keeps the
+// replica count of a stream that exists, and makes a new one with 1.
+//
+// Its requests are not made again: a caller makes the whole of it again,
+// with a time limit for each attempt (retry), since a request the server
+// never answers would otherwise hold it until ctx ends.
 func ensureStream(ctx context.Context, js natsjs.JetStream, update bool, sc natsjs.StreamConfig) (natsjs.Stream, error) {
 	s, err := js.Stream(ctx, sc.Name)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
@@ -344,19 +355,29 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, update bool, sc nats
 		// sent only if it differs. An update of a stream in use is work
 		// for the server, and has raced in it against a consumer being
 		// made.
-		s, err = js.CreateStream(ctx, sc)
+		made := sc
+		made.Replicas = cmp.Or(sc.Replicas, 1)
+		s, err = js.CreateStream(ctx, made)
 		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) { // made meanwhile, otherwise
 			s, err = js.Stream(ctx, sc.Name)
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, refusedOr(js.Conn(), err, streamAPI+"INFO."+sc.Name, streamAPI+"CREATE."+sc.Name)
 	}
-	if update && !sameStream(s.CachedInfo().Config, sc) {
-		return js.UpdateStream(ctx, sc)
+	have := s.CachedInfo().Config
+	sc.Replicas = cmp.Or(sc.Replicas, have.Replicas)
+	if update && !sameStream(have, sc) {
+		if s, err = js.UpdateStream(ctx, sc); err != nil {
+			return nil, refusedOr(js.Conn(), err, streamAPI+"UPDATE."+sc.Name)
+		}
 	}
 	return s, nil
 }
+
+// streamAPI starts the subjects of the JetStream API's requests about
+// streams.
+const streamAPI = "$JS.API.STREAM."
 
 // sameStream reports whether a stream's configuration has every setting
 // that want sets.
@@ -369,18 +390,6 @@ func sameStream(have, want natsjs.StreamConfig) bool {
 		noLimit(int64(have.MaxMsgSize)) == noLimit(int64(want.MaxMsgSize)) &&
 		have.Discard == want.Discard && have.AllowDirect == want.AllowDirect && have.Storage == want.Storage &&
 		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates
-}
-
-// replicas is the replica count to give stream name: want, or when want is
-// 0, the count it has (1 for a new stream).
-func replicas(ctx context.Context, js natsjs.JetStream, name string, want int) int {
-	if want > 0 {
-		return want
-	}
-	if s, err := js.Stream(ctx, name); err == nil {
-		return s.CachedInfo().Config.Replicas
-	}
-	return 1
 }
 
 // JobOptions is the laboro.Job.Payload that a Manager reads, for what a
@@ -657,6 +666,17 @@ func streamName(stream natsjs.Stream) string {
 		return info.Config.Name
 	}
 	return ""
+}
+
+// refusedOr returns what refusedTo returns for the first of subjects it
+// finds refused, else err: the error of a request to one of them.
+func refusedOr(nc *nats.Conn, err error, subjects ...string) error {
+	for _, subject := range subjects {
+		if last := refusedTo(nc, subject); last != nil {
+			return last
+		}
+	}
+	return err
 }
 
 // refusedTo returns the connection's last error when it is the server's

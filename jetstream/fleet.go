@@ -424,7 +424,7 @@ func ensureFleet(ctx context.Context, js natsjs.JetStream, cfg Config) (natsjs.S
 		MaxAge:            fleetKept,
 		Discard:           natsjs.DiscardOld,
 		Storage:           natsjs.FileStorage, // it outlives a server that dies with its service
-		Replicas:          replicas(ctx, js, cfg.fleetStream(), cfg.Replicas),
+		Replicas:          cfg.Replicas,       // 0: the stream's
 		Duplicates:        DuplicateWindow,
 	})
 	if err != nil {
@@ -443,13 +443,19 @@ func ensureFleet(ctx context.Context, js natsjs.JetStream, cfg Config) (natsjs.S
 // (reset), for a live one may take that long to reach a server started
 // again.
 func (f *fleet) recall(ctx context.Context, js natsjs.JetStream, cfg Config, ackWait time.Duration) ([]string, error) {
-	st, err := ensureFleet(ctx, js, cfg)
+	var info *natsjs.StreamInfo
+	var st natsjs.Stream
+	err := retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
+		if st, err = ensureFleet(ctx, js, cfg); err != nil {
+			return err
+		}
+		if info, err = st.Info(ctx); err != nil {
+			return fmt.Errorf("jetstream: stream %s: %w", cfg.fleetStream(), err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.fleetStream(), err)
 	}
 	now, serverNow := time.Now(), info.TimeStamp
 	if serverNow.IsZero() { // a server that does not say its time

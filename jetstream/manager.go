@@ -128,7 +128,11 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	jobs, results, _, err := ensure(ctx, js, cfg, true)
+	var jobs, results natsjs.Stream
+	err = retry(ctx, nc, func(ctx context.Context) (err error) {
+		jobs, results, _, err = ensure(ctx, js, cfg, true)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -719,7 +723,11 @@ func (m *Manager) deleted(msg *nats.Msg) {
 	}
 	pause := pauses(m.nc)
 	for {
-		jobs, results, _, err := ensure(m.ctx, m.js, m.cfg, true)
+		var jobs, results natsjs.Stream
+		err := retry(m.ctx, m.nc, func(ctx context.Context) (err error) {
+			jobs, results, _, err = ensure(ctx, m.js, m.cfg, true)
+			return err
+		})
 		if err == nil {
 			m.made = map[string]time.Time{
 				m.cfg.jobsStream():    jobs.CachedInfo().Created,
@@ -784,9 +792,11 @@ func (m *Manager) readResults(ctx context.Context, from uint64) (natsjs.Messages
 	if from > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, from
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	cons, err := m.js.OrderedConsumer(ctx, m.cfg.resultsStream(), cfg)
+	var cons natsjs.Consumer
+	err := retry(ctx, m.nc, func(ctx context.Context) (err error) {
+		cons, err = m.js.OrderedConsumer(ctx, m.cfg.resultsStream(), cfg)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

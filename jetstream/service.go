@@ -200,7 +200,7 @@ func (s *Service) run(ctx context.Context) error {
 	if n <= 0 {
 		n = DefaultServiceConcurrency
 	}
-	if err := ensureSubmitted(ctx, s.Conn, cfg, true); err != nil {
+	if err := retry(ctx, s.Conn, func(ctx context.Context) error { return ensureSubmitted(ctx, s.Conn, cfg, true) }); err != nil {
 		return err
 	}
 	if _, err := s.Conn.Request(cfg.statusSubject(), []byte("{}"), time.Second); err == nil {
@@ -244,7 +244,11 @@ func (s *Service) run(ctx context.Context) error {
 		s.dropKept()
 	}()
 
-	if sv.workers, err = m.jobs.Consumer(ctx, consumerName); err != nil {
+	err = retry(ctx, s.Conn, func(ctx context.Context) (err error) {
+		sv.workers, err = m.jobs.Consumer(ctx, consumerName)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("jetstream: consumer %s: %w", consumerName, err)
 	}
 	s.fleet.reset(cfg, log)
@@ -299,11 +303,17 @@ func (s *Service) run(ctx context.Context) error {
 	// The submissions up to this one were made before this Run: their
 	// outcomes, read back from the streams, end no batch now.
 	var replayTo uint64
-	if st, err := js.Stream(ctx, cfg.submitStream()); err == nil {
+	var cons natsjs.Consumer
+	err = retry(ctx, s.Conn, func(ctx context.Context) error {
+		st, err := js.Stream(ctx, cfg.submitStream())
+		if err != nil {
+			return err
+		}
 		replayTo = st.CachedInfo().State.LastSeq
-	}
-	cons, err := js.OrderedConsumer(ctx, cfg.submitStream(), natsjs.OrderedConsumerConfig{
-		DeliverPolicy: natsjs.DeliverAllPolicy,
+		cons, err = js.OrderedConsumer(ctx, cfg.submitStream(), natsjs.OrderedConsumerConfig{
+			DeliverPolicy: natsjs.DeliverAllPolicy,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("jetstream: submissions: %w", err)
@@ -444,7 +454,7 @@ func ensureSubmitted(ctx context.Context, nc *nats.Conn, cfg Config, update bool
 		Subjects:    []string{cfg.submitSubject(">")},
 		Retention:   natsjs.LimitsPolicy,
 		Storage:     natsjs.FileStorage,
-		Replicas:    replicas(ctx, js, cfg.submitStream(), cfg.Replicas),
+		Replicas:    cfg.Replicas, // 0: the stream's
 		Duplicates:  DuplicateWindow,
 		// Full, it refuses what comes: a submission dropped would be a
 		// job lost.

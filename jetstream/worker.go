@@ -197,7 +197,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	// The jobs published from now on have their ends heard of by sub, as
 	// long as the connection holds: for them, no lookup is needed.
 	if err := w.Conn.Flush(); err == nil {
-		if info, err := jobs.Info(ctx); err == nil {
+		ictx, cancel := context.WithTimeout(ctx, attemptTimeout) // else looked up as needed
+		info, err := jobs.Info(ictx)
+		cancel()
+		if err == nil {
 			r.heard, r.heardFrom, r.reconnects = true, info.State.LastSeq, w.Conn.Stats().Reconnects
 		}
 	}
@@ -356,7 +359,11 @@ func (r *workerRun) recreate(ctx context.Context, old natsjs.Consumer, cause err
 		return
 	}
 	// The RESULTS stream is looked up by its name: r.results serves on.
-	_, _, cons, err := ensure(ctx, r.js, r.cfg, false)
+	var cons natsjs.Consumer
+	err := retry(ctx, r.js.Conn(), func(ctx context.Context) (err error) {
+		_, _, cons, err = ensure(ctx, r.js, r.cfg, false)
+		return err
+	})
 	if err != nil {
 		r.log.Error("making the streams again", zap.Error(err))
 		return
