@@ -465,7 +465,11 @@ func (f *fleet) recall(ctx context.Context, js natsjs.JetStream, cfg Config, ack
 	if n == 0 {
 		return nil, nil
 	}
-	cons, err := st.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{InactiveThreshold: time.Minute})
+	var cons natsjs.Consumer
+	err = retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
+		cons, err = st.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{InactiveThreshold: time.Minute})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: stream %s: %w", cfg.fleetStream(), err)
 	}

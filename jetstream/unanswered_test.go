@@ -3,6 +3,7 @@ package jetstream
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -184,4 +187,37 @@ func TestSubmitThoughARequestIsNotAnswered(t *testing.T) {
 	b, err := cl.Wait(testCtx(t, time.Minute), "b", len(ids), 20*time.Millisecond, nil)
 	require.NoError(t, err)
 	require.Equal(t, [3]int{2, 1, 1}, [3]int{b.Jobs, b.Succeeded, b.Failed}, "both jobs ran")
+}
+
+// A service that recalls the workers heard before it started asks again
+// when its reader of their heartbeats is not made: it still learns them.
+func TestRecallThoughARequestIsNotAnswered(t *testing.T) {
+	nc, url := setupURL(t)
+	cfg := Config{}.withDefaults()
+	b, err := json.Marshal(heartbeat{WorkerInfo: WorkerInfo{Name: "held", Run: "old", Slots: 1},
+		Leases: []lease{{"j1", "$JS.ACK.LABORO_JOBS.workers.1.7.7.1764370000000000000.0"}}})
+	require.NoError(t, err)
+	js, err := natsjs.New(nc)
+	require.NoError(t, err)
+	_, err = ensureFleet(testCtx(t, time.Minute), js, cfg)
+	require.NoError(t, err)
+	_, err = js.Publish(testCtx(t, time.Minute), cfg.workersSubject("held", "old"), b)
+	require.NoError(t, err)
+
+	p := newDroppingProxy(t, strings.TrimPrefix(url, "nats://"), "$JS.API.CONSUMER.CREATE.LABORO_WORKERS.", 1)
+	serviceConn, err := nats.Connect(p.url())
+	require.NoError(t, err)
+	defer serviceConn.Close()
+	sjs, err := natsjs.New(serviceConn)
+	require.NoError(t, err)
+	var f fleet
+	f.reset(cfg, zap.NewNop())
+	recalled, err := f.recall(testCtx(t, time.Minute), sjs, cfg, 10*time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"held"}, recalled)
+	select {
+	case <-p.dropped:
+	default:
+		t.Fatal("the reader of heartbeats was made without a request")
+	}
 }
