@@ -153,7 +153,7 @@ func (c *Client) submit(ctx context.Context, batch string, jobs iter.Seq2[laboro
 	if err := validID(batch); err != nil {
 		return 0, fmt.Errorf("jetstream: batch name: %w", err)
 	}
-	if err := retry(ctx, c.Conn, func(ctx context.Context) error { return ensureSubmitted(ctx, c.Conn, cfg, false) }); err != nil {
+	if err := retryUnanswered(ctx, c.Conn, func(ctx context.Context) error { return ensureSubmitted(ctx, c.Conn, cfg, false) }); err != nil {
 		return 0, err
 	}
 	js, err := natsjs.New(c.Conn)

@@ -362,6 +362,9 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, update bool, sc nats
 			s, err = js.Stream(ctx, sc.Name)
 		}
 	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("no JetStream answers on this NATS server (is it started with -js?): %w", err)
+	}
 	if err != nil {
 		return nil, refusedOr(js.Conn(), err, streamAPI+"INFO."+sc.Name, streamAPI+"CREATE."+sc.Name)
 	}
@@ -707,12 +710,30 @@ func count(ctx context.Context, nc *nats.Conn, stream natsjs.Stream, subject str
 // retry calls f, with a time limit for each attempt (attemptLimits), until
 // it succeeds, fails for good (transient says), or ctx ends.
 func retry(ctx context.Context, nc *nats.Conn, f func(context.Context) error) error {
+	return retryIf(ctx, nc, f, func(err error) bool { return transient(nc, err) })
+}
+
+// retryUnanswered is retry that makes f again only when it got no answer in
+// time: any other error is returned at once, for the caller to report,
+// even one that may go away (a server without JetStream, for now or for
+// good). What a program does first (a Service starting, a Client's first
+// submission) fails so, with the reason, rather than wait without a word.
+func retryUnanswered(ctx context.Context, nc *nats.Conn, f func(context.Context) error) error {
+	return retryIf(ctx, nc, f, func(err error) bool {
+		return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+	})
+}
+
+// retryIf calls f, with a time limit for each attempt (attemptLimits),
+// until it succeeds, fails with an error that again does not take, or ctx
+// ends.
+func retryIf(ctx context.Context, nc *nats.Conn, f func(context.Context) error, again func(error) bool) error {
 	limits, pause := attemptLimits(), pauses(nc)
 	for {
 		actx, cancel := context.WithTimeout(ctx, limits.Next())
 		err := f(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !transient(nc, err) {
+		if err == nil || ctx.Err() != nil || !again(err) {
 			return err
 		}
 		if pause.Wait(ctx) != nil {

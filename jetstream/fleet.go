@@ -445,7 +445,7 @@ func ensureFleet(ctx context.Context, js natsjs.JetStream, cfg Config) (natsjs.S
 func (f *fleet) recall(ctx context.Context, js natsjs.JetStream, cfg Config, ackWait time.Duration) ([]string, error) {
 	var info *natsjs.StreamInfo
 	var st natsjs.Stream
-	err := retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
+	err := retryUnanswered(ctx, js.Conn(), func(ctx context.Context) (err error) {
 		if st, err = ensureFleet(ctx, js, cfg); err != nil {
 			return err
 		}
@@ -466,7 +466,7 @@ func (f *fleet) recall(ctx context.Context, js natsjs.JetStream, cfg Config, ack
 		return nil, nil
 	}
 	var cons natsjs.Consumer
-	err = retry(ctx, js.Conn(), func(ctx context.Context) (err error) {
+	err = retryUnanswered(ctx, js.Conn(), func(ctx context.Context) (err error) {
 		cons, err = st.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{InactiveThreshold: time.Minute})
 		return err
 	})

@@ -129,7 +129,7 @@ func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	var jobs, results natsjs.Stream
-	err = retry(ctx, nc, func(ctx context.Context) (err error) {
+	err = retryUnanswered(ctx, nc, func(ctx context.Context) (err error) {
 		jobs, results, _, err = ensure(ctx, js, cfg, true)
 		return err
 	})
@@ -793,7 +793,7 @@ func (m *Manager) readResults(ctx context.Context, from uint64) (natsjs.Messages
 		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, from
 	}
 	var cons natsjs.Consumer
-	err := retry(ctx, m.nc, func(ctx context.Context) (err error) {
+	err := retryUnanswered(ctx, m.nc, func(ctx context.Context) (err error) {
 		cons, err = m.js.OrderedConsumer(ctx, m.cfg.resultsStream(), cfg)
 		return err
 	})

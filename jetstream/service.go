@@ -200,7 +200,7 @@ func (s *Service) run(ctx context.Context) error {
 	if n <= 0 {
 		n = DefaultServiceConcurrency
 	}
-	if err := retry(ctx, s.Conn, func(ctx context.Context) error { return ensureSubmitted(ctx, s.Conn, cfg, true) }); err != nil {
+	if err := retryUnanswered(ctx, s.Conn, func(ctx context.Context) error { return ensureSubmitted(ctx, s.Conn, cfg, true) }); err != nil {
 		return err
 	}
 	if _, err := s.Conn.Request(cfg.statusSubject(), []byte("{}"), time.Second); err == nil {
@@ -244,7 +244,7 @@ func (s *Service) run(ctx context.Context) error {
 		s.dropKept()
 	}()
 
-	err = retry(ctx, s.Conn, func(ctx context.Context) (err error) {
+	err = retryUnanswered(ctx, s.Conn, func(ctx context.Context) (err error) {
 		sv.workers, err = m.jobs.Consumer(ctx, consumerName)
 		return err
 	})
@@ -304,7 +304,7 @@ func (s *Service) run(ctx context.Context) error {
 	// outcomes, read back from the streams, end no batch now.
 	var replayTo uint64
 	var cons natsjs.Consumer
-	err = retry(ctx, s.Conn, func(ctx context.Context) error {
+	err = retryUnanswered(ctx, s.Conn, func(ctx context.Context) error {
 		st, err := js.Stream(ctx, cfg.submitStream())
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -220,4 +221,26 @@ func TestRecallThoughARequestIsNotAnswered(t *testing.T) {
 	default:
 		t.Fatal("the reader of heartbeats was made without a request")
 	}
+}
+
+// On a NATS server without JetStream, the Service and a Client fail at
+// once, and say what is missing: no request of theirs is answered, but
+// none is waited on either.
+func TestWithoutJetStreamSaysSo(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	require.NoError(t, err)
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+
+	const why = "no JetStream answers on this NATS server (is it started with -js?)"
+	err = (&Service{Conn: nc, Config: Config{Logger: zaptest.NewLogger(t)}}).Run(testCtx(t, time.Minute))
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+	require.ErrorContains(t, err, why)
+	_, err = (&Client{Conn: nc}).Submit(testCtx(t, time.Minute), "b", []laboro.Job{{Command: "true"}})
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+	require.ErrorContains(t, err, why)
 }
