@@ -313,17 +313,37 @@ type recordingProxy struct {
 	ln   net.Listener
 	mu   sync.Mutex
 	sent bytes.Buffer
-	wg   sync.WaitGroup
 }
 
 func newRecordingProxy(t *testing.T, addr string) *recordingProxy {
+	p := &recordingProxy{}
+	p.ln = startProxy(t, addr, func(in io.Reader, out io.Writer) {
+		buf := make([]byte, 4096)
+		for {
+			n, err := in.Read(buf)
+			p.mu.Lock()
+			p.sent.Write(buf[:n])
+			p.mu.Unlock()
+			if _, werr := out.Write(buf[:n]); err != nil || werr != nil {
+				return
+			}
+		}
+	})
+	return p
+}
+
+// startProxy listens on a loopback port and forwards each connection it
+// accepts to addr: what the client sends through forward, which returns
+// when in ends, and what the server sends as it is. Its listener closes
+// when the test ends, after every connection has.
+func startProxy(t *testing.T, addr string, forward func(in io.Reader, out io.Writer)) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &recordingProxy{ln: ln}
-	p.wg.Add(1)
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
-		defer p.wg.Done()
+		defer wg.Done()
 		for {
 			in, err := ln.Accept()
 			if err != nil {
@@ -334,30 +354,21 @@ func newRecordingProxy(t *testing.T, addr string) *recordingProxy {
 				in.Close()
 				continue
 			}
-			p.wg.Add(2)
+			wg.Add(2)
 			go func() {
-				defer p.wg.Done()
+				defer wg.Done()
 				defer out.Close()
-				buf := make([]byte, 4096)
-				for {
-					n, err := in.Read(buf)
-					p.mu.Lock()
-					p.sent.Write(buf[:n])
-					p.mu.Unlock()
-					if _, werr := out.Write(buf[:n]); err != nil || werr != nil {
-						return
-					}
-				}
+				forward(in, out)
 			}()
 			go func() {
-				defer p.wg.Done()
+				defer wg.Done()
 				defer in.Close()
 				_, _ = io.Copy(in, out)
 			}()
 		}
 	}()
-	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
-	return p
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	return ln
 }
 
 func (p *recordingProxy) url() string { return "nats://" + p.ln.Addr().String() }

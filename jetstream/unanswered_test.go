@@ -33,41 +33,11 @@ type droppingProxy struct {
 	dropped chan struct{} // closed once the message is dropped
 	mu      sync.Mutex
 	seen    int // messages to prefix
-	wg      sync.WaitGroup
 }
 
 func newDroppingProxy(t *testing.T, addr, prefix string, nth int) *droppingProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &droppingProxy{ln: ln, prefix: prefix, nth: nth, dropped: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", addr)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.wg.Add(2)
-			go func() {
-				defer p.wg.Done()
-				defer out.Close()
-				p.forward(bufio.NewReader(in), out)
-			}()
-			go func() {
-				defer p.wg.Done()
-				defer in.Close()
-				_, _ = io.Copy(in, out)
-			}()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	p := &droppingProxy{prefix: prefix, nth: nth, dropped: make(chan struct{})}
+	p.ln = startProxy(t, addr, func(in io.Reader, out io.Writer) { p.forward(bufio.NewReader(in), out) })
 	return p
 }
 
