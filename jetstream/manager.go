@@ -117,7 +117,9 @@ var (
 
 // NewManager creates or updates the streams and the workers' durable
 // consumer on nc's server, listens for max-deliveries advisories, and
-// returns a Manager. Call Close to release it; nc stays the caller's.
+// returns a Manager. Call Close to release it; nc stays the caller's. A
+// request the server does not answer in time is made again until ctx
+// ends; any other failure is returned at once.
 func NewManager(ctx context.Context, nc *nats.Conn, cfg Config) (*Manager, error) {
 	cfg = cfg.withDefaults()
 	var err error

@@ -165,7 +165,8 @@ func (s *Service) Workers() []WorkerInfo { return s.fleet.list() }
 
 // Run serves until ctx ends, then stops at once: jobs out stay in the
 // streams, their results are stored, and the next Run picks them up. It
-// returns nil after ctx ends, or an error if it could not start.
+// returns nil after ctx ends, or an error if it could not start (a request
+// the server does not answer in time is made again, not taken for one).
 func (s *Service) Run(ctx context.Context) error {
 	err := s.run(ctx)
 	if ctx.Err() != nil {
