@@ -1,6 +1,9 @@
 package laboro_test
 
 import (
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/laboro-go/laboro"
@@ -45,4 +48,34 @@ func TestFailedJobLoggedOnce(t *testing.T) {
 	assert.EqualValues(t, 3, fields["exit"])
 	assert.Equal(t, "exit status 3", fields["error"])
 	assert.Equal(t, "no such input\n", fields["stderr"])
+}
+
+// A job running when its Executor is closed is logged once as killed,
+// with how far it got: the end of its standard error.
+func TestKilledJobLogged(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	ex, err := laboro.New(laboro.WithLogger(zap.New(core)))
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	fifo := filepath.Join(t.TempDir(), "halfway")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	h, err := ex.Submit(ctx, laboro.Job{ID: "long", Script: "echo 'step 1 of 2' >&2; echo >" + fifo + "; sleep 60"})
+	require.NoError(t, err)
+	halfway, err := os.ReadFile(fifo) // until the job has written its stderr
+	require.NoError(t, err)
+	require.Equal(t, "\n", string(halfway))
+	require.NoError(t, ex.Close())
+	res, err := h.Wait(ctx)
+	require.NoError(t, err)
+	res.Output.Close()
+	require.Equal(t, laboro.StatusKilled, res.Status)
+
+	killed := logs.FilterMessage("job killed").AllUntimed()
+	require.Len(t, killed, 1)
+	fields := killed[0].ContextMap()
+	assert.Equal(t, zap.WarnLevel, killed[0].Level)
+	assert.Equal(t, "long", fields["job"])
+	assert.Equal(t, "killed", fields["status"])
+	assert.Equal(t, "step 1 of 2\n", fields["stderr"])
+	assert.Empty(t, logs.FilterMessage("job failed").AllUntimed())
 }

@@ -88,7 +88,10 @@ func WithRunner(r Runner) Option { return func(c *config) { c.runner = r } }
 // empty and must not be used elsewhere.
 func WithQueue(q Queue) Option { return func(c *config) { c.queue = q } }
 
-// WithLogger sets the logger. Default: zap.NewNop().
+// WithLogger sets the logger. Default: zap.NewNop(). Each job that fails
+// or times out is logged once ("job failed"), and each job killed by Close
+// ("job killed"), at Warn, with its id, command, status, exit status, error
+// and the end of its standard error.
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithOutputDir sets the directory, which must exist, where the default

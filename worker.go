@@ -202,9 +202,17 @@ func (e *Executor) run(jc *jobContext, h *Handle, started time.Time) (res Result
 				res.Status, res.Err = st, cause
 			}
 		}
-		if res.Status == StatusFailed || res.Status == StatusTimedOut {
+		switch res.Status {
+		case StatusFailed, StatusTimedOut, StatusKilled:
 			// Once per job, with why: what an operator reads in the log.
-			e.log.Warn("job failed", zap.String("job", res.ID), zap.String("command", logLine(h.j.job())),
+			// A killed job was running when its program stopped hard
+			// (Close): which, and how far it got, is as much the
+			// operator's to know.
+			msg := "job failed"
+			if res.Status == StatusKilled {
+				msg = "job killed"
+			}
+			e.log.Warn(msg, zap.String("job", res.ID), zap.String("command", logLine(h.j.job())),
 				zap.Stringer("status", res.Status), zap.Int("exit", res.ExitCode), zap.Error(res.Err),
 				zap.ByteString("stderr", stderrEnd(res.Stderr)))
 		}

@@ -48,9 +48,10 @@ func (stderrTail) Write(b []byte) (int, error) {
 
 // jobWhy writes, on standard error, how an issued job ended when it did
 // not exit by itself: killed, timed out, or never started.
-type jobWhy struct{}
+type jobWhy struct{ said bool }
 
-func (jobWhy) Write(b []byte) (int, error) {
+func (w *jobWhy) Write(b []byte) (int, error) {
+	w.said = true
 	fmt.Fprintf(os.Stderr, "jobCommander: job %s\n", b) // "job failed: signal: killed"
 	return len(b), nil
 }
@@ -136,8 +137,9 @@ func main() {
 			return err
 		}
 		token, tokenErr := secret.Find("jobexec", "LABORO_TOKEN")
+		var why jobWhy
 		client := &jobexec.Client{Addr: net.JoinHostPort(cmd[0], cmd[1]), Token: token, AckTimeout: *ackTimeout,
-			Stderr: stderrTail{}, Why: jobWhy{}}
+			Stderr: stderrTail{}, Why: &why}
 		var out io.Writer = os.Stdout
 		var polled bytes.Buffer
 		if *asJSON {
@@ -163,6 +165,10 @@ func main() {
 			return fmt.Errorf("no jobExecutorServer answers at %s (is it running, on this port?): %w", client.Addr, err)
 		case err != nil:
 			return err
+		case cmd[2] == "issueJob" && code != 0 && !why.said:
+			// Said, as the exit status alone is ambiguous: a job's 1 or
+			// 2 is also this command's own for a refusal or a usage error.
+			fmt.Fprintf(os.Stderr, "jobCommander: the job exited with status %d\n", code)
 		}
 		return cli.Exit(code)
 	})

@@ -269,15 +269,17 @@ func TestExampleSession(t *testing.T) {
 	out, _, code = s.run(t, "issueJob", "no-such-program")
 	assert.Equal(t, "JOB <job_5, no-such-program> SUBMITTED\n-----job_5 output start-----\n-----job_5 output end-----\n", out)
 	assert.Equal(t, 1, code)
-	out, _, code = s.run(t, "issueJob", "sh", "-c", "exit 7")
+	out, errOut, code := s.run(t, "issueJob", "sh", "-c", "exit 7")
 	assert.Contains(t, out, "-----job_6 output end-----\n")
 	assert.Equal(t, 7, code, "the commander's status is the job's")
+	assert.Equal(t, "jobCommander: the job exited with status 7\n", errOut, "and said, as a status alone could be the commander's own")
 	// Why a job failed: the end of its standard error, on the commander's
 	// standard error; its standard output stays as the protocol frames it.
-	out, errOut, code := s.run(t, "issueJob", "ls", "no-such-file") // in the server's own temporary directory
+	out, errOut, code = s.run(t, "issueJob", "ls", "no-such-file") // in the server's own temporary directory
 	assert.Equal(t, "JOB <job_7, ls no-such-file> SUBMITTED\n-----job_7 output start-----\n-----job_7 output end-----\n", out)
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, "jobCommander: the job's standard error (its end):\n  ls: cannot access 'no-such-file': No such file or directory\n")
+	assert.Equal(t, "jobCommander: the job's standard error (its end):\n  ls: cannot access 'no-such-file': No such file or directory\n"+
+		"jobCommander: the job exited with status 2\n", errOut)
 	out, _, _ = s.run(t, "poll")
 	assert.Equal(t, "", out)
 	out, _, code = s.run(t, "stop", "job_1")
@@ -472,6 +474,7 @@ func TestInterruptDrainsThenKills(t *testing.T) {
 	require.ErrorAs(t, s.wait(t), &ee)
 	assert.Equal(t, 130, ee.ExitCode())
 	assert.Empty(t, s.outputsLeft(t))
+	assert.Regexp(t, `job killed.*"job": "job_1", "command": "sleep 1000", "status": "killed"`, s.log(), "the server says which jobs it killed")
 }
 
 // What the student test scripts do: a long job, exit, then the job is
@@ -709,7 +712,7 @@ func TestServerUsage(t *testing.T) {
 	server, _ := build(t)
 	missing := filepath.Join(t.TempDir(), "missing", "outputs")
 	for _, args := range [][]string{{}, {"7856", "0", "5"}, {"7856", "8", "0"}, {"x", "8", "5"}, {"70000", "8", "5"}, {"7856", "8", "5", "-bogus"}, {"7856", "8", "5", "-request-timeout", "0s"},
-		{"0", "8", "5", "-dir", missing}} {
+		{"0", "8", "5", "-dir", missing}, {"0", "8", "1000000"}, {"-listen", "127.0.0.1", "0", "8"}} {
 		cmd := exec.Command(server, args...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
@@ -721,6 +724,13 @@ func TestServerUsage(t *testing.T) {
 			assert.Contains(t, string(out), fmt.Sprintf("jobExecutorServer: -dir %q: no such file or directory", missing))
 		}
 	}
+	out, _ := exec.Command(server, "0", "8", "1000000").CombinedOutput()
+	assert.Contains(t, string(out), `threadPoolSize "1000000": must be a number from 1 to 10000`, "refused before a goroutine is started for each")
+	// The three numbers may follow the flags.
+	s := startServer(t, "-listen", "127.0.0.1", "0", "4", "1")
+	out2, _, code := s.run(t, "issueJob", "echo", "after the flags")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out2, "after the flags\n")
 }
 
 // --help and --version answer on standard output, with status 0.

@@ -40,7 +40,7 @@ import (
 )
 
 func main() {
-	c := cli.New("jobExecutorServer", "portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-max-conns N] [-http ADDR] [-log LEVEL] [-request-timeout D]",
+	c := cli.New("jobExecutorServer", "portNum bufferSize threadPoolSize [-listen ADDR] [-dir DIR] [-max-conns N] [-request-timeout D] [-http ADDR [-http-public]] [-log LEVEL] [-log-format FORMAT]",
 		"Runs the jobs that jobCommander sends: at most bufferSize wait, at most threadPoolSize run at once. "+
 			"Every commander must send the server's token: $LABORO_TOKEN, else the token in jobexec.token in the user's "+
 			"state directory (~/.local/state/laboro), created at the first start; jobCommander on the same account "+
@@ -57,22 +57,27 @@ func main() {
 	httpPublic := c.Flags.Bool("http-public", false, "let -http listen beyond this machine")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	args := os.Args[1:]
-	var nums []int
+	var pos []string // portNum, bufferSize, threadPoolSize
 	if len(args) >= 3 && args[0] != "" && args[0][0] != '-' {
-		nums, args = positional(args[:3]), args[3:]
+		pos, args = args[:3], args[3:]
 	}
 	c.Main(args, func(_ context.Context, rest []string) error {
+		if pos == nil && len(rest) == 3 {
+			pos, rest = rest, nil // after the flags
+		}
+		nums := positional(pos)
 		switch {
-		case nums == nil:
-			return cli.Usagef("portNum, bufferSize and threadPoolSize are required")
+		case pos == nil:
+			return cli.Usagef("portNum, bufferSize and threadPoolSize are required, before or after the flags")
 		case len(rest) > 0:
 			return cli.Usagef("unexpected argument %q", rest[0])
 		case nums[0] < 0 || nums[0] > 65535:
-			return cli.Usagef("portNum %s: must be a number from 0 to 65535", args0(0))
+			return cli.Usagef("portNum %q: must be a number from 0 to 65535", pos[0])
 		case nums[1] < 1:
-			return cli.Usagef("bufferSize %s: must be a number of at least 1", args0(1))
-		case nums[2] < 1:
-			return cli.Usagef("threadPoolSize %s: must be a number of at least 1", args0(2))
+			return cli.Usagef("bufferSize %q: must be a number of at least 1", pos[1])
+		case nums[2] < 1 || nums[2] > maxPoolSize:
+			// Each place of the pool is a goroutine started at once.
+			return cli.Usagef("threadPoolSize %q: must be a number from 1 to %d", pos[2], maxPoolSize)
 		case *maxConns < 1:
 			return cli.Usagef("-max-conns %d: must be at least 1", *maxConns)
 		}
@@ -181,5 +186,6 @@ func positional(args []string) []int {
 	return nums
 }
 
-// args0 returns the i-th command-line argument, for messages.
-func args0(i int) string { return strconv.Quote(os.Args[1+i]) }
+// maxPoolSize bounds threadPoolSize: jobs run at once, each a process,
+// and the pool's goroutines are all started with the server.
+const maxPoolSize = 10000

@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // DirEnv names the environment variable that, when set, is the directory
@@ -273,18 +274,19 @@ var ErrWeak = errors.New("secret too short for a server beyond this machine")
 // characters; from says where tok came from, for the message. On the
 // loopback any secret will do.
 func Guard(host, tok, from string) error {
-	if len(tok) >= MinLength || Loopback(host) {
+	n := utf8.RuneCountInString(tok)
+	if n >= MinLength || Loopback(host) {
 		return nil
 	}
 	on, chars := host, "characters"
 	if host == "" {
 		on = "every interface"
 	}
-	if len(tok) == 1 {
+	if n == 1 {
 		chars = "character"
 	}
 	return fmt.Errorf("%w: %s holds %d %s; a server listening on %s needs at least %d (make one with: head -c 32 /dev/urandom | base64)",
-		ErrWeak, from, len(tok), chars, on, MinLength)
+		ErrWeak, from, n, chars, on, MinLength)
 }
 
 // Loopback reports whether host, as a listening address's host, is the

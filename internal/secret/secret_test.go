@@ -126,4 +126,10 @@ func TestGuard(t *testing.T) {
 	}
 	assert.NoError(t, secret.Guard("0.0.0.0", secret.New(), "made"), "a token New makes")
 	assert.ErrorContains(t, secret.Guard("0.0.0.0", "x", "$FUQ_AUTH"), "$FUQ_AUTH holds 1 character;")
+	// Characters, as the message says, not bytes: 15 two-byte letters
+	// are 30 bytes and still too few.
+	accented := strings.Repeat("é", secret.MinLength-1)
+	assert.ErrorContains(t, secret.Guard("0.0.0.0", accented, "$FUQ_AUTH"),
+		fmt.Sprintf("$FUQ_AUTH holds %d characters;", secret.MinLength-1))
+	assert.NoError(t, secret.Guard("0.0.0.0", accented+"é", "$FUQ_AUTH"))
 }

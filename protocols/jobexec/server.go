@@ -431,8 +431,10 @@ func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
 	code := res.ExitCode
 	if code < 0 {
 		code = 1
-		if len(res.Stderr) == 0 && res.Err != nil {
-			x.log.Info("job did not exit normally", zap.String("job", h.ID()), zap.Error(res.Err))
+		if res.Status == laboro.StatusCancelled {
+			// The Executor logs the other ends that are not exits (failed
+			// to start, killed by a signal, timed out, killed by Close).
+			x.log.Info("job stopped", zap.String("job", h.ID()), zap.Error(res.Err))
 		}
 	}
 	x.exit(code)
