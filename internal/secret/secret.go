@@ -138,18 +138,25 @@ func Ensure(name, env string) (tok, path string, err error) {
 // environment variable env when it is set, else from the service's token
 // file. It returns ErrNoSecret when there is neither.
 func Find(name, env string) (string, error) {
+	tok, _, err := Locate(name, env)
+	return tok, err
+}
+
+// Locate is Find, and also says where the secret came from, for messages:
+// "$" and env's name, or the file's path.
+func Locate(name, env string) (tok, from string, err error) {
 	if tok, ok := fromEnv(env); ok {
-		return tok, nil
+		return tok, "$" + env, nil
 	}
 	path, err := Path(name)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	tok, err := ReadFile(path)
+	tok, err = ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("%w: $%s is not set and there is no %s", ErrNoSecret, env, path)
+		return "", "", fmt.Errorf("%w: $%s is not set and there is no %s", ErrNoSecret, env, path)
 	}
-	return tok, err
+	return tok, path, err
 }
 
 // FromEnv returns the value of the environment variable env and removes

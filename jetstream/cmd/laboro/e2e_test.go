@@ -856,6 +856,10 @@ func TestUserSeesWhy(t *testing.T) {
 		Error: "jetstream: on the worker: exit status 4", Command: "echo why it failed >&2; exit 4",
 		Stderr: "why it failed\n"}, reply.Jobs[0])
 
+	out, log, code = s.run("output", "b-2")
+	assert.Equal(t, 4, code, "one job's output: its own exit status")
+	assert.Equal(t, "", out)
+	assert.Contains(t, log, "command: echo why it failed >&2; exit 4\n")
 	out, log, code = s.run("output", "b-1", "b-2")
 	assert.Equal(t, 1, code)
 	assert.Equal(t, "==> b-1 <==\nfine\n\n==> b-2 <==\n", out)

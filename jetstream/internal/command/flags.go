@@ -36,6 +36,7 @@ type common struct {
 	token      string      // the server's token; see connect
 	tokenSet   bool        // token is decided (serve's own server)
 	tokenErr   error       // why no token was found
+	tokenFrom  string      // where token came from, for messages
 	// found is the token that a worker's connection, made before there
 	// was one, found; proved is closed once that connection is up (see
 	// connect and jobKey).

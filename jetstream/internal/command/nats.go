@@ -148,7 +148,7 @@ func (c *common) connect(url string, waitForServer bool) (*nats.Conn, error) {
 	if !c.tokenSet && c.creds == "" {
 		// $LABORO_TOKEN, else the token laboro serve made for this user;
 		// either way no job started from here sees it.
-		c.token, c.tokenErr = secret.Find("laboro", "LABORO_TOKEN")
+		c.token, c.tokenFrom, c.tokenErr = secret.Locate("laboro", "LABORO_TOKEN")
 		c.tokenSet = true
 	}
 	if c.creds != "" {

@@ -47,8 +47,8 @@ func output(args []string) int {
 				}
 				fmt.Printf("==> %s <==\n", id)
 			}
-			if printResult(res, c.fs.NArg() == 1, commands[id], 0) != 0 {
-				code = exitFailed
+			if got := printResult(res, c.fs.NArg() == 1, commands[id], 0); got != 0 {
+				code = got // one job's own; for several, 1 (printResult's then)
 			}
 		}
 		return code

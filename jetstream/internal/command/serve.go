@@ -1,6 +1,7 @@
 package command
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -97,7 +98,12 @@ func serve(args []string) int {
 
 	url := c.url
 	if url == "" {
-		srv, code := c.embedded(*data, *listen, certs)
+		var consoleHost *string
+		if *httpAddr != "" {
+			host, _, _ := net.SplitHostPort(*httpAddr) // checked by web.CheckAddr
+			consoleHost = &host
+		}
+		srv, code := c.embedded(*data, *listen, consoleHost, certs)
 		if srv == nil {
 			return code
 		}
@@ -135,7 +141,7 @@ func serve(args []string) int {
 			return exitFailed
 		}
 		host, _, _ := net.SplitHostPort(*httpAddr) // checked by web.CheckAddr
-		if err := secret.Guard(host, c.token, "laboro's token (laboro.token, or $LABORO_TOKEN)"); err != nil {
+		if err := secret.Guard(host, c.token, cmp.Or(c.tokenFrom, "laboro's token (laboro.token, or $LABORO_TOKEN)")); err != nil {
 			c.log.Error("the console", zap.Error(err))
 			return exitFailed
 		}
@@ -204,7 +210,7 @@ func serve(args []string) int {
 // embedded starts serve's embedded NATS server, with its data in data,
 // listening on listen, speaking TLS with certs if any. On failure it
 // returns nil and the exit status.
-func (c *common) embedded(data, listen string, certs []tls.Certificate) (*jetstream.Embedded, int) {
+func (c *common) embedded(data, listen string, consoleHost *string, certs []tls.Certificate) (*jetstream.Embedded, int) {
 	host, port, _ := splitHostPort(listen) // checked by serve
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		c.log.Error("data directory", zap.Error(err))
@@ -222,9 +228,16 @@ func (c *common) embedded(data, listen string, certs []tls.Certificate) (*jetstr
 	if path == "" {
 		path = "$LABORO_TOKEN"
 	}
+	c.tokenFrom = path
 	if err := secret.Guard(host, tok, path); err != nil {
 		c.log.Error("the clients' token", zap.Error(err))
 		return nil, exitFailed
+	}
+	if consoleHost != nil { // the console takes the same token: refused before the server starts
+		if err := secret.Guard(*consoleHost, tok, path); err != nil {
+			c.log.Error("the console", zap.Error(err))
+			return nil, exitFailed
+		}
 	}
 	opts := []jetstream.EmbeddedOption{jetstream.WithToken(tok)}
 	if certs != nil {
