@@ -31,6 +31,8 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 			return cli.Usagef("unexpected argument %q", args[0])
 		case s.Name == "":
 			return cli.Usagef("-name is required")
+		case strings.ContainsAny(s.Name, "/\x00"):
+			return cli.Usagef("-name %q: it names the log files, <logdir>/<name>_<task>.log, and cannot hold a /", s.Name)
 		case s.Command == "":
 			return cli.Usagef("-command is required")
 		case s.Tasks < 1:

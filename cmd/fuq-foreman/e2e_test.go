@@ -149,7 +149,7 @@ func TestFiveHundredTasks(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	foreman, worker := build(t)
-	for _, args := range [][]string{{"frobnicate"}, {"submit", "-name", "x"}, {"-bogus"}, {"status", "a", "b"}, {"-grace", "-1s"}, {"-grace", "0s"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"submit", "-name", "x"}, {"submit", "-name", "../x", "-command", "true", "-tasks", "1"}, {"-bogus"}, {"status", "a", "b"}, {"-grace", "-1s"}, {"-grace", "0s"}} {
 		err := exec.Command(foreman, append(args, "-control", "/nonexistent/sock")...).Run()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
@@ -175,6 +175,12 @@ func TestCancel(t *testing.T) {
 	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"))
 	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
 	worker := e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "2", "-spool", filepath.Join(dir, "spool"))
+	// A second foreman on the same journal would give out the same job
+	// ids: it refuses to start.
+	second := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", filepath.Join(dir, "second.sock"),
+		"-journal", filepath.Join(dir, "journal"))
+	assert.Equal(t, 1, second.Wait(t, 20*time.Second))
+	assert.Contains(t, second.Log(), "the journal is in use by another foreman")
 
 	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "c", "-command", task,
 		"-tasks", "3", "-wd", dir, "-logdir", dir)

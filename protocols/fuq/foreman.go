@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,6 +237,15 @@ func (f *Foreman) Validate(job laboro.Job) error {
 		return fmt.Errorf("fuq: a job of %d tasks is over the limit of %d (Foreman.MaxTasks)", d.NumTasks, cmp.Or(f.MaxTasks, DefaultMaxTasks))
 	case d.Command == "":
 		return errors.New("fuq: a job needs a command")
+	}
+	return checkName(d.Name)
+}
+
+// checkName refuses a job name that would put its tasks' logs,
+// <LoggingDir>/<name>_<task>.log, elsewhere than in LoggingDir.
+func checkName(name string) error {
+	if strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("fuq: job name %q: it names the log files, in the logging directory, and cannot hold a / or a NUL", name)
 	}
 	return nil
 }

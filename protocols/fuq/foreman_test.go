@@ -401,7 +401,8 @@ func TestForemanJobPayload(t *testing.T) {
 
 	_, err = s.ex.Submit(context.Background(), laboro.Job{Meta: JobDescription{Name: "old", Command: "/bin/true", NumTasks: 1}})
 	assert.ErrorIs(t, err, laboro.ErrInvalidJob, "a description in Meta is not a fuq job")
-	for _, bad := range []JobDescription{{Command: "/bin/true"}, {NumTasks: 1}} {
+	for _, bad := range []JobDescription{{Command: "/bin/true"}, {NumTasks: 1},
+		{Name: "../../escape", Command: "/bin/true", NumTasks: 1}} { // its logs would go out of LoggingDir
 		_, err = s.ex.Submit(context.Background(), laboro.Job{Payload: bad})
 		assert.ErrorIs(t, err, laboro.ErrInvalidJob, "%+v", bad)
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/dirlock"
 	"github.com/laboro-go/laboro/internal/lines"
 )
 
@@ -46,10 +47,36 @@ import (
 type Journal struct {
 	mu     sync.Mutex
 	f      *os.File
+	lock   *os.File // <path>.lock, held while open
 	path   string
 	w      *bufio.Writer
 	err    error // the first write error
 	closed bool
+}
+
+// ErrJournalInUse is returned by OpenJournal while another foreman (or
+// another Journal of this process) has the journal open: two foremen on
+// one journal would give out the same job ids and lose each other's jobs.
+var ErrJournalInUse = errors.New("fuq: the journal is in use by another foreman")
+
+// lockJournal takes <path>.lock for this process until the returned file
+// is closed, or the process ends however it does.
+func lockJournal(path string) (*os.File, error) {
+	lockPath := path + ".lock"
+	f, err := os.OpenFile(lockPath, os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("fuq: journal: %w", err)
+	}
+	f.Close()
+	held, err := dirlock.Lock(lockPath)
+	if errors.Is(err, dirlock.ErrHeld) {
+		return nil, fmt.Errorf("%w: %s (its lock, %s, is held: stop that foreman, or give this one -journal of its own)",
+			ErrJournalInUse, path, lockPath)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fuq: journal: %w", err)
+	}
+	return held, nil
 }
 
 // JournaledJob is a job the journal knows, as OpenJournal replays it.
@@ -112,7 +139,16 @@ func OpenJournal(path string) (*Journal, []JournaledJob, error) {
 // MaxEndedJobs; the last one to end is kept whatever its size). When it
 // held more, the file is first rewritten with those alone (a new file
 // renamed over the old one), so that it does not grow for ever.
-func OpenJournalKeeping(path string, maxEndedTasks, maxEndedJobs int) (*Journal, []JournaledJob, error) {
+func OpenJournalKeeping(path string, maxEndedTasks, maxEndedJobs int) (_ *Journal, _ []JournaledJob, err error) {
+	lock, err := lockJournal(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
 	jobs, err := replay(path, maxJournalTasks)
 	if err != nil {
 		return nil, nil, err
@@ -133,7 +169,7 @@ func OpenJournalKeeping(path string, maxEndedTasks, maxEndedJobs int) (*Journal,
 		f.Close()
 		return nil, nil, fmt.Errorf("fuq: journal: %w", err)
 	}
-	return &Journal{f: f, path: path, w: bufio.NewWriterSize(f, 4096)}, jobs, nil
+	return &Journal{f: f, lock: lock, path: path, w: bufio.NewWriterSize(f, 4096)}, jobs, nil
 }
 
 // replay reads the jobs of the journal at path (none if there is no such
@@ -366,7 +402,9 @@ func (j *Journal) Close() error {
 		return nil
 	}
 	j.closed = true
-	return j.f.Close()
+	err := j.f.Close()
+	j.lock.Close() // the next foreman may open it
+	return err
 }
 
 // NextRef returns the first job_N id that none of jobs has.

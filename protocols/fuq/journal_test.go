@@ -101,7 +101,7 @@ func TestJournalForgetsOldJobs(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), after.Mode().Perm())
 	j, again, err := OpenJournal(path)
 	require.NoError(t, err)
-	defer j.Close()
+	require.NoError(t, j.Close())
 	assert.Equal(t, jobs, again, "the rewritten file replays the same jobs")
 
 	j2, last, err := OpenJournalKeeping(path, 1, 1)
@@ -110,7 +110,30 @@ func TestJournalForgetsOldJobs(t *testing.T) {
 	assert.Equal(t, []string{"job_2", "job_5"}, refs(last), "the last job to end stays")
 	entries, err := os.ReadDir(filepath.Dir(path))
 	require.NoError(t, err)
-	assert.Len(t, entries, 1, "no temporary file left")
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{"journal", "journal.lock"}, names, "no temporary file left")
+}
+
+// A journal is one foreman's at a time: a second one opening it would give
+// out the same job ids, and the jobs of each would be lost to the other.
+// It is free again once the first closes it (or its process ends).
+func TestJournalInUse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	j, _, err := OpenJournal(path)
+	require.NoError(t, err)
+	j.job("job_1", JobDescription{Name: "first", Command: "/bin/true", NumTasks: 1, JobId: 1})
+	_, _, err = OpenJournal(path)
+	require.ErrorIs(t, err, ErrJournalInUse)
+	assert.ErrorContains(t, err, path+".lock")
+	require.NoError(t, j.Close())
+	j, jobs, err := OpenJournal(path)
+	require.NoError(t, err)
+	defer j.Close()
+	require.Len(t, jobs, 1)
+	assert.Equal(t, "job_1", jobs[0].Ref)
 }
 
 // A cancelled job takes one line of the journal, whatever its tasks, and

@@ -495,6 +495,9 @@ func (s *workerState) outcome(t Task, h *laboro.Handle, err error) StatusUpdate 
 // <Name>_<Task>-<i>.log when that exists, never replacing a file, and
 // gives it mode.
 func keepLog(out *laboro.Output, t Task, mode os.FileMode) error {
+	if err := checkName(t.JobDescription.Name); err != nil { // from a foreman not ours
+		return err
+	}
 	if out == nil {
 		return errors.New("no output")
 	}

@@ -264,3 +264,10 @@ func TestWorkerSpoolReadBounded(t *testing.T) {
 	_, err = os.Stat(bad + ".bad")
 	assert.NoError(t, err, "the file over the limit is set aside")
 }
+
+// A task's log stays in its job's LoggingDir, whatever name a foreman
+// gives the job.
+func TestKeepLogRefusesANameOutOfItsDirectory(t *testing.T) {
+	task := Task{JobDescription: JobDescription{Name: "../../escape", LoggingDir: t.TempDir()}, Task: 1}
+	assert.ErrorContains(t, keepLog(nil, task, 0o644), `job name "../../escape"`)
+}
