@@ -52,3 +52,31 @@ func TestProtectSealsAProcessHoldingASecretFromItsEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// The value of a secret taken from the environment is gone from the copy
+// of the environment the kernel keeps (/proc/<pid>/environ), which root's
+// jobs may read despite the seal: its bytes are overwritten, its name
+// stays, the other variables are untouched.
+func TestSecretsLeaveTheKernelsCopyOfTheEnvironment(t *testing.T) {
+	if os.Getenv("SECRET_TEST_SCRUB") != "" {
+		if _, ok := secret.FromEnv("SECRET_TEST_LATER"); !ok {
+			os.Exit(3)
+		}
+		b, err := os.ReadFile("/proc/self/environ")
+		if err != nil {
+			os.Exit(4)
+		}
+		os.Stdout.Write(b)
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestSecretsLeaveTheKernelsCopyOfTheEnvironment$")
+	cmd.Env = append(os.Environ(), "SECRET_TEST_SCRUB=1", "LABORO_TOKEN=lab-s3cret-at-start",
+		"SECRET_TEST_LATER=taken-later-s3cret", "SECRET_TEST_OTHER=kept-as-it-was")
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", out)
+	env := string(out)
+	assert.NotContains(t, env, "lab-s3cret-at-start")
+	assert.NotContains(t, env, "taken-later-s3cret")
+	assert.Contains(t, env, "LABORO_TOKEN=\x00")
+	assert.Contains(t, env, "\x00SECRET_TEST_OTHER=kept-as-it-was\x00")
+}

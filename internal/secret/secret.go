@@ -45,14 +45,19 @@ var Known = []string{"LABORO_TOKEN", "WORKERSERVER_API_TOKEN", "WORKERSERVER_PAS
 var held = map[string]string{}
 
 func init() {
+	var took []string
 	for _, env := range Known {
 		if v, ok := os.LookupEnv(env); ok {
 			held[env] = v
 			os.Unsetenv(env)
 			if strings.TrimSpace(v) != "" {
 				tookEnv.Store(true)
+				took = append(took, env)
 			}
 		}
+	}
+	if len(took) > 0 {
+		scrub(took...)
 	}
 }
 
@@ -171,6 +176,7 @@ func fromEnv(env string) (string, bool) {
 	v, ok := os.LookupEnv(env)
 	if ok {
 		os.Unsetenv(env)
+		scrub(env)
 	} else {
 		v = held[env] // taken out as the program started
 	}
@@ -196,8 +202,10 @@ var (
 // its jobs for good. Unsetting a variable changes the program's
 // environment, not the copy the kernel keeps of the one it started with,
 // which a process of the same user can read (/proc/<pid>/environ): a
-// job could read its parent's. So once a secret comes from the
-// environment (now, or later through Ensure, Find or FromEnv), the
+// job could read its parent's. So the value of each secret taken from the
+// environment is overwritten in that copy as it is taken (Linux; root's
+// jobs may read any process's /proc files), and once a secret comes from
+// the environment (now, or later through Ensure, Find or FromEnv), the
 // process is made undumpable (Linux): its /proc files then belong to
 // root, and no process of its user may trace it or read its memory (nor
 // dump its core). Programs that start jobs call it as they start; a token
