@@ -200,7 +200,10 @@ func why(w io.Writer, r workerserver.JobRecord) {
 		return
 	}
 	first, rest, _ := strings.Cut(strings.TrimRight(data.Error.Message, "\n"), "\n")
-	fmt.Fprintf(w, "\t  error: %s: %s\n", data.Error.Name, first)
+	if data.Error.Name != "" { // a reference worker's may have none
+		first = data.Error.Name + ": " + first
+	}
+	fmt.Fprintf(w, "\t  error: %s\n", first)
 	if rest != "" {
 		for _, l := range strings.Split(rest, "\n") {
 			fmt.Fprintf(w, "\t  | %s\n", l)

@@ -55,7 +55,7 @@ func main() {
 		"a job's first progress sent once it has run for (at most -progress; 0 or negative: as it starts)")
 	c.Flags.DurationVar(&w.Reconnect, "reconnect", link.DefaultReconnect, "wait before connecting again")
 	c.Flags.Int64Var(&w.MaxResult, "max-result", workerserver.DefaultMaxResult,
-		"the largest output of a job sent as its result, in bytes; a job that prints more fails")
+		"the largest output of a job sent as its result, in bytes; a job that prints more fails (the master takes requests of 1 MiB, form-encoded: a byte of JSON may take three)")
 	c.Positive("max-result", "ping", "progress", "reconnect")
 	logFlag := c.LogFlag(zap.InfoLevel)
 	c.Main(os.Args[1:], func(_ context.Context, args []string) error {

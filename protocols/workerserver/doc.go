@@ -41,7 +41,7 @@
 // or Cancelled with {"error":{message,name,stack}} (a Worker here sends
 // the first Processing once the job has run Worker.FirstProgress, so a
 // short job sends its end alone; a job whose output is over
-// Worker.MaxResult, 1 MiB by default, is Failed with the limit named; a
+// Worker.MaxResult, 256 KiB by default, is Failed with the limit named; a
 // Worker here adds to a Failed job's error its exitCode and the end of its
 // stderr, which the master gives to the job's Result: see ErrorDetail). A
 // ping's answer is

@@ -360,9 +360,11 @@ func NewClient(n int, tlsConfig *tls.Config) *http.Client {
 	return &http.Client{Timeout: 30 * time.Second, Transport: t}
 }
 
-// DefaultMaxResult is Worker.MaxResult's default: the master's default
-// limit on a request (DefaultMaxBody).
-const DefaultMaxResult = DefaultMaxBody
+// DefaultMaxResult is Worker.MaxResult's default: a quarter of the
+// master's default limit on a request (DefaultMaxBody), so that the Done
+// of a result this size fits it, form-encoded (which triples a byte of
+// JSON at worst: %22), with the fields around it.
+const DefaultMaxResult = DefaultMaxBody / 4
 
 // maxMessage is the link's limit on a status: a result of MaxResult bytes
 // that is not JSON, sent as a JSON string, each byte escaped (\u0000) at
@@ -592,9 +594,9 @@ func (m *masterAPI) Send(ctx context.Context, msg link.Message) error {
 	if errors.As(err, &re) && re.Code == http.StatusRequestEntityTooLarge && body.Status != JobFailed {
 		// Too large for the master (a big result): the job must not stay
 		// Processing for ever. It fails, saying why, in a status that fits.
-		why := ErrorData{Error: ErrorDetail{Message: fmt.Sprintf(
-			"the %s status of %d bytes is over the master's limit on a request (HTTP 413): the job's result is lost",
-			body.Status, len(body.Data))}}
+		why := ErrorData{Error: ErrorDetail{Name: "ResultTooLarge", Message: fmt.Sprintf(
+			"the %s status of %d bytes (%d form-encoded) is over the master's limit on a request (HTTP 413): the job's result is lost",
+			body.Status, len(body.Data), len(form.Encode()))}}
 		m.w.Logger.Warn("the master refused a job status as too large: the job fails", zap.String("job", msg.Key),
 			zap.String("status", body.Status), zap.Int("bytes", len(body.Data)))
 		b, _ := json.Marshal(why)

@@ -228,6 +228,24 @@ func TestWorkerResultTooLarge(t *testing.T) {
 	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 }
 
+// With the defaults, a result of the worker's MaxResult fits the master's
+// limit on a request once form-encoded, even one whose every byte takes
+// three there: it is not lost.
+func TestWorkerDefaultMaxResultFitsTheMaster(t *testing.T) {
+	// ["","",…]: every byte of it is %XX in a form.
+	result := "[" + strings.Repeat(`"",`, (DefaultMaxResult-2)/3-1) + `""]`
+	require.LessOrEqual(t, len(result), DefaultMaxResult)
+	require.True(t, json.Valid([]byte(result)))
+	codes := t.TempDir()
+	file := filepath.Join(codes, "result.json")
+	require.NoError(t, os.WriteFile(file, []byte(result), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "big"), []byte("#!/bin/sh\nread p\ncat "+file+"\n"), 0o755))
+	ctx, _, ex, _ := workerAndMaster(t, codes, 0, 1)
+	res := resultOf(t, ctx, ex, "big")
+	require.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.EqualValues(t, len(result), res.Output.Size())
+}
+
 // A job that prints more than the worker's MaxResult fails, saying so,
 // and its output is never read into the worker's memory or cache: the
 // master hears of a Failed job with the limit named, and the worker goes
