@@ -89,8 +89,8 @@ func WithRunner(r Runner) Option { return func(c *config) { c.runner = r } }
 func WithQueue(q Queue) Option { return func(c *config) { c.queue = q } }
 
 // WithLogger sets the logger. Default: zap.NewNop(). Each job that fails
-// or times out is logged once ("job failed"), and each job killed by Close
-// ("job killed"), at Warn, with its id, command, status, exit status, error
+// or times out is logged once ("job failed"), and each job whose process
+// Close killed ("job killed"), at Warn, with its id, command, status, exit status, error
 // and the end of its standard error.
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.logger = l } }
 

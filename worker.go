@@ -202,14 +202,15 @@ func (e *Executor) run(jc *jobContext, h *Handle, started time.Time) (res Result
 				res.Status, res.Err = st, cause
 			}
 		}
-		switch res.Status {
-		case StatusFailed, StatusTimedOut, StatusKilled:
+		killed := res.Status == StatusKilled && res.PID != 0
+		if res.Status == StatusFailed || res.Status == StatusTimedOut || killed {
 			// Once per job, with why: what an operator reads in the log.
-			// A killed job was running when its program stopped hard
-			// (Close): which, and how far it got, is as much the
-			// operator's to know.
+			// A process killed as its program stopped hard (Close):
+			// which, and how far it got, is as much the operator's to
+			// know. (A job of a remote Runner still waiting for a
+			// worker, with no process, is no news.)
 			msg := "job failed"
-			if res.Status == StatusKilled {
+			if killed {
 				msg = "job killed"
 			}
 			e.log.Warn(msg, zap.String("job", res.ID), zap.String("command", logLine(h.j.job())),

@@ -155,7 +155,7 @@ func TestUsage(t *testing.T) {
 		require.ErrorAs(t, err, &ee, "%v", args)
 		assert.Equal(t, 2, ee.ExitCode(), "%v", args)
 	}
-	for _, args := range [][]string{{}, {"-np", "0", "-connect", "x:1"}, {"-connect", "x:1", "extra"}, {"-reconnect", "0s", "-connect", "x:1"}} {
+	for _, args := range [][]string{{}, {"-np", "0", "-connect", "x:1"}, {"-np", "1000000", "-connect", "x:1"}, {"-connect", "x:1", "extra"}, {"-reconnect", "0s", "-connect", "x:1"}} {
 		err := exec.Command(worker, args...).Run()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)

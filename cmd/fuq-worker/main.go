@@ -63,8 +63,8 @@ func main() {
 			return cli.Usagef("unexpected argument %q", args[0])
 		case (w.Addr == "") == (web.url == ""):
 			return cli.Usagef("one of -connect HOST:PORT and -foreman URL is required")
-		case w.Procs < 1:
-			return cli.Usagef("-np %d: must be at least 1", w.Procs)
+		case w.Procs < 1 || w.Procs > cli.MaxAtOnce:
+			return cli.Usagef("-np %d: must be from 1 to %d", w.Procs, cli.MaxAtOnce)
 		}
 		if w.Addr != "" {
 			if err := cli.CheckAddr("connect", w.Addr); err != nil {

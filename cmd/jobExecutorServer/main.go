@@ -75,9 +75,8 @@ func main() {
 			return cli.Usagef("portNum %q: must be a number from 0 to 65535", pos[0])
 		case nums[1] < 1:
 			return cli.Usagef("bufferSize %q: must be a number of at least 1", pos[1])
-		case nums[2] < 1 || nums[2] > maxPoolSize:
-			// Each place of the pool is a goroutine started at once.
-			return cli.Usagef("threadPoolSize %q: must be a number from 1 to %d", pos[2], maxPoolSize)
+		case nums[2] < 1 || nums[2] > cli.MaxAtOnce:
+			return cli.Usagef("threadPoolSize %q: must be a number from 1 to %d", pos[2], cli.MaxAtOnce)
 		case *maxConns < 1:
 			return cli.Usagef("-max-conns %d: must be at least 1", *maxConns)
 		}
@@ -185,7 +184,3 @@ func positional(args []string) []int {
 	}
 	return nums
 }
-
-// maxPoolSize bounds threadPoolSize: jobs run at once, each a process,
-// and the pool's goroutines are all started with the server.
-const maxPoolSize = 10000

@@ -184,6 +184,12 @@ func TestUsage(t *testing.T) {
 			assert.Contains(t, string(out), "-allow", "%v: the usage error names the flag", args)
 		}
 	}
+	out, _ := exec.Command(manager, "-listen", "127.0.0.1:5000", t.TempDir()).CombinedOutput()
+	assert.Contains(t, string(out), `--listen "127.0.0.1:5000": give the host alone; the port is -p`)
+	for _, host := range []string{"localhost", "[::1]", "::1"} { // the loopback: no -allow wanted
+		out, _ := exec.Command(manager, "-listen", host, filepath.Join(t.TempDir(), "none")).CombinedOutput()
+		assert.Contains(t, string(out), "no folder of runs at", host)
+	}
 	// Started where there are no runs, it says so, and serves nothing.
 	cmd := exec.Command(manager)
 	cmd.Dir = t.TempDir()
@@ -191,10 +197,11 @@ func TestUsage(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 2, ee.ExitCode())
-	assert.Contains(t, string(out), "no folder of runs runs: give BASEDIR")
+	assert.Contains(t, string(out), "no folder of runs at runs: give BASEDIR")
 	for args, says := range map[string]string{
 		"": "N, the number of workers, is required", "4": "-c HOST:PORT is required",
-		"0 -c h:1": `N "0": must be a number of at least 1`, "x -c h:1": `N "x"`,
+		"0 -c h:1": `N "0": must be a number from 1 to 10000`, "x -c h:1": `N "x"`,
+		"100000000 -c h:1":       `N "100000000": must be a number from 1 to 10000`,
 		"4 -c h:1 -t py=python3": "want .TYPE=PROGRAM",
 		"4 extra":                `unexpected argument "extra"`, "4 -c h:1 extra": `unexpected argument "extra"`,
 		"4 -c h:1 -hold 0s": "-hold 0s: must be more than 0",

@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/laboro-go/laboro/internal/cli"
+	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/runexp"
 	"go.uber.org/zap"
 )
@@ -90,7 +91,10 @@ func main() {
 		if err != nil {
 			return err
 		}
-		if ip, err := netip.ParseAddr(*listen); (err != nil || !ip.IsLoopback()) && allow == nil {
+		if _, _, err := net.SplitHostPort(*listen); err == nil {
+			return cli.Usagef("--listen %q: give the host alone; the port is -p", *listen)
+		}
+		if !secret.Loopback(*listen) && allow == nil {
 			return cli.Usagef("--listen %q reaches beyond this machine: say which runners may connect with --allow ADDRS", *listen)
 		}
 		if allow != nil { // and local runners
@@ -106,7 +110,8 @@ func main() {
 		if *ban {
 			m.Policy = runexp.BanPolicy{}
 		}
-		return serve(ctx, m, folder, net.JoinHostPort(*listen, strconv.Itoa(port)), *sorted, progress)
+		host := strings.TrimSuffix(strings.TrimPrefix(*listen, "["), "]") // [::1] as ::1
+		return serve(ctx, m, folder, net.JoinHostPort(host, strconv.Itoa(port)), *sorted, progress)
 	})
 }
 
@@ -114,7 +119,7 @@ func main() {
 // no arguments, the manager was likely started in the wrong directory.
 func needRuns(folder runexp.Folder) error {
 	if _, err := os.Stat(folder.Runs); errors.Is(err, fs.ErrNotExist) {
-		return cli.Usagef("no folder of runs %s: give BASEDIR, the folder that holds runs/ and outputs/, or -runs DIR", folder.Runs)
+		return cli.Usagef("no folder of runs at %s: give BASEDIR, the folder that holds runs/ and outputs/, or -runs DIR", folder.Runs)
 	}
 	return nil
 }

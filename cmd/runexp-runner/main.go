@@ -68,8 +68,8 @@ func main() {
 		}
 		n, err := strconv.Atoi(args[0])
 		switch {
-		case err != nil || n < 1:
-			return cli.Usagef("N %q: must be a number of at least 1", args[0])
+		case err != nil || n < 1 || n > cli.MaxAtOnce:
+			return cli.Usagef("N %q: must be a number from 1 to %d", args[0], cli.MaxAtOnce)
 		case r.Addr == "":
 			return cli.Usagef("-c HOST:PORT is required")
 		}

@@ -85,8 +85,8 @@ func main() {
 		switch {
 		case len(args) > 0:
 			return cli.Usagef("unexpected argument %q", args[0])
-		case w.Concurrency < 1:
-			return cli.Usagef("-c %d: must be at least 1", w.Concurrency)
+		case w.Concurrency < 1 || w.Concurrency > cli.MaxAtOnce:
+			return cli.Usagef("-c %d: must be from 1 to %d", w.Concurrency, cli.MaxAtOnce)
 		}
 		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return cli.Usagef("-url %q: want the master's http:// or https:// base URL, like http://master:8080", w.URL)

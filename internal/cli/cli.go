@@ -60,6 +60,12 @@ type UsageError struct{ Msg string }
 
 func (e *UsageError) Error() string { return e.Msg }
 
+// MaxAtOnce bounds a count of jobs run at once that a binary is given
+// (a pool's size): each place is a goroutine and its state, made as the
+// binary starts whether or not jobs come, so a count mistyped by a few
+// digits would take the machine's memory before the first job.
+const MaxAtOnce = 10000
+
 // Usagef returns a *UsageError that says what is wrong, for example
 // Usagef("port %d: must be 1–65535", port).
 func Usagef(format string, args ...any) error {

@@ -40,8 +40,11 @@ type FolderJob struct {
 
 // Jobs lists the job files not yet done, in lexical order, and how many are
 // done already. Files without an extension, or whose name could not be sent
-// (a newline in it), are skipped with an error in skipped.
+// (a newline in it), are skipped with an error in skipped; so is a file whose
+// job name an earlier one has (a.py and a.sh, a.sh and its backup a.sh~):
+// they would share a result file.
 func (f Folder) Jobs() (todo []FolderJob, done int, skipped []error, err error) {
+	named := map[string]string{} // job name → its file
 	err = filepath.WalkDir(f.Runs, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -57,6 +60,12 @@ func (f Folder) Jobs() (todo []FolderJob, done int, skipped []error, err error) 
 			skipped = append(skipped, fmt.Errorf("runexp: %s: not a job file (a job needs a name and an extension, on one line)", path))
 			return nil
 		}
+		if first, dup := named[j.Name]; dup {
+			skipped = append(skipped, fmt.Errorf("runexp: %s: not served: its job name, %q, is %s's (a job is named by its path without extension)",
+				path, j.Name, first))
+			return nil
+		}
+		named[j.Name] = path
 		if ok, err := f.Done(j.Name); err != nil {
 			return err
 		} else if ok {

@@ -1,6 +1,7 @@
 package runexp
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -59,4 +60,27 @@ func TestFolderLock(t *testing.T) {
 	unlock, err = f.Lock()
 	require.NoError(t, err)
 	unlock()
+}
+
+// Two files of one job name (a.py and a.sh, a.sh and an editor's a.sh~)
+// would share a result file: the first in lexical order is the job, the
+// others are skipped, each naming the file whose name it has.
+func TestFolderSameNameTwice(t *testing.T) {
+	base := t.TempDir()
+	f := Folder{Runs: filepath.Join(base, "runs"), Outputs: filepath.Join(base, "outputs")}
+	require.NoError(t, os.MkdirAll(f.Runs, 0o755))
+	for _, name := range []string{"a.sh", "a.sh~", "b.py", "b.sh", "c.sh"} {
+		require.NoError(t, os.WriteFile(filepath.Join(f.Runs, name), []byte("echo RES:ok\n"), 0o644))
+	}
+	todo, _, skipped, err := f.Jobs()
+	require.NoError(t, err)
+	var files []string
+	for _, j := range todo {
+		files = append(files, filepath.Base(j.Path))
+	}
+	assert.Equal(t, []string{"a.sh", "b.py", "c.sh"}, files)
+	require.Len(t, skipped, 2)
+	assert.EqualError(t, skipped[0], fmt.Sprintf(`runexp: %s: not served: its job name, "a", is %s's (a job is named by its path without extension)`,
+		filepath.Join(f.Runs, "a.sh~"), filepath.Join(f.Runs, "a.sh")))
+	assert.ErrorContains(t, skipped[1], `b.sh: not served: its job name, "b", is `)
 }

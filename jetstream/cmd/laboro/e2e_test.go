@@ -635,17 +635,19 @@ func TestUsage(t *testing.T) {
 		"submit -f jobs.txt echo":  "not both",
 		"submit -nosuchflag echo":  "flag provided but not defined: -nosuchflag",
 		"status -watch":            "-watch follows one batch",
-		"serve -c 0":               "-c 0: must be at least 1",
+		"serve -c 0":               "-c 0: must be from 1 to 10000",
 		"serve -keep 0":            "-keep 0: must be at least 1",
 		"serve extra":              `unexpected argument "extra"`,
 		"serve -listen :99999":     `port "99999": must be a number from 0 to 65535`,
-		"worker -c 0":              "-c 0: must be at least 1",
+		"worker -c 0":              "-c 0: must be from 1 to 10000",
+		"worker -c 1000000":        "-c 1000000: must be from 1 to 10000",
 		"worker -ack-wait -1s":     "-ack-wait -1s: must not be negative",
 		"serve -max-deliver -1":    "-max-deliver -1: must not be negative",
 		"output":                   "name the jobs",
 		"cancel":                   "name the jobs to cancel",
 		"run":                      "give a COMMAND",
-		"run -workers 0 true":      "-workers 0: must be at least 1",
+		"run -workers 0 true":      "-workers 0: must be from 1 to 10000",
+		"run -workers 99999 true":  "-workers 99999: must be from 1 to 10000",
 		"run -log-format xml true": `"xml": must be console or json`,
 		"token admin":              `role "admin": must be worker or client`,
 	} {
@@ -685,13 +687,13 @@ func TestUsageErrorsAreShort(t *testing.T) {
 		args []string
 		says string
 	}{
-		{[]string{"run", "-workers", "0", "true"}, "-workers 0: must be at least 1"},
+		{[]string{"run", "-workers", "0", "true"}, "-workers 0: must be from 1 to 10000"},
 		{[]string{"run", "-workers", "x", "true"}, `-workers "x": not a whole number`},
 		{[]string{"run", "-nosuchflag", "true"}, "flag provided but not defined: -nosuchflag"},
 		{[]string{"run", "-stream", "S", "true"}, "flag provided but not defined: -stream"}, // run uses no stream
 		{[]string{"run", "-C", "/nonexistent", "true"}, `-C "/nonexistent": no such file or directory`},
 		{[]string{"run", "-C", file, "-f", file}, fmt.Sprintf("-C %q: not a directory", file)},
-		{[]string{"serve", "-c", "0"}, "-c 0: must be at least 1"},
+		{[]string{"serve", "-c", "0"}, "-c 0: must be from 1 to 10000"},
 		{[]string{"serve", "-listen", ":99999"}, `-listen ":99999": port "99999": must be a number from 0 to 65535`},
 		{[]string{"worker", "extra"}, `unexpected argument "extra"`},
 		{[]string{"worker", "-ack-wait", "-1s"}, "-ack-wait -1s: must not be negative"},

@@ -79,8 +79,8 @@ func runJobs(args []string) int {
 		return c.usageError("-halt %q: %v", *halt, err)
 	}
 	switch {
-	case *workers <= 0:
-		return c.usageError("-workers %d: must be at least 1", *workers)
+	case *workers <= 0 || *workers > cli.MaxAtOnce:
+		return c.usageError("-workers %d: must be from 1 to %d", *workers, cli.MaxAtOnce)
 	case o.retries < 1:
 		return c.usageError("-retries %d: must be at least 1", o.retries)
 	case (o.resume || o.resumeFailed) && o.joblog == "":

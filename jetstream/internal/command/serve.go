@@ -14,6 +14,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/console"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/internal/web"
 	"github.com/laboro-go/laboro/jetstream"
@@ -58,10 +59,10 @@ func serve(args []string) int {
 	switch {
 	case c.fs.NArg() > 0:
 		return c.usageError("unexpected argument %q", c.fs.Arg(0))
-	case *workers < 0:
-		return c.usageError("-workers %d: must not be negative", *workers)
-	case *concurrency <= 0:
-		return c.usageError("-c %d: must be at least 1", *concurrency)
+	case *workers < 0 || *workers > cli.MaxAtOnce:
+		return c.usageError("-workers %d: must be from 0 to %d", *workers, cli.MaxAtOnce)
+	case *concurrency <= 0 || *concurrency > cli.MaxAtOnce:
+		return c.usageError("-c %d: must be from 1 to %d", *concurrency, cli.MaxAtOnce)
 	case *replicas < 0:
 		return c.usageError("-replicas %d: must not be negative", *replicas)
 	case *keep < 1:

@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/jetstream"
 	"go.uber.org/zap"
 )
@@ -27,8 +28,8 @@ func worker(args []string) int {
 	switch {
 	case c.fs.NArg() > 0:
 		return c.usageError("unexpected argument %q", c.fs.Arg(0))
-	case *n <= 0:
-		return c.usageError("-c %d: must be at least 1", *n)
+	case *n <= 0 || *n > cli.MaxAtOnce:
+		return c.usageError("-c %d: must be from 1 to %d", *n, cli.MaxAtOnce)
 	}
 	if *dir != "" {
 		// Made if missing, as an output directory is expected to be;
