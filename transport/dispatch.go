@@ -844,6 +844,31 @@ func (w *Worker[K, V]) Leave(err error) {
 
 var errLeft = errors.New("worker left")
 
+// Await sets the waiting jobs of keys aside, as the jobs of a worker
+// named name that left (why says why): for Config.Grace a worker may
+// Reclaim them, or Complete them after a Reclaim, and those still aside
+// then go back to the front of the line. It is for jobs that may be
+// running on workers the Dispatcher has not met: those of a program
+// started again, whose workers come back to say what they ran and what
+// ended meanwhile. Without a Grace it does nothing.
+func (d *Dispatcher[K, V]) Await(name string, keys []K, why error) {
+	if d.cfg.Grace <= 0 || len(keys) == 0 {
+		return
+	}
+	w := d.Join(name, nil)
+	d.mu.Lock()
+	for _, k := range keys {
+		if t := d.tickets[k]; t != nil && t.state == waiting {
+			d.line.unqueue(t)
+			t.state, t.holder = held, w
+			w.held[t] = struct{}{}
+		}
+	}
+	d.line.tidy()
+	d.mu.Unlock() // nothing to do after: the line only shrank
+	w.Leave(why)
+}
+
 func errOr(err, otherwise error) error {
 	if err != nil {
 		return err

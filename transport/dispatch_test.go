@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -604,4 +605,44 @@ func TestEveryJobEndsOnceUnderChurn(t *testing.T) {
 	}
 	assert.Len(t, seen, jobs)
 	assert.Equal(t, 0, d.Stats().Waiting+d.Stats().Held)
+}
+
+// Await sets jobs aside for the grace a worker that left has: a worker
+// reclaims or completes one meanwhile (it ran them before its program's
+// restart), and the others go back to the front of the line after it,
+// in their order. Without a grace it leaves them in line. (In a bubble of
+// its own: the hour passes once everything waits.)
+func TestAwait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := transport.NewDispatcher[string, int](transport.Config{Grace: time.Hour})
+		ts, err := d.AddAll(t.Context(), []string{"a", "b", "c", "d"}, []int{1, 2, 3, 4})
+		require.NoError(t, err)
+		start := time.Now()
+		d.Await("before the restart", []string{"a", "b", "c"}, errors.New("restarted"))
+		w := d.Join("w", nil)
+		got := w.Take(4, nil)
+		require.Len(t, got, 1, "only d was left in line")
+		assert.Equal(t, "d", got[0].Key)
+		_, ok := w.Reclaim("b")
+		require.True(t, ok, "it ran b")
+		require.NoError(t, w.Complete("b", laboro.Result{}))
+		res, ok := ts[1].Result()
+		require.True(t, ok)
+		assert.Equal(t, laboro.StatusSucceeded, res.Status)
+
+		<-w.Wake() // the grace is over: a and c are back in line
+		assert.Equal(t, time.Hour, time.Since(start))
+		got = w.Take(4, nil)
+		require.Len(t, got, 2)
+		assert.Equal(t, []string{"a", "c"}, []string{got[0].Key, got[1].Key})
+		assert.Equal(t, 1, got[0].Attempts(), "set aside is no attempt")
+		w.Leave(nil)
+		d.Close()
+	})
+
+	none := transport.NewDispatcher[string, int](transport.Config{})
+	_, err := none.AddAll(testCtx(t), []string{"a"}, []int{1})
+	require.NoError(t, err)
+	none.Await("before the restart", []string{"a"}, errors.New("restarted"))
+	assert.Len(t, none.Join("w", nil).Take(1, nil), 1, "no grace: nothing set aside")
 }

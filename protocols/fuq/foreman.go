@@ -104,6 +104,9 @@ const (
 	DefaultMaxEndedJobs  = 10_000
 )
 
+// errRestarted is why the tasks of a resumed job waited for their workers.
+var errRestarted = errors.New("fuq: the foreman started again: no worker said it ran them")
+
 // Foreman is the foreman side: a laboro.Runner whose jobs are fuq jobs
 // (see NewJob). Run splits a job into its tasks and hands them to a
 // transport.Dispatcher, which the connection of each worker asks for as
@@ -113,9 +116,11 @@ const (
 //
 // A task of a worker that vanishes waits Grace for the worker to come back
 // (its HELLO names the tasks it still runs), then goes to another worker:
-// a task may run twice, but only its first outcome is recorded. A HELLO
-// that names a task nobody waits for any more (cancelled, ended, unknown)
-// gets a CANCEL for it. Set the fields before first use; a Foreman is
+// a task may run twice, but only its first outcome is recorded. So do the
+// tasks of a resumed job (ResumedJob) that had not ended: the workers that
+// ran them before the restart come back to say so, or send the UPDATEs of
+// those that ended meanwhile. A HELLO that names a task nobody waits for
+// any more (cancelled, ended, unknown) gets a CANCEL for it. Set the fields before first use; a Foreman is
 // safe for concurrent use. It keeps its jobs while they run and the last
 // ones that ended (MaxEndedTasks, MaxEndedJobs), its workers while they
 // are connected: there is nothing to close.
@@ -357,6 +362,13 @@ func (f *Foreman) add(ctx context.Context, ref string, d JobDescription, resumed
 	ts, err := f.d.AddAll(ctx, keys, values)
 	for i, t := range ts {
 		j.tickets[keys[i].Task-1] = t
+	}
+	if err == nil && resumed != nil {
+		// Some of its tasks may be running on workers, or have ended there
+		// while this foreman was away, their UPDATEs kept: they wait Grace
+		// for those workers to come back and say so (HELLO, UPDATE),
+		// rather than run again elsewhere at once.
+		f.d.Await("the foreman before its restart", keys, errRestarted)
 	}
 	endedBefore := d.NumTasks - j.left
 	if err == nil {

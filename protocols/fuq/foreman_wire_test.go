@@ -260,3 +260,38 @@ func TestForemanUpdateBeforeHello(t *testing.T) {
 	back.update(job.Tasks[0], true, "done")
 	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
 }
+
+// The tasks of a resumed job wait Grace for the workers that ran them
+// before the foreman's restart: one that still runs is taken back with
+// the worker's HELLO, one that ended meanwhile is recorded from its
+// UPDATE, and neither is handed to anyone in the meantime (the worker's
+// free processors included). Until then the foreman sends this worker no
+// JOB: the replies it reads are its own requests'.
+func TestForemanResumedTasksWaitForTheirWorkers(t *testing.T) {
+	s := startSystem(t, &Foreman{Grace: time.Hour})
+	desc := JobDescription{Name: "r", Command: "/bin/true", NumTasks: 3, WorkingDir: s.dir, LoggingDir: s.dir, JobId: 42}
+	h, err := s.ex.Submit(t.Context(), NewResumedJob(JournaledJob{Ref: "job_7", Desc: desc}))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, ok := s.f.JobByRef("job_7"); return ok }, 10*time.Second, time.Millisecond)
+
+	a := dialFake(t, s.addr)
+	running, ended := Task{Task: 1, JobDescription: desc}, Task{Task: 2, JobDescription: desc}
+	assert.Equal(t, PackOK(2, 1), a.hello(2, running).Arg0)
+	assert.Equal(t, TypeOK, a.update(ended, true, "done").Type, "the reply to the UPDATE, not a JOB")
+	info, ok := s.f.JobByRef("job_7")
+	require.True(t, ok)
+	assert.Equal(t, 1, info.Done)
+	assert.Equal(t, 2, info.Running, "the first on the worker, the third where it may be")
+	assert.Equal(t, "worker-1", info.Tasks[0].Worker)
+	assert.Equal(t, "worker-1", info.Tasks[1].Worker)
+	assert.Equal(t, "the foreman before its restart", info.Tasks[2].Worker)
+	assert.Equal(t, TypeOK, a.update(running, true, "done").Type)
+	info, _ = s.f.JobByRef("job_7")
+	assert.Equal(t, 2, info.Done)
+	assert.Equal(t, 1, info.Running, "the third waits for its worker")
+	select {
+	case <-h.Done():
+		t.Fatal("the job ended with a task not run")
+	default:
+	}
+}

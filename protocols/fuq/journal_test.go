@@ -172,7 +172,7 @@ func TestJournalCancelledJob(t *testing.T) {
 // A resumed job runs only its tasks that had not ended, under its own
 // job number, and ends with the outcomes of all.
 func TestForemanResumedJob(t *testing.T) {
-	s := startSystem(t, &Foreman{})
+	s := startSystem(t, &Foreman{Grace: -1}) // its tasks in line at once
 	cmd := s.script("echo task $1\n")
 	logDir := filepath.Join(s.dir, "logs")
 	require.NoError(t, os.MkdirAll(logDir, 0o755))
