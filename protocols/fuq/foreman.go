@@ -128,8 +128,10 @@ type Foreman struct {
 	// Grace is how long a vanished worker's tasks wait for it; 0 means
 	// DefaultGrace, a negative value no wait.
 	Grace time.Duration
-	// Timeout bounds the wait for a worker's HELLO and each write; 0
-	// means DefaultTimeout.
+	// Timeout bounds the wait for a worker's HELLO, for its reply to each
+	// request (JOB, CANCEL, STOP: a worker that does not answer is
+	// dropped, its tasks waiting Grace for it), and each write; 0 means
+	// DefaultTimeout.
 	Timeout time.Duration
 	// MaxBody bounds a message body; 0 means DefaultMaxBody.
 	MaxBody int

@@ -54,7 +54,9 @@ type fworker struct {
 	// The rest belongs to the connection's goroutine.
 	l         *link
 	greeted   bool
-	inflight  *Message                            // the request of ours awaiting its reply
+	inflight  *Message    // the request of ours awaiting its reply
+	replyBy   *time.Timer // runs while inflight: a worker that stalls is dropped
+	replyC    <-chan time.Time
 	offered   []*transport.Ticket[TaskPair, Task] // the tasks of an unanswered JOB
 	refused   bool                                // it answered ERROR(no procs): no JOB until it reports an end, or retry fires
 	retry     *time.Timer
@@ -149,6 +151,11 @@ func (f *Foreman) serveMsgConn(ctx context.Context, conn msgConn, addr, node str
 	f.mu.Unlock()
 	w.l = newLink(conn, RoleForeman, f.Seq, f.MaxBody, w.log)
 	defer w.l.close()
+	defer func() {
+		if w.replyBy != nil {
+			w.replyBy.Stop()
+		}
+	}()
 	var err error
 	defer func() { f.drop(w, err) }()
 
@@ -166,6 +173,10 @@ func (f *Foreman) serveMsgConn(ctx context.Context, conn msgConn, addr, node str
 			if !w.greeted {
 				err = errors.New("no HELLO in time")
 			}
+		case <-w.replyC:
+			// A worker stopped (SIGSTOP) or wedged would hold the tasks
+			// of its JOB for ever: dropped, they wait Grace for it.
+			err = fmt.Errorf("no reply to our %s within %s", w.inflight.Type, timeout)
 		case <-ctx.Done():
 			err = ctx.Err()
 			return
@@ -234,6 +245,12 @@ func (w *fworker) dispatch() error {
 		f.mu.Unlock()
 	}
 	w.inflight = &m
+	if w.replyBy == nil {
+		w.replyBy = time.NewTimer(w.f.timeout())
+	} else {
+		w.replyBy.Reset(w.f.timeout())
+	}
+	w.replyC = w.replyBy.C
 	return w.l.request(m, w.handle)
 }
 
@@ -401,7 +418,8 @@ func (w *fworker) replied(a Action) error {
 	default:
 		w.log.Warn("request refused", zap.Stringer("request", a.Req.Type), zap.Stringer("code", a.Msg.Code))
 	}
-	w.inflight, w.offered = nil, nil
+	w.inflight, w.offered, w.replyC = nil, nil, nil
+	w.replyBy.Stop()
 	return nil
 }
 

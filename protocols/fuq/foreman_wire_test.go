@@ -295,3 +295,23 @@ func TestForemanResumedTasksWaitForTheirWorkers(t *testing.T) {
 	default:
 	}
 }
+
+// A worker that does not answer a JOB (stopped, wedged) is dropped after
+// Timeout, and its tasks go to another: they are not held for ever.
+func TestForemanDropsAWorkerThatDoesNotAnswer(t *testing.T) {
+	s := startSystem(t, &Foreman{Grace: -1, Timeout: 200 * time.Millisecond})
+	a := dialFake(t, s.addr)
+	a.hello(1)
+	h, _ := s.submit("r", "/bin/true", 1)
+	job := a.readType(TypeJob)
+	_, err := ReadMessage(a.r, 0) // no reply: the foreman hangs up
+	require.Error(t, err)
+
+	b := dialFake(t, s.addr)
+	b.hello(1)
+	again := b.readType(TypeJob)
+	assert.Equal(t, pairs(job.Tasks), pairs(again.Tasks))
+	b.reply(again, Message{Header: Header{Type: TypeOK, Arg0: PackOK(0, 1)}})
+	b.update(again.Tasks[0], true, "done")
+	assert.Equal(t, laboro.StatusSucceeded, wait(t, h).Status)
+}

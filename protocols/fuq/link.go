@@ -10,7 +10,8 @@ import (
 )
 
 // DefaultTimeout bounds a write to the peer, each read once a message has
-// begun, and the wait for the first message of a connection.
+// begun, the wait for the first message of a connection, and (on the
+// foreman's side) the wait for the reply to a request.
 const DefaultTimeout = 30 * time.Second
 
 // link is one connection, driven by the goroutine that owns its Seq: a
