@@ -155,10 +155,10 @@ func TestTwentyWorkersThousandTasks(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	controller, worker := build(t)
-	file := filepath.Join(t.TempDir(), "file")
+	file, dir := filepath.Join(t.TempDir(), "file"), t.TempDir()
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
 	for _, args := range [][]string{{"-in", "x"}, {"extra"}, {"-bogus"},
-		{"-in", "/nonexistent/tasks", "-out", "o"}, {"-in", file, "-out", "o"}} {
+		{"-in", "/nonexistent/tasks", "-out", "o"}, {"-in", file, "-out", "o"}, {"-in", dir, "-out", dir}, {"-in", dir, "-out", file}} {
 		out, err := exec.Command(controller, args...).CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
@@ -167,11 +167,16 @@ func TestUsage(t *testing.T) {
 		switch {
 		case slices.Contains(args, "/nonexistent/tasks"):
 			assert.Contains(t, string(out), `pulse-controller: -in "/nonexistent/tasks": no such file or directory`)
-		case slices.Contains(args, file):
+		case len(args) < 4:
+		case args[1] == file:
 			assert.Contains(t, string(out), `-in "`+file+`": not a directory`)
+		case args[3] == dir:
+			assert.Contains(t, string(out), `-out "`+dir+`": the same directory as -in`)
+		case args[3] == file:
+			assert.Contains(t, string(out), `-out "`+file+`": not a directory`)
 		}
 	}
-	for _, args := range [][]string{{}, {"-dir", "x"}, {"-bogus", "--", "md5sum"}, {"-pulse", "0s", "--", "md5sum"}} {
+	for _, args := range [][]string{{}, {"-dir", "x"}, {"-bogus", "--", "md5sum"}, {"-pulse", "0s", "--", "md5sum"}, {"--", "/nonexistent/solver"}} {
 		out, err := exec.Command(worker, args...).CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)

@@ -49,10 +49,19 @@ func main() {
 		if *in != "" {
 			// Said before serving: no worker is kept waiting for tasks
 			// that cannot be read.
-			if fi, err := os.Stat(*in); err != nil {
+			fi, err := os.Stat(*in)
+			if err != nil {
 				return cli.Usagef("-in %q: %v", *in, errors.Unwrap(err))
 			} else if !fi.IsDir() {
 				return cli.Usagef("-in %q: not a directory", *in)
+			}
+			// Its results would be taken for tasks done before, and
+			// nothing would run.
+			if o, err := os.Stat(*out); err == nil && os.SameFile(fi, o) {
+				return cli.Usagef("-out %q: the same directory as -in: the results go elsewhere", *out)
+			}
+			if o, err := os.Stat(*out); err == nil && !o.IsDir() {
+				return cli.Usagef("-out %q: not a directory", *out)
 			}
 		}
 		if *later {

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/pulse"
@@ -36,6 +37,11 @@ func main() {
 	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
 		if len(args) == 0 {
 			return cli.Usagef("COMMAND is required")
+		}
+		// A worker that cannot run its command would take every task
+		// and fail it, spending the attempts other workers could use.
+		if _, err := exec.LookPath(args[0]); err != nil {
+			return cli.Usagef("COMMAND %q: %v", args[0], errors.Unwrap(err))
 		}
 		if *later {
 			w.Codec.Numbering = pulse.LaterNumbering

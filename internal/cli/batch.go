@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -207,6 +208,30 @@ type Summary struct {
 	// Unread: Stream stopped reading its jobs before their end (Stop
 	// closed, its context ended, or an error).
 	Unread bool
+	ended  map[string]int // the jobs that did not succeed, by status
+}
+
+// FailedText says how many jobs did not succeed, by how they ended: "2
+// failed", or "2 failed, 1 killed, 1 cancelled" when not every one failed.
+func (s Summary) FailedText() string {
+	if len(s.ended) == 0 || (len(s.ended) == 1 && s.ended[laboro.StatusFailed.String()] > 0) {
+		return fmt.Sprintf("%d failed", s.Failed)
+	}
+	order := []string{laboro.StatusFailed.String(), laboro.StatusTimedOut.String(), laboro.StatusKilled.String(),
+		laboro.StatusCancelled.String()}
+	for st := range s.ended {
+		if !slices.Contains(order, st) {
+			order = append(order, st)
+		}
+	}
+	slices.Sort(order[4:])
+	var parts []string
+	for _, st := range order {
+		if n := s.ended[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Write writes the summary line ("12 jobs: 11 succeeded, 1 failed") and
@@ -216,7 +241,7 @@ func (s Summary) Write(w io.Writer) {
 	if s.Total == 1 {
 		jobs = "job"
 	}
-	fmt.Fprintf(w, "%d %s: %d succeeded, %d failed", s.Total, jobs, s.Succeeded, s.Failed)
+	fmt.Fprintf(w, "%d %s: %d succeeded, %s", s.Total, jobs, s.Succeeded, s.FailedText())
 	if n := s.Total - s.Done(); n > 0 {
 		fmt.Fprintf(w, ", %d not done", n)
 	}
@@ -236,6 +261,10 @@ func (s Summary) WriteFailures(w io.Writer) {
 // fail counts f, listing it if there is room.
 func (s *Summary) fail(f Failure) {
 	s.Failed++
+	if s.ended == nil {
+		s.ended = map[string]int{}
+	}
+	s.ended[f.Status]++
 	if len(s.Failures) < MaxFailures {
 		s.Failures = append(s.Failures, f)
 	} else {

@@ -50,7 +50,7 @@ func TestBatchRunsReportsAndSums(t *testing.T) {
 	var out bytes.Buffer
 	sum.Write(&out)
 	text := out.String()
-	assert.Contains(t, text, "5 jobs: 3 succeeded, 2 failed\n")
+	assert.Contains(t, text, "5 jobs: 3 succeeded, 1 failed, 1 not saved\n")
 	assert.Contains(t, text, "failed, exit status 4: script\n")
 	assert.Contains(t, text, "    | no such file\n", "the stderr tail")
 	assert.Contains(t, text, "not saved, exit status 0: echo unsaved\n    disk full\n")
@@ -429,4 +429,24 @@ func TestBatchSaysNothingWithAWorker(t *testing.T) {
 	_, err = b.Run(context.Background(), ex, jobs)
 	require.NoError(t, err)
 	assert.NotContains(t, progress.String(), "no worker")
+}
+
+// The summary line says how the jobs that did not succeed ended: failed
+// alone, or each way, so that a cancelled or killed job is not counted
+// as failed.
+func TestSummarySaysHowJobsEnded(t *testing.T) {
+	var s Summary
+	s.Total, s.Succeeded = 7, 2
+	s.fail(Failure{ID: "1", Status: "failed"})
+	s.fail(Failure{ID: "2", Status: "failed"})
+	var b strings.Builder
+	s.Write(&b)
+	assert.True(t, strings.HasPrefix(b.String(), "7 jobs: 2 succeeded, 2 failed, 3 not done\n"), b.String())
+	s.fail(Failure{ID: "3", Status: "cancelled"})
+	s.fail(Failure{ID: "4", Status: "killed"})
+	s.fail(Failure{ID: "5", Status: "timed out"})
+	assert.Equal(t, "2 failed, 1 timed out, 1 killed, 1 cancelled", s.FailedText())
+	b.Reset()
+	s.Write(&b)
+	assert.True(t, strings.HasPrefix(b.String(), "7 jobs: 2 succeeded, 2 failed, 1 timed out, 1 killed, 1 cancelled\n"), b.String())
 }

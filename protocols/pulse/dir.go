@@ -21,6 +21,10 @@ func checkDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("pulse: the socket directory: %w", err)
 	}
+	if fi.Mode().Type() == os.ModeSymlink {
+		// Followed, it could be changed under us to lead elsewhere.
+		return fmt.Errorf("%w: %s is a symbolic link: give the directory it leads to", ErrUnsafeDir, dir)
+	}
 	if !fi.IsDir() {
 		return fmt.Errorf("%w: %s is not a directory", ErrUnsafeDir, dir)
 	}

@@ -277,6 +277,12 @@ func (w *Worker) newRun() *workerRun {
 // live until ctx ends, past the registration they came in.
 func (r *workerRun) serve(ctx context.Context) error {
 	for {
+		// Before a word goes to whatever answers there: in a directory
+		// others may enter, it may not be the controller. (A directory
+		// not made yet is the controller's to make: register waits.)
+		if err := checkDir(r.dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		id, err := r.register(ctx)
 		if err != nil {
 			return err

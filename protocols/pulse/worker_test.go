@@ -749,3 +749,29 @@ func TestWorkerNeedsCommand(t *testing.T) {
 		t.Fatal("Run without Command: no error")
 	}
 }
+
+// A worker whose directory others may enter says nothing to whatever
+// answers there (it may not be the controller): it refuses before its
+// first REGISTER.
+func TestWorkerRefusesAnOpenDirectoryBeforeRegistering(t *testing.T) {
+	dir := sockDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "main.sock"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	w := &Worker{Dir: dir, Command: []string{"cat"}}
+	if err := w.Run(context.Background()); !errors.Is(err, ErrUnsafeDir) {
+		t.Fatalf("Run: %v, want ErrUnsafeDir", err)
+	}
+	if err := ln.SetDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// A connection made before Run returned would wait here.
+	if _, err := ln.Accept(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the worker connected (Accept: %v)", err)
+	}
+}

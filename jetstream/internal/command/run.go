@@ -301,7 +301,7 @@ func runJobs(args []string) int {
 // succeed.
 func writeSummary(out io.Writer, sum cli.Summary, left, why string) {
 	w := bufio.NewWriter(out)
-	fmt.Fprintf(w, "%s: %d succeeded, %d failed", plural(sum.Total, "job"), sum.Succeeded, sum.Failed)
+	fmt.Fprintf(w, "%s: %d succeeded, %s", plural(sum.Total, "job"), sum.Succeeded, sum.FailedText())
 	if n := sum.Total - sum.Succeeded - sum.Failed; n > 0 {
 		fmt.Fprintf(w, ", %d %s", n, left)
 	}
