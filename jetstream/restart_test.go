@@ -161,3 +161,30 @@ func TestPauseEndsWhenTheConnectionIsBack(t *testing.T) {
 		t.Fatal("the pause outlasted the connection's return")
 	}
 }
+
+// A job its worker hands back as it stops goes to another worker at once,
+// even when the server stops right after and starts again (serve's own
+// server, stopped with serve): it does not wait for its AckWait, an hour
+// here.
+func TestHandedBackJobOutlastsTheServersRestart(t *testing.T) {
+	dir, port := t.TempDir(), freeport.Port(t)
+	srv, err := StartEmbedded(dir, "127.0.0.1", port)
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Shutdown() }) // the server of the moment
+	url := srv.URL()
+	cfg := Config{AckWait: time.Hour}
+	m := newManager(t, reconnecting(t, "manager", url), cfg)
+	stop := runWorker(t, &Worker{Conn: reconnecting(t, "first", url), Config: cfg, OutputDir: t.TempDir()})
+	ctx := testCtx(t, 30*time.Second)
+	runs, release, done := holdJob(t, ctx, m, "long")
+	stop() // the job is killed, and handed back
+	srv.Shutdown()
+	srv, err = StartEmbedded(dir, "127.0.0.1", port)
+	require.NoError(t, err)
+	release()
+	runWorker(t, &Worker{Conn: reconnecting(t, "second", url), Config: cfg, OutputDir: t.TempDir()})
+	heldOut(t, ctx, done, "the job waited for its AckWait after the restart")
+	b, err := os.ReadFile(runs)
+	require.NoError(t, err)
+	assert.Equal(t, 2, bytes.Count(b, []byte("run\n")), "run by the first worker, then by the second")
+}

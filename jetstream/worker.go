@@ -722,12 +722,23 @@ wait:
 
 // handBack gives a job this worker will not finish back to the server (a
 // negative acknowledgement), for another worker to take at once rather
-// than after AckWait. Run flushes it before it returns.
+// than after AckWait, and waits (at most attemptTimeout) for the server to
+// say it took it. The server keeps a plain negative acknowledgement in
+// memory alone, and takes acknowledgements in turn, after the connection
+// has read them: a server that stops meanwhile (serve's own, as serve
+// stops) would forget it, and after its restart the job would wait
+// AckWait. One with a delay (of a nanosecond) is stored with the
+// consumer's state, as an expired delivery.
 func (r *workerRun) handBack(msg natsjs.Msg, log *zap.Logger) {
-	if err := msg.Nak(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
+	defer cancel()
+	if _, err := r.js.Conn().RequestWithContext(ctx, msg.Reply(), nakStored); err != nil {
 		log.Debug("handing the job back", zap.Error(err))
 	}
 }
+
+// nakStored is a negative acknowledgement the server stores (see handBack).
+var nakStored = []byte(`-NAK {"delay":1}`)
 
 // settle acknowledges a job whose Run ended, without a result: the
 // record of its end is its outcome.
