@@ -236,6 +236,9 @@ type api struct {
 }
 
 func (a api) do(ctx context.Context, method, path string, body, out any) error {
+	if u, err := url.Parse(a.base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return cli.Usagef("-url %q (or $WORKERSERVER_URL): want the master's http:// or https:// base URL, like http://127.0.0.1:8080", a.base)
+	}
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)

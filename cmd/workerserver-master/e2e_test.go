@@ -365,7 +365,8 @@ func TestCancelReachesBusyWorker(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	master, worker := build(t)
-	for _, args := range [][]string{{"frobnicate"}, {"submit"}, {"-bogus"}, {"status", "a", "b"}, {"status", "-n", "0"}, {"-keep-ended", "0"}, {"-lease", "-1s"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"submit"}, {"-bogus"}, {"status", "a", "b"}, {"status", "-n", "0"}, {"-keep-ended", "0"}, {"-lease", "-1s"},
+		{"status", "-url", "notaurl"}, {"cancel", "-url", "ftp://x", "1"}} {
 		err := exec.Command(master, args...).Run()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee, "%v", args)
@@ -567,6 +568,29 @@ func TestSaysWhatIsMissing(t *testing.T) {
 	require.ErrorAs(t, err, &ee, "%s", out)
 	assert.Equal(t, 1, ee.ExitCode())
 	assert.Equal(t, "workerserver-master: -servers nosuch: no such file or directory\n", string(out))
+	// A file of passwords others may read, or naming a worker twice, is
+	// refused.
+	for content, says := range map[string]string{
+		"w1 s3cret\n":           "-servers: secret: file is open to other users: open has mode -rw-r--r--; chmod 600 it",
+		"w1 s3cret\nw1 other\n": "twice:2: worker w1 was on line 1 already",
+	} {
+		name := "open"
+		if strings.Contains(content, "other") {
+			name = "twice"
+		}
+		mode := os.FileMode(0o644)
+		if name == "twice" {
+			mode = 0o600
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), mode))
+		require.NoError(t, os.Chmod(filepath.Join(dir, name), mode)) // whatever the umask
+		cmd := exec.Command(masterBin, "-listen", "127.0.0.1:0", "-db", filepath.Join(dir, "jobs.db"), "-servers", name)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		require.ErrorAs(t, err, &ee, "%s", out)
+		assert.Equal(t, 1, ee.ExitCode())
+		assert.Contains(t, string(out), says)
+	}
 
 	url := "http://" + freeport.Addr(t) // nothing listens there
 	for _, args := range [][]string{{"status"}, {"submit", "-worker", "echo"}, {"cancel", "1"}} {

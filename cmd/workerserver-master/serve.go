@@ -18,6 +18,7 @@ import (
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/internal/web"
 	"github.com/laboro-go/laboro/protocols/workerserver"
+	"github.com/laboro-go/laboro/transport/link"
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
 )
@@ -49,6 +50,11 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 	servers, err := readServers(cfg.servers)
 	if err != nil {
 		return err
+	}
+	if cfg.lease > 0 && cfg.lease < 3*link.DefaultProgress {
+		// A busy worker's sign of life is its progress report.
+		log.Warn("-lease is under three of a worker's progress reports (one every -progress, 10s by default, while its jobs run): a live worker may lose its jobs, which then run twice",
+			zap.Duration("lease", cfg.lease))
 	}
 	token, tokenFile, err := secret.Ensure("workerserver-api", "WORKERSERVER_API_TOKEN")
 	if err != nil {
@@ -166,7 +172,14 @@ func readServers(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("-servers %s: %w", path, err)
 	}
 	defer f.Close()
+	// It holds every worker's password.
+	if fi, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("-servers %s: %w", path, err)
+	} else if err := secret.Private(path, fi); err != nil {
+		return nil, fmt.Errorf("-servers: %w", err)
+	}
 	sc := bufio.NewScanner(f)
+	lineOf := map[string]int{} // each id's
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -176,7 +189,10 @@ func readServers(path string) (map[string]string, error) {
 		if !ok || id == "" || strings.TrimSpace(password) == "" {
 			return nil, fmt.Errorf("%s:%d: want \"id password\"", path, n)
 		}
-		servers[id] = strings.TrimSpace(password)
+		if first, twice := lineOf[id]; twice {
+			return nil, fmt.Errorf("%s:%d: worker %s was on line %d already", path, n, id, first)
+		}
+		servers[id], lineOf[id] = strings.TrimSpace(password), n
 	}
 	return servers, sc.Err()
 }

@@ -247,6 +247,12 @@ func ReadFile(path string) (string, error) {
 	return line, nil
 }
 
+// Private returns an error matching ErrUnsafeFile when the file at path
+// (fi, its information) is not a regular file of this user's that only
+// this user may read and write: a file of secrets that is not a token
+// file (workerserver's servers, with their passwords).
+func Private(path string, fi fs.FileInfo) error { return private(path, fi) }
+
 func private(path string, fi fs.FileInfo) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("secret: %s is not a regular file", path)

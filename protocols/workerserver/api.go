@@ -161,6 +161,10 @@ func (m *Master) apiSubmit(w http.ResponseWriter, r *http.Request) {
 		writeFormErrors(w, map[string]string{"body": "want {\"id\", \"worker\", \"params\"}: " + err.Error()})
 		return
 	}
+	if dec.More() {
+		writeFormErrors(w, map[string]string{"body": "want one JSON object, {\"id\", \"worker\", \"params\"}: more follows it"})
+		return
+	}
 	if sr.ID == "" {
 		id, err := m.NewID()
 		if err != nil {

@@ -1132,6 +1132,13 @@ func TestUserAPI(t *testing.T) {
 	require.Contains(t, a.FormErrors, "body")
 	code, _ = post("/api/jobs", `{"id":"u3"`)
 	require.Equal(t, http.StatusBadRequest, code)
+	// Nothing after the object, and a worker code no worker can have (a
+	// path, a hidden file), which would wait for ever.
+	for _, body := range []string{`{"id":"u4","worker":"w"} xyz`, `{"id":"u5","worker":"../../bin/sh"}`, `{"id":"u6","worker":".hidden"}`} {
+		code, a = post("/api/jobs", body)
+		require.Equal(t, http.StatusBadRequest, code, body)
+		require.Contains(t, a.FormErrors, "body", body)
+	}
 
 	code, a = get("/api/jobs")
 	require.Equal(t, http.StatusOK, code)

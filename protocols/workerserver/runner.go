@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -113,6 +114,11 @@ func jobSpec(job laboro.Job) (JobSpec, error) {
 	}
 	if spec.Worker == "" {
 		return spec, errors.New("workerserver: a job needs a worker code")
+	}
+	if !codeName(spec.Worker) {
+		// No worker runs it (a worker's codes are the files of a
+		// directory): it would wait for ever.
+		return spec, fmt.Errorf("workerserver: worker code %q: a file's name, without / or \\, not starting with a dot", spec.Worker)
 	}
 	for k, v := range spec.Params {
 		if k == "jobId" || k == "worker" {
@@ -376,4 +382,10 @@ func (s *session) result(res laboro.Result, rec *JobRecord) laboro.Result {
 // output keeps a job's Done data in a file.
 func (s *session) output(data []byte) (*laboro.Output, error) {
 	return transport.SaveOutput(s.outputDir, "workerserver-*.json", bytes.NewReader(data))
+}
+
+// codeName reports whether code may name a worker code: a file of a
+// worker's code directory, not a path, not hidden.
+func codeName(code string) bool {
+	return code != "" && !strings.ContainsAny(code, `/\`) && code[0] != '.'
 }

@@ -389,7 +389,7 @@ func (w *Worker) runJob(ctx context.Context, order JobOrder, r *running) (string
 	fail := func(name string, err error) (string, any) {
 		return JobFailed, ErrorData{Error: ErrorDetail{Name: name, Message: err.Error()}}
 	}
-	if order.Worker == "" || strings.ContainsAny(order.Worker, `/\`) || order.Worker[0] == '.' {
+	if !codeName(order.Worker) {
 		return fail("UnknownWorker", fmt.Errorf("no worker %q", order.Worker))
 	}
 	exe := filepath.Join(w.CodeDir, order.Worker)

@@ -76,6 +76,7 @@ module.exports = {
 };
 EOF
 echo "n1 pw-n1" >"$work/servers"
+chmod 600 "$work/servers" # the master refuses a file of passwords others may read
 
 pids=()
 cleanup() {
