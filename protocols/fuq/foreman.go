@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/lograte"
 	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
@@ -169,7 +170,8 @@ type Foreman struct {
 	Logger *zap.Logger
 
 	once       sync.Once
-	conns      atomic.Int64 // connections being served
+	conns      atomic.Int64    // connections being served
+	refusals   lograte.Limited // what a peer causes at will (refusals, bad messages), logged at most once a second
 	d          *transport.Dispatcher[TaskPair, Task]
 	mu         sync.Mutex
 	nextJob    uint64

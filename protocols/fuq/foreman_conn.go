@@ -113,7 +113,8 @@ func (f *Foreman) admit() bool {
 // serveConn serves a worker on a plain TCP connection.
 func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
 	if !f.admit() {
-		f.Logger.Warn("connection refused: too many connections (Foreman.MaxConns)", zap.String("addr", conn.RemoteAddr().String()))
+		f.refusals.Of(f.Logger).Warn("connection refused: too many connections (Foreman.MaxConns; at most one such line a second)",
+			zap.String("addr", conn.RemoteAddr().String()))
 		conn.Close()
 		return
 	}

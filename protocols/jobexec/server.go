@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/lograte"
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
@@ -73,7 +74,8 @@ type Server struct {
 	// means DefaultWriteTimeout.
 	WriteTimeout time.Duration
 
-	conns    atomic.Int64 // connections being served
+	conns    atomic.Int64    // connections being served
+	refusals lograte.Limited // what a peer causes at will (refusals, bad messages), logged at most once a second
 	mu       sync.Mutex
 	draining bool
 	jobs     sync.WaitGroup // issueJob exchanges still delivering
@@ -233,7 +235,8 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 	}
 	defer s.conns.Add(-1)
 	if n := s.conns.Add(1); n > int64(cmp.Or(s.MaxConns, DefaultMaxConns)) {
-		x.log.Warn("connection refused: too many connections", zap.Int64("connections", n-1))
+		s.refusals.Of(s.Logger).Warn("connection refused: too many connections (at most one such line a second)",
+			zap.Stringer("peer", conn.RemoteAddr()), zap.Int64("connections", n-1))
 		x.timeout = min(x.timeout, time.Second) // a refusal waits on no one
 		x.refuse("too many connections")
 		lingerClose(conn)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/lograte"
 	"github.com/laboro-go/laboro/protocols/pulse/pulsepb"
 	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
@@ -143,12 +144,13 @@ type Controller struct {
 	// Logger; nil means none.
 	Logger *zap.Logger
 
-	once   sync.Once
-	conns  atomic.Int64 // main.sock's connections being served
-	log    *zap.Logger
-	d      *transport.Dispatcher[uint64, Task] // keyed by task_id
-	tasks  atomic.Uint64                       // the last task_id given
-	logged onceSet                             // what was logged once per peer
+	once     sync.Once
+	conns    atomic.Int64    // main.sock's connections being served
+	refusals lograte.Limited // what a peer causes at will (refusals, bad messages), logged at most once a second
+	log      *zap.Logger
+	d        *transport.Dispatcher[uint64, Task] // keyed by task_id
+	tasks    atomic.Uint64                       // the last task_id given
+	logged   onceSet                             // what was logged once per peer
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -464,7 +466,7 @@ func (c *Controller) servePulse(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
 	defer c.conns.Add(-1)
 	if c.conns.Add(1) > int64(cmp.Or(c.MaxConns, DefaultMaxConns)) {
-		c.log.Warn("connection refused: too many connections (Controller.MaxConns)")
+		c.refusals.Of(c.log).Warn("connection refused: too many connections (Controller.MaxConns; at most one such line a second)")
 		return
 	}
 	conn.SetDeadline(time.Now().Add(c.timeout()))
@@ -487,14 +489,14 @@ func (c *Controller) servePulse(ctx context.Context, conn net.Conn) {
 		}
 		resp.Error = pulsepb.ControllerError_CTRL_ERR_UNKNOWN_TYPE
 	default:
-		c.log.Warn("bad pulse", zap.Error(err))
+		c.refusals.Of(c.log).Warn("bad pulse (at most one such line a second)", zap.Error(err))
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return
 		}
 		resp.Error = pulsepb.ControllerError_CTRL_ERR_FAILED
 	}
 	if err := c.Codec.WriteMessage(conn, &resp); err != nil {
-		c.log.Info("cannot answer a pulse", zap.Error(err))
+		c.refusals.Of(c.log).Info("cannot answer a pulse (at most one such line a second)", zap.Error(err))
 	}
 }
 

@@ -728,7 +728,7 @@ func TestMaxConns(t *testing.T) {
 		return unanswered
 	}
 	assert.True(t, twoSilent(filepath.Join(tc.c.Dir, "main.sock")), "a connection beyond MaxConns was served")
-	tc.logged(t, "connection refused: too many connections (Controller.MaxConns)", 1)
+	tc.logged(t, "connection refused: too many connections (Controller.MaxConns; at most one such line a second)", 1)
 	require.Eventually(t, func() bool { return tc.c.conns.Load() == 0 }, 10*time.Second, time.Millisecond)
 
 	core, logs := observer.New(zap.InfoLevel)
@@ -738,7 +738,7 @@ func TestMaxConns(t *testing.T) {
 	require.Eventually(t, func() bool { return logs.FilterMessage("listening").Len() == 1 }, 20*time.Second, time.Millisecond)
 	assert.True(t, twoSilent(filepath.Join(tc.c.Dir, strconv.FormatUint(w.ID(), 10)+".sock")),
 		"a connection beyond the worker's MaxConns was served")
-	assert.Equal(t, 1, logs.FilterMessage("connection refused: too many connections (Worker.MaxConns)").Len())
+	assert.Equal(t, 1, logs.FilterMessage("connection refused: too many connections (Worker.MaxConns; at most one such line a second)").Len())
 	// Once the served one has ended, the socket answers again.
 	require.Eventually(t, func() bool {
 		conn, err := net.Dial("unix", filepath.Join(tc.c.Dir, strconv.FormatUint(w.ID(), 10)+".sock"))

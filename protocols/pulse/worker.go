@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/lograte"
 	"github.com/laboro-go/laboro/protocols/pulse/pulsepb"
 	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
@@ -203,9 +204,10 @@ type workerRun struct {
 	registered bool
 	hinted     bool
 
-	wg    sync.WaitGroup // the socket's accept loop and connections, task waiters
-	conns atomic.Int64   // the socket's connections being served
-	kick  chan struct{}  // a task ended: pulse FETCH_ME now
+	wg       sync.WaitGroup  // the socket's accept loop and connections, task waiters
+	conns    atomic.Int64    // the socket's connections being served
+	refusals lograte.Limited // what a peer causes at will (refusals, bad messages), logged at most once a second
+	kick     chan struct{}   // a task ended: pulse FETCH_ME now
 
 	mu   sync.Mutex
 	task workerTask
@@ -556,7 +558,7 @@ func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- st
 	defer c.Close()
 	defer r.conns.Add(-1)
 	if r.conns.Add(1) > int64(cmp.Or(r.w.MaxConns, DefaultMaxConns)) {
-		r.log.Warn("connection refused: too many connections (Worker.MaxConns)")
+		r.refusals.Of(r.log).Warn("connection refused: too many connections (Worker.MaxConns; at most one such line a second)")
 		return
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })

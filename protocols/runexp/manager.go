@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/lograte"
 	"github.com/laboro-go/laboro/transport"
 	"go.uber.org/zap"
 )
@@ -118,18 +119,19 @@ type Manager struct {
 	// Logger; nil means none.
 	Logger *zap.Logger
 
-	once    sync.Once
-	conns   atomic.Int64                              // connections being served
-	d       *transport.Dispatcher[string, laboro.Job] // the jobs, by name
-	mu      sync.Mutex
-	wake    chan struct{}      // closed and replaced when waiting PETOs should look again
-	runners map[*remote]bool   // connected runners
-	records map[string]*record // per host name, kept across reconnects
-	runs    int64              // Run calls begun
-	source  *laboro.Executor   // set by Finish: no more jobs will be submitted to it
-	idle    chan struct{}      // closed when no runner is connected; nil while some are
-	done    int                // results received
-	failed  int                // of which failures
+	once     sync.Once
+	conns    atomic.Int64                              // connections being served
+	refusals lograte.Limited                           // what a peer causes at will (refusals, bad messages), logged at most once a second
+	d        *transport.Dispatcher[string, laboro.Job] // the jobs, by name
+	mu       sync.Mutex
+	wake     chan struct{}      // closed and replaced when waiting PETOs should look again
+	runners  map[*remote]bool   // connected runners
+	records  map[string]*record // per host name, kept across reconnects
+	runs     int64              // Run calls begun
+	source   *laboro.Executor   // set by Finish: no more jobs will be submitted to it
+	idle     chan struct{}      // closed when no runner is connected; nil while some are
+	done     int                // results received
+	failed   int                // of which failures
 }
 
 var (
@@ -356,7 +358,8 @@ func (m *Manager) serveConn(ctx context.Context, raw net.Conn) {
 	defer raw.Close()
 	defer m.conns.Add(-1)
 	if n := m.conns.Add(1); n > int64(cmp.Or(m.MaxConns, DefaultMaxConns)) {
-		m.Logger.Warn("connection refused: too many connections (Manager.MaxConns)", zap.Stringer("peer", raw.RemoteAddr()))
+		m.refusals.Of(m.Logger).Warn("connection refused: too many connections (Manager.MaxConns; at most one such line a second)",
+			zap.Stringer("peer", raw.RemoteAddr()))
 		return
 	}
 	if !m.allowed(raw.RemoteAddr()) {

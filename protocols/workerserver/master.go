@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/lograte"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
 )
@@ -246,6 +247,8 @@ type Master struct {
 
 	mu sync.RWMutex
 	s  *session // nil while not open
+
+	refusals lograte.Limited // what a peer causes at will (wrong passwords), logged at most once a second
 }
 
 var (

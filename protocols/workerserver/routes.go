@@ -114,7 +114,7 @@ func (m *Master) worker(w http.ResponseWriter, r *http.Request, rawID string, ha
 	req := &workerRequest{ctx: r.Context(), id: id, serverID: f.Get(FieldServerID), status: f.Get(FieldStatus), slots: 1,
 		cancels: f.Get(FieldCancels) != ""}
 	if !m.authenticate(req.serverID, f.Get(FieldPassword)) {
-		m.logger().Warn("worker refused: wrong serverId or serverPassword",
+		m.refusals.Of(m.logger()).Warn("worker refused: wrong serverId or serverPassword (at most one such line a second)",
 			zap.String("serverId", req.serverID), zap.String("remote", r.RemoteAddr))
 		writeError(w, http.StatusUnauthorized, "wrong serverId or serverPassword")
 		return

@@ -778,7 +778,7 @@ func TestRunReport(t *testing.T) {
 	require.NoError(t, os.WriteFile(slow, []byte("sleep 60\ntrue\n"), 0o600))
 	_, report, code = runIn("-timeout", "1s", "-f", slow)
 	assert.Equal(t, 1, code)
-	assert.Equal(t, "2 jobs: 1 succeeded, 1 failed\n1 timed out after 1s: sleep 60\n", report)
+	assert.Equal(t, "2 jobs: 1 succeeded, 1 timed out\n1 timed out after 1s: sleep 60\n", report)
 
 	// The jobs end in the order 3, 2, 1, each once the one before it is
 	// in the job log (a line each, under the header the first adds):
@@ -1400,7 +1400,7 @@ func TestRunHaltStopsReadingPipe(t *testing.T) {
 	_, err := fmt.Fprint(in, "sleep 60\nexit 5\n") // and the pipe stays open
 	require.NoError(t, err)
 	assert.Equal(t, 1, exitCode(t, cmd, "laboro went on waiting for its input after the halt"))
-	assert.Contains(t, report.String(), "2 jobs: 0 succeeded, 2 failed (halted after 1 failure; the rest of the input was not read)\n")
+	assert.Regexp(t, `2 jobs: 0 succeeded, 1 failed, 1 (killed|not run) \(halted after 1 failure; the rest of the input was not read\)\n`, report.String())
 	assert.Contains(t, report.String(), "2 failed, exit status 5: exit 5")
 	assert.Regexp(t, `1 (killed|terminated before execution): sleep 60`, report.String())
 }

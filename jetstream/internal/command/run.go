@@ -31,7 +31,8 @@ const runDoc = "Runs the jobs on this machine, -workers at a time, and waits for
 	"(- for standard input) that is not blank or a comment (#). " +
 	"Each job's output goes to standard output, whole, as the job ends (a single COMMAND's as it is). " +
 	"On standard error a batch shows its progress, then a summary line and the jobs that did not succeed, " +
-	"in the order of the file, with the end of their standard error.\n\n" +
+	"in the order of the file, with the end of their standard error; the standard error of a job that " +
+	"succeeded is not shown (-results keeps every job's). Ctrl-C kills the running jobs and stops.\n\n" +
 	"Exit status: for a single COMMAND, its own (1 when it did not exit by itself: timed out, killed, " +
 	"not started); for a batch, 0 when every job succeeded, 1 when one did not; 1 when the jobs cannot be " +
 	"run (a file that cannot be read); 2 for a usage error; 130 when interrupted."
