@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
+	"strings"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
@@ -70,9 +72,13 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 	go func() { served <- m.Serve(serveCtx, ln) }()
 	defer func() { stopServing(); <-served }()
 
+	ended := make(map[string]bool, len(jobs)) // OnResult's, one at a time
 	batch := cli.Batch{
-		Progress:  progress,
-		OnResult:  func(job laboro.Job, res laboro.Result) error { return folder.Save(job.ID, res.Output) },
+		Progress: progress,
+		OnResult: func(job laboro.Job, res laboro.Result) error {
+			ended[job.ID] = true
+			return folder.Save(job.ID, res.Output)
+		},
 		Submitted: func() { m.Finish(ex) },
 		Workers:   func() int { return m.Stats().Runners },
 		NoWorker:  "no runner is connected: the jobs wait for one (start runexp-runner N -c " + ln.Addr().String() + ")",
@@ -87,6 +93,7 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 		if ctx.Err() != nil {
 			// Interrupted: what was done, and what a restart resumes.
 			sum.Write(os.Stdout)
+			writeLeft(os.Stdout, jobs, ended)
 		}
 		return err
 	}
@@ -99,6 +106,31 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 	}
 	sum.Write(os.Stdout)
 	return sum.Err()
+}
+
+// maxLeftListed bounds the jobs not done an interrupted manager names.
+const maxLeftListed = 100
+
+// writeLeft names the jobs that have not ended, which a manager started
+// again on the folder runs: the first maxLeftListed, in the order served.
+func writeLeft(w io.Writer, jobs []laboro.Job, ended map[string]bool) {
+	var left []string
+	n := 0
+	for _, j := range jobs {
+		if !ended[j.ID] {
+			if n++; n <= maxLeftListed {
+				left = append(left, j.ID)
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(w, "not done, run by a manager started again on the folder: %s", strings.Join(left, ", "))
+	if n > maxLeftListed {
+		fmt.Fprintf(w, " ... and %d more (--print-jobs lists them all)", n-maxLeftListed)
+	}
+	fmt.Fprintln(w)
 }
 
 // list prints the jobs not yet done, one name per line.
