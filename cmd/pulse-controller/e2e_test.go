@@ -303,3 +303,17 @@ func TestSaysNoWorker(t *testing.T) {
 	assert.Equal(t, 0, one.Wait(t, time.Minute), one.Log())
 	assert.Equal(t, "hello\n", one.Stdout.String())
 }
+
+// An interrupted batch says what was done before it exits 130: a
+// controller started again with the same -in and -out runs the rest.
+func TestInterruptedBatchSums(t *testing.T) {
+	controllerBin, _ := build(t)
+	dir := socketDir(t)
+	base := t.TempDir()
+	writeTasks(t, filepath.Join(base, "in"), []int{10, 20, 30})
+	batch := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", filepath.Join(base, "in"), "-out", filepath.Join(base, "out"))
+	batch.Await(t, regexp.MustCompile(`serving`), time.Minute)
+	require.NoError(t, batch.Cmd.Process.Signal(os.Interrupt))
+	assert.Equal(t, 130, batch.Wait(t, time.Minute), batch.Log())
+	assert.Equal(t, "3 jobs: 0 succeeded, 0 failed, 3 not done\n", batch.Stdout.String())
+}

@@ -29,7 +29,9 @@ func main() {
 		"Hands tasks to pulse workers and collects their results. Workers register on DIR/main.sock. With -in, "+
 			"every file of the folder TASKS is a task, and its result is written to RESULTS under the same name; "+
 			"without it, standard input is one task and its result goes to standard output. Exit status: 0 when "+
-			"every task succeeded, 1 otherwise (and at once when it cannot serve on DIR), 2 for a usage error.")
+			"every task succeeded, 1 otherwise (and at once when it cannot serve on DIR), 2 for a usage error, "+
+			"130 when interrupted (Ctrl-C or SIGTERM: the batch's summary is printed, and the controller started "+
+			"again with the same -in and -out runs the tasks left).")
 	ctl := &pulse.Controller{}
 	c.Flags.StringVar(&ctl.Dir, "dir", pulse.DefaultDir, "directory of the sockets")
 	later := c.Flags.Bool("later", false, "speak the reference's later enum numbering (INVALID = 0)")

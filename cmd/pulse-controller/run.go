@@ -100,6 +100,11 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 	}
 	sum, err := batch.Run(work, ex, jobs)
 	if err != nil {
+		if work.Err() != nil {
+			// Interrupted: what was done; a controller started again on
+			// the same -in and -out runs the rest.
+			sum.Write(os.Stdout)
+		}
 		return err
 	}
 	sum.Write(os.Stdout)
