@@ -148,10 +148,11 @@ func TestOneMachine(t *testing.T) {
 	out, _, code = s.run("status", "-failed", "nightly")
 	assert.Equal(t, 0, code)
 	assert.Regexp(t, `(?m)^nightly-50\s+failed\s+4\s`, out)
-	out, _, code = s.run("status", "greeting", "nosuch")
+	out, log, code := s.run("status", "greeting", "nosuch")
 	assert.Equal(t, 1, code)
 	assert.Regexp(t, `(?m)^greeting\s+succeeded\s+0`, out)
 	assert.Regexp(t, `(?m)^nosuch\s+unknown\s+-`, out)
+	assert.Contains(t, log, "laboro: no job nosuch (never submitted, or forgotten: serve keeps -keep jobs)\n")
 
 	// A job submitted again with the same id is not run again.
 	out, _, code = s.run("submit", "-id", "greeting", "-wait", "echo", "again")
@@ -1147,8 +1148,9 @@ func TestCancel(t *testing.T) {
 		return err == nil
 	}, 20*time.Second, 5*time.Millisecond)
 
-	out, _, code = s.run("cancel", "stuck", "nosuch")
+	out, log, code := s.run("cancel", "stuck", "nosuch")
 	assert.Equal(t, 1, code, "an unknown id")
+	assert.Contains(t, log, "laboro: no job nosuch")
 	assert.Regexp(t, `(?m)^stuck\s+cancelled\s+-\s+echo .*\s+laboro: job cancelled$`, out)
 	assert.Regexp(t, `(?m)^nosuch\s+unknown\s+-`, out)
 	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 10*time.Second, 5*time.Millisecond,
@@ -1633,4 +1635,19 @@ func TestWorkerRefusedTokenSaysSo(t *testing.T) {
 	require.NoError(t, w.Cmd.Process.Signal(os.Interrupt))
 	assert.Equal(t, 0, w.Wait(t, 30*time.Second), w.Log())
 	assert.Equal(t, 1, w.Logged("NATS refused the token"), "said once: %s", w.Log())
+}
+
+// Interrupted while it waits, submit -wait says that the job it stored runs
+// on, naming it: its id was never printed.
+func TestSubmitWaitInterruptedNamesTheJob(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "0")
+	p := e2e.Start(t, []string{"LABORO_NATS=" + s.url}, s.bin, "submit", "-wait", "-id", "kept", "true")
+	require.Eventually(t, func() bool {
+		out, _, _ := s.run("status", "kept")
+		return regexp.MustCompile(`(?m)^kept\s+(waiting|dispatched)`).MatchString(out)
+	}, 30*time.Second, 50*time.Millisecond, "the job is stored")
+	require.NoError(t, p.Cmd.Process.Signal(os.Interrupt))
+	assert.Equal(t, 130, p.Wait(t, 30*time.Second))
+	assert.Contains(t, p.Log(), "laboro: interrupted; job kept runs on (laboro output kept waits for it, laboro cancel kept stops it)")
 }

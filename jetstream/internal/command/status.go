@@ -88,12 +88,15 @@ func status(args []string) int {
 }
 
 // unknownJobs returns exitFailed if one of jobs is unknown to the
-// service, else 0.
+// service, else 0, saying on standard error which are (the table on
+// standard output shows them as unknown too).
 func unknownJobs(jobs []jetstream.JobStatus) int {
+	code := 0
 	for _, j := range jobs {
 		if j.State == jetstream.StateUnknown {
-			return exitFailed
+			fmt.Fprintf(os.Stderr, "laboro: no job %s (never submitted, or forgotten: serve keeps -keep jobs)\n", j.ID)
+			code = exitFailed
 		}
 	}
-	return 0
+	return code
 }

@@ -77,6 +77,12 @@ func submit(args []string) int {
 		}
 		res, err := result(ctx, cl, ids[0])
 		if err != nil {
+			if ctx.Err() != nil {
+				// The job is stored: it runs whether we wait or not.
+				fmt.Fprintf(os.Stderr, "laboro: interrupted; job %s runs on (laboro output %s waits for it, laboro cancel %s stops it)\n",
+					ids[0], ids[0], ids[0])
+				return exitInterrupted
+			}
 			return failed(ctx, "submit", err)
 		}
 		return printResult(res, true, job.Script, job.Timeout)
@@ -113,6 +119,10 @@ func (c *common) submitFile(jf jobFlags, batch string, wait bool) int {
 			fmt.Println(batch)
 			return 0
 		}
-		return watch(ctx, cl, batch, n)
+		code := watch(ctx, cl, batch, n)
+		if ctx.Err() != nil {
+			fmt.Fprintf(os.Stderr, "laboro: batch %s runs on (laboro status -watch %s follows it)\n", batch, batch)
+		}
+		return code
 	})
 }
