@@ -61,8 +61,12 @@ func (s *Suite) Run(args []string) int {
 		}
 	}
 	if name == "help" {
-		s.help(stdout)
-		return ExitOK
+		if len(args) == 0 {
+			s.help(stdout)
+			return ExitOK
+		}
+		// help COMMAND: that command's help, as COMMAND -h gives it.
+		name, args = args[0], []string{"-h"}
 	}
 	for _, sub := range s.Commands {
 		if sub.Name == name {

@@ -58,6 +58,13 @@ func TestSuiteHelpAndErrors(t *testing.T) {
 	assert.Equal(t, ExitOK, s.Run([]string{"submit", "--help"}))
 	assert.Contains(t, out.String(), "usage: prog submit [-x] ARG")
 	assert.Contains(t, out.String(), "an x")
+	byHelp := out.String()
+	out.Reset()
+	assert.Equal(t, ExitOK, s.Run([]string{"help", "submit"}), "help COMMAND")
+	assert.Equal(t, byHelp, out.String())
+	assert.Equal(t, ExitUsage, s.Run([]string{"help", "nosuch"}))
+	assert.Contains(t, errOut.String(), `unknown command "nosuch"`)
+	errOut.Reset()
 
 	out.Reset()
 	assert.Equal(t, ExitOK, s.Run([]string{"--help"}), "the default command's help lists the others")
