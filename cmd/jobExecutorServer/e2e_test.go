@@ -468,7 +468,7 @@ func TestInterruptDrainsThenKills(t *testing.T) {
 	require.NoError(t, s.cmd.Process.Signal(os.Interrupt))
 	out, stderr, code = stuck.wait(t)
 	assert.Equal(t, "-----job_1 output start-----\n-----job_1 output end-----\n", out)
-	assert.Equal(t, "jobCommander: job killed: laboro: job killed\n", stderr)
+	assert.Equal(t, "jobCommander: job killed\n", stderr)
 	assert.Equal(t, 1, code)
 	var ee *exec.ExitError
 	require.ErrorAs(t, s.wait(t), &ee)

@@ -421,7 +421,9 @@ func (s *Server) issueJob(ctx context.Context, x *exchange, args []string) {
 		// It did not exit by itself (killed, timed out, never started):
 		// no exit status says so.
 		why := res.Status.String()
-		if res.Err != nil {
+		// Not "killed: laboro: job killed": the cause alone, when there
+		// is more to it than the status.
+		if res.Err != nil && res.Err != laboro.ErrKilled && res.Err != laboro.ErrTimeout && res.Err != laboro.ErrCancelled {
 			why += ": " + res.Err.Error()
 		}
 		x.send(FrameWhy, []byte(why))
