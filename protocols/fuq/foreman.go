@@ -121,8 +121,8 @@ var errRestarted = errors.New("fuq: the foreman started again: no worker said it
 // tasks of a resumed job (ResumedJob) that had not ended: the workers that
 // ran them before the restart come back to say so, or send the UPDATEs of
 // those that ended meanwhile. A HELLO that names a task nobody waits for
-// any more (cancelled, ended, unknown) gets a CANCEL for it. Set the fields before first use; a Foreman is
-// safe for concurrent use. It keeps its jobs while they run and the last
+// any more (cancelled, ended, unknown) gets a CANCEL for it. Set the
+// fields before first use; a Foreman is safe for concurrent use. It keeps its jobs while they run and the last
 // ones that ended (MaxEndedTasks, MaxEndedJobs), its workers while they
 // are connected: there is nothing to close.
 type Foreman struct {
