@@ -57,13 +57,13 @@ func main() {
 			} else if !fi.IsDir() {
 				return cli.Usagef("-in %q: not a directory", *in)
 			}
-			// Its results would be taken for tasks done before, and
-			// nothing would run.
-			if o, err := os.Stat(*out); err == nil && os.SameFile(fi, o) {
-				return cli.Usagef("-out %q: the same directory as -in: the results go elsewhere", *out)
-			}
-			if o, err := os.Stat(*out); err == nil && !o.IsDir() {
-				return cli.Usagef("-out %q: not a directory", *out)
+			if o, err := os.Stat(*out); err == nil {
+				switch {
+				case os.SameFile(fi, o): // its results would be taken for tasks done before
+					return cli.Usagef("-out %q: the same directory as -in: the results go elsewhere", *out)
+				case !o.IsDir():
+					return cli.Usagef("-out %q: not a directory", *out)
+				}
 			}
 		}
 		if *later {
