@@ -155,7 +155,8 @@
 //
 // The runner's output starts with the reference's header, "runexp
 // summary: success" (or failure) and a blank line, then the start and end
-// times, the command, the exit status, a blank line and the program's
+// times, the command, the exit status (and "signal: N (name)" when a
+// signal ended the process), a blank line and the program's
 // output (standard output and error together). As in the reference,
 // success is decided from the output, not the exit status, unless the
 // runner is told otherwise (Runner.UseExitStatus): see Runner.
@@ -164,7 +165,8 @@
 // the rest from the output it received: Result.ExitCode is the exit status
 // the header gives (this package's "exit status: N", or the reference's
 // "Program exited with status S", a wait status), -1 when it gives none or
-// the process ended by a signal; Result.Stderr is the output's last 4 KiB
+// the process ended by a signal, which Result.Err then names ("killed by
+// signal 9 (killed)"); Result.Stderr is the output's last 4 KiB
 // after the header, where a runner of this package puts the job's standard
 // error (the reference's runner leaves it on its own terminal).
 package runexp

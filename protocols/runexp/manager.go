@@ -626,11 +626,17 @@ func (m *Manager) receive(s *remote, msg Message) error {
 			ErrSizeTooLarge, msg.Size, kept, kept)
 		s.log.Warn("output over the limit: the job fails", zap.String("job", msg.Name), zap.Int64("size", msg.Size), zap.Int64("limit", kept))
 	case msg.Status == Failure:
-		res.Status, res.Err = laboro.StatusFailed, fmt.Errorf("runexp: runner %s reported failure", s.host)
-		res.ExitCode, res.Stderr = failureOf(path)
-		if res.ExitCode == 0 {
+		f := failureOf(path)
+		res.Status, res.ExitCode, res.Stderr = laboro.StatusFailed, f.exitCode, f.tail
+		switch {
+		case f.exitCode == 0:
 			// It exited with 0, and failed by its output (RES:failed).
 			res.Err = fmt.Errorf("runexp: runner %s reported failure: its output says so (a line starting with %s)", s.host, failedMark)
+		case f.signal != "":
+			// The summary says an exit status; with -1 it says nothing.
+			res.Err = fmt.Errorf("runexp: runner %s reported failure: killed by signal %s", s.host, f.signal)
+		default:
+			res.Err = fmt.Errorf("runexp: runner %s reported failure", s.host)
 		}
 	}
 	m.mu.Lock()

@@ -271,7 +271,8 @@ func TestManagerFailureExplained(t *testing.T) {
 		{"ours", ours + "partial\nfatal: out of memory\n", 4, "partial\nfatal: out of memory\n", "reported failure"},
 		{"ours, RES:failed", strings.Replace(ours, "exit status: 4", "exit status: 0", 1) + "RES:failed\n", 0, "RES:failed\n", "its output says so"},
 		{"reference", reference(4<<8) + "RES:failed\n", 4, "RES:failed\n", "reported failure"},
-		{"reference, a signal", reference(9) + "started\n", -1, "started\n", "reported failure"},
+		{"ours, a signal", strings.Replace(ours, "exit status: 4\n", "exit status: -1\nsignal: 9 (killed)\n", 1) + "started\n", -1, "started\n", "reported failure: killed by signal 9 (killed)"},
+		{"reference, a signal", reference(9) + "started\n", -1, "started\n", "reported failure: killed by signal 9 (killed)"},
 		{"the output's end", ours + long, 4, long[len(long)-outputTail:], "reported failure"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,10 +9,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -853,7 +855,8 @@ func (o *runnerOutcome) close() {
 }
 
 // appendHeader appends the reference's header: the summary line, a blank
-// line, the times, the command, the exit status and another blank line.
+// line, the times, the command, the exit status, the signal that ended the
+// process when one did ("signal: 9 (killed)"), and another blank line.
 func appendHeader(b []byte, st Status, argv []string, res laboro.Result) []byte {
 	b = append(b, "runexp summary: "...)
 	b = append(b, st.String()...)
@@ -865,7 +868,27 @@ func appendHeader(b []byte, st Status, argv []string, res laboro.Result) []byte 
 	b, _ = laboro.Job{Args: argv}.AppendText(b)
 	b = append(b, "\nexit status: "...)
 	b = strconv.AppendInt(b, int64(res.ExitCode), 10)
+	if sig, ok := signalOf(res.Err); ok {
+		b = append(b, "\nsignal: "...)
+		b = strconv.AppendInt(b, int64(sig), 10)
+		b = append(b, " ("...)
+		b = append(b, sig.String()...)
+		b = append(b, ')')
+	}
 	return append(b, "\n\n"...)
+}
+
+// signalOf returns the signal that ended a process, when err says one did.
+func signalOf(err error) (syscall.Signal, bool) {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return 0, false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return 0, false
+	}
+	return ws.Signal(), true
 }
 
 // failedMark starts a line in the output of a job that failed, by the

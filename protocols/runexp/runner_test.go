@@ -267,10 +267,11 @@ func blockingScript(t *testing.T, name string) (script string, release func()) {
 }
 
 var headerRE = regexp.MustCompile(`^runexp summary: (success|failure)\n\n` +
-	`start: (\S+)\nend: (\S+)\ncommand: (.*)\nexit status: (-?\d+)\n\n`)
+	`start: (\S+)\nend: (\S+)\ncommand: (.*)\nexit status: (-?\d+)\n(?:signal: (.*)\n)?\n`)
 
 type runnerHeader struct {
 	status, command string
+	signal          string // "" when no signal ended the process
 	start, end      time.Time
 	exit            int
 	output          string // what follows the header
@@ -280,7 +281,7 @@ func parseHeader(t *testing.T, body string) runnerHeader {
 	t.Helper()
 	m := headerRE.FindStringSubmatch(body)
 	require.NotNil(t, m, "no header in %q", body)
-	h := runnerHeader{status: m[1], command: m[4], output: body[len(m[0]):]}
+	h := runnerHeader{status: m[1], command: m[4], signal: m[6], output: body[len(m[0]):]}
 	var err error
 	for i, tm := range []*time.Time{&h.start, &h.end} {
 		require.True(t, strings.HasSuffix(m[2+i], "Z"), "%q is not UTC", m[2+i])
@@ -336,14 +337,16 @@ func TestRunnerStatusRules(t *testing.T) {
 		want          string
 		exit          int
 		output        string
+		signal        string
 	}{
-		{"RES:failed", "echo start\necho RES:failed\n", false, "failure", 0, "start\nRES:failed\n"},
-		{"RES:failed exit 0 by exit status", "echo RES:failed\nexit 0\n", true, "success", 0, "RES:failed\n"},
-		{"exit 3 by exit status", "echo RES:ok\nexit 3\n", true, "failure", 3, "RES:ok\n"},
-		{"exit 3 by output", "echo RES:ok\nexit 3\n", false, "success", 3, "RES:ok\n"},
-		{"RES:failed not at a line's start", "echo 'x RES:failed'\n", false, "success", 0, "x RES:failed\n"},
-		{"stderr merged", "echo out\necho RES:failed >&2\n", false, "failure", 0, "out\nRES:failed\n"},
-		{"killed by a signal", "echo RES:ok\nkill -9 $$\n", true, "failure", -1, "RES:ok\n"},
+		{"RES:failed", "echo start\necho RES:failed\n", false, "failure", 0, "start\nRES:failed\n", ""},
+		{"RES:failed exit 0 by exit status", "echo RES:failed\nexit 0\n", true, "success", 0, "RES:failed\n", ""},
+		{"exit 3 by exit status", "echo RES:ok\nexit 3\n", true, "failure", 3, "RES:ok\n", ""},
+		{"exit 3 by output", "echo RES:ok\nexit 3\n", false, "success", 3, "RES:ok\n", ""},
+		{"RES:failed not at a line's start", "echo 'x RES:failed'\n", false, "success", 0, "x RES:failed\n", ""},
+		{"stderr merged", "echo out\necho RES:failed >&2\n", false, "failure", 0, "out\nRES:failed\n", ""},
+		{"killed by a signal", "echo RES:ok\nkill -9 $$\n", true, "failure", -1, "RES:ok\n", "9 (killed)"},
+		{"killed by a signal, by output", "echo RES:ok\nkill -SEGV $$\n", false, "success", -1, "RES:ok\n", "11 (segmentation fault)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -361,6 +364,7 @@ func TestRunnerStatusRules(t *testing.T) {
 			h := parseHeader(t, body)
 			assert.Equal(t, tc.want, h.status)
 			assert.Equal(t, tc.exit, h.exit)
+			assert.Equal(t, tc.signal, h.signal, "the signal that ended it")
 			assert.Equal(t, tc.output, h.output)
 			requireEmptyDir(t, r.Dir)
 		})
