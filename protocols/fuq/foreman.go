@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -321,10 +322,13 @@ func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 		}
 	case failed > 0:
 		// The first failure in the worker's words: what the job's log
-		// line and its Result say of why (status -tasks lists them all).
-		res.Status, res.ExitCode = laboro.StatusFailed, 1
-		res.Err = fmt.Errorf("fuq: %d of %d tasks of job %d failed; the first, task %d: %s", failed, len(j.tasks),
-			j.desc.JobId, firstN, cmp.Or(j.tasks[firstN-1].status, "no word from the worker"))
+		// line and its Result say of why (status -tasks lists them all),
+		// and where its output is. A job of many processes has no exit
+		// status of its own: ExitCode stays -1.
+		res.Status = laboro.StatusFailed
+		res.Err = fmt.Errorf("fuq: %d of %d tasks of job %d failed; the first, task %d: %s (its log: %s)", failed, len(j.tasks),
+			j.desc.JobId, firstN, cmp.Or(j.tasks[firstN-1].status, "no word from the worker"),
+			filepath.Join(j.desc.LoggingDir, fmt.Sprintf("%s_%d*.log", j.desc.Name, firstN)))
 	default:
 		res.Status, res.ExitCode = laboro.StatusSucceeded, 0
 	}

@@ -142,7 +142,9 @@ func TestForemanFailedTask(t *testing.T) {
 	res := wait(t, h)
 	assert.Equal(t, laboro.StatusFailed, res.Status)
 	// The job's error says why, in the worker's words: what its log line shows.
-	assert.ErrorContains(t, res.Err, "1 of 3 tasks of job 1 failed; the first, task 2: error encountered: exit status 1")
+	assert.ErrorContains(t, res.Err, "1 of 3 tasks of job 1 failed; the first, task 2: error encountered: exit status 1 (its log: "+
+		filepath.Join(logDir, "f_2*.log")+")")
+	assert.Equal(t, -1, res.ExitCode, "the job has no exit status of its own: its tasks' are their own")
 	info, _ := s.f.JobByRef(h.ID())
 	assert.Equal(t, TaskFailed, info.Tasks[1].State)
 	assert.Contains(t, info.Tasks[1].Status, "error encountered: exit status 1")
