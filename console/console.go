@@ -20,8 +20,8 @@
 // by a small script of its own over server-sent events; it works without
 // the script too (forms and reloads). With a Token, every request must
 // carry it: the console's URL with ?token=… sets a cookie (HttpOnly,
-// SameSite=Strict) and the page then works with that; a program can send
-// "Authorization: Bearer …". Every action is a POST refused unless it
+// SameSite=Strict; a value derived from the token, not the token) and the
+// page then works with that; a program can send "Authorization: Bearer …". Every action is a POST refused unless it
 // comes from the console's own page (same origin).
 //
 // A slow browser never slows the jobs: each browser gets a fresh snapshot
@@ -31,9 +31,11 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -207,9 +209,15 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 const cookieName = "laboro_console"
 
+// cookieLabel is what a session's cookie is the token's HMAC of.
+const cookieLabel = "laboro console session"
+
 // authorized checks the token: a Bearer header, the cookie, or ?token= on
 // a GET, which sets the cookie and sends the browser to the same URL
-// without it.
+// without it. The cookie holds not the token but a value derived from it
+// (its HMAC of cookieLabel): a browser's cookie store, or a cookie that
+// leaks, gives the console and nothing else the token may open (a
+// program's other services, workers' credentials derived from it).
 func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if c.opts.Token == "" {
 		return true
@@ -224,12 +232,13 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if auth := r.Header.Get("Authorization"); len(auth) > 7 && auth[:7] == "Bearer " && match(auth[7:]) {
 		return true
 	}
-	if ck, err := r.Cookie(cookieName); err == nil && match(ck.Value) {
+	session := c.session()
+	if ck, err := r.Cookie(cookieName); err == nil && subtle.ConstantTimeCompare([]byte(ck.Value), []byte(session)) == 1 {
 		return true
 	}
 	if tok := r.URL.Query().Get("token"); tok != "" && r.Method == http.MethodGet && match(tok) {
-		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: c.opts.Token, Path: "/", HttpOnly: true,
-			SameSite: http.SameSiteStrictMode})
+		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: session, Path: "/", HttpOnly: true,
+			Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 		u := *r.URL
 		q := u.Query()
 		q.Del("token")
@@ -239,6 +248,14 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 	}
 	http.Error(w, "the console needs its token: open the URL with ?token=… that the program printed", http.StatusUnauthorized)
 	return false
+}
+
+// session is the cookie's value: the token's HMAC of cookieLabel, in
+// unpadded base64url (43 characters).
+func (c *Console) session() string {
+	m := hmac.New(sha256.New, []byte(c.opts.Token))
+	m.Write([]byte(cookieLabel))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // sameOrigin refuses what another site's page could make a browser send.

@@ -98,6 +98,32 @@ func TestTokenRequired(t *testing.T) {
 	assert.Equal(t, http.StatusOK, res.StatusCode, "a program sends the token as a Bearer")
 }
 
+// The cookie that ?token= sets opens the console but is not the token,
+// which may open more than the console: a cookie of the token itself, or
+// of another token's session, opens nothing.
+func TestCookieIsNotTheToken(t *testing.T) {
+	_, srv, client := start(t)
+	u, _ := url.Parse(srv.URL)
+	cookies := client.Jar.Cookies(u)
+	require.Len(t, cookies, 1)
+	session := cookies[0].Value
+	assert.NotContains(t, session, token)
+	code, _ := get(t, client, srv.URL+"/api/state")
+	assert.Equal(t, http.StatusOK, code, "the cookie opens the console")
+
+	_, other, otherClient := startWith(t, console.Options{Token: "an0ther-t0ken"})
+	o, _ := url.Parse(other.URL)
+	assert.NotEqual(t, session, otherClient.Jar.Cookies(o)[0].Value, "each token its own session")
+	for _, value := range []string{token, otherClient.Jar.Cookies(o)[0].Value, session + "x"} {
+		req, _ := http.NewRequest("GET", srv.URL+"/api/state", nil)
+		req.AddCookie(&http.Cookie{Name: "laboro_console", Value: value})
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		assert.Equal(t, http.StatusUnauthorized, res.StatusCode, "cookie %q", value)
+	}
+}
+
 // The page and the state show jobs finished, with why a failed one
 // failed.
 func TestStateShowsJobs(t *testing.T) {
