@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -230,4 +232,36 @@ func TestSaysNoRunner(t *testing.T) {
 	startRunner(t, addr, "r1", 1)
 	assert.Equal(t, 0, manager.Wait(t, 60*time.Second), manager.Log())
 	assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", manager.Stdout.String())
+}
+
+// A runner that joined and then says nothing, with no job of its own,
+// does not keep the manager from exiting once every job has ended: it is
+// let go after --goodbye, and the manager sums up as usual.
+func TestSilentRunnerLetGo(t *testing.T) {
+	base := t.TempDir()
+	writeJobs(t, base, 2, func(int) string { return "echo RES:ok\n" })
+	manager, addr := startManager(t, base, "--goodbye", "500ms")
+	silent, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer silent.Close()
+	// Each message is one write, as a runner sends it.
+	buf := make([]byte, 256)
+	for _, step := range [][2]string{{"SALUTON; MI silent", "VERSIO"}, {"KOMPRENAS", "ALIGI"}} {
+		_, err := silent.Write([]byte(step[0]))
+		require.NoError(t, err)
+		n, err := silent.Read(buf)
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(string(buf[:n]), step[1]), "%q", buf[:n])
+	}
+	_, err = silent.Write([]byte("JES"))
+	require.NoError(t, err)
+	manager.Await(t, regexp.MustCompile(`runner joined.*"runner": "silent"`), 20*time.Second)
+
+	startRunner(t, addr, "r1", 1)
+	assert.Equal(t, 0, manager.Wait(t, 60*time.Second), manager.Log())
+	assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", manager.Stdout.String())
+	assert.Contains(t, manager.Log(), `runners silent since the last job let go (-goodbye)	{"runners": 1`)
+	assert.Contains(t, manager.Log(), "did not say goodbye (FINO ANKAU) within -goodbye")
+	_, err = silent.Read(buf)
+	assert.ErrorIs(t, err, io.EOF, "the silent runner's connection is closed")
 }

@@ -1,7 +1,7 @@
 // Command runexp-manager serves the job files of a folder to runexp runners
 // and writes their results.
 //
-//	runexp-manager [-p PORT] [--listen ADDR --allow ADDRS] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [BASEDIR]
+//	runexp-manager [-p PORT] [--listen ADDR --allow ADDRS] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [--goodbye D] [BASEDIR]
 //
 // It listens on the loopback unless told otherwise. The protocol has no
 // room for a secret, so a manager that listens beyond its machine must be
@@ -13,7 +13,8 @@
 // Every file under RUNS (BASEDIR/runs) is a job; the result of job NAME goes
 // to OUTPUTS/NAME.res (BASEDIR/outputs). Jobs whose result shows success are
 // skipped, so a restarted manager resumes. It ends when every job has a
-// result and every runner has said FINO ANKAU: status 0 when all succeeded,
+// result and every runner has said FINO ANKAU (a runner silent for
+// --goodbye, 30 s, after the last job is let go): status 0 when all succeeded,
 // 1 when some failed, 2 for a usage error, 130 when interrupted (after a
 // summary of what was done; a restart resumes the rest).
 package main
@@ -28,6 +29,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/internal/secret"
@@ -36,7 +38,7 @@ import (
 )
 
 func main() {
-	c := cli.New("runexp-manager", "[-p PORT] [--listen ADDR --allow ADDRS] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [--max-conns N] [-log LEVEL] [BASEDIR]",
+	c := cli.New("runexp-manager", "[-p PORT] [--listen ADDR --allow ADDRS] [-g GROUP] [-r RUNS] [-o OUTPUTS] [--ban] [--print-jobs] [--sort] [--max-conns N] [--goodbye D] [-log LEVEL] [BASEDIR]",
 		"Serves every job file under RUNS (BASEDIR/runs) to runexp runners and writes the result of job NAME to "+
 			"OUTPUTS/NAME.res (BASEDIR/outputs). Jobs whose result shows success are skipped, so a restarted manager resumes. "+
 			"It listens on the loopback unless told otherwise; the protocol has no room for a secret, so listening beyond "+
@@ -62,6 +64,8 @@ func main() {
 	sorted := c.Flags.Bool("sort", false, "serve jobs in name order instead of shuffled")
 	listen := c.Flags.String("listen", "127.0.0.1", "address to listen on (\"\" for every interface, with --allow)")
 	maxConns := c.Flags.Int("max-conns", runexp.DefaultMaxConns, "connections served at once; more are closed at once")
+	goodbye := c.Flags.Duration("goodbye", 30*time.Second, "how long runners left with nothing to run may take to say goodbye once every job has ended; then they are let go")
+	c.Positive("goodbye")
 	allowFlag := c.Flags.String("allow", "", "addresses or networks runners may connect from, comma-separated (10.0.0.0/24,192.168.1.7); loopback always may")
 	progress := cli.NewProgress(os.Stderr, 0)
 	level := zap.InfoLevel
@@ -111,7 +115,7 @@ func main() {
 			m.Policy = runexp.BanPolicy{}
 		}
 		host := strings.TrimSuffix(strings.TrimPrefix(*listen, "["), "]") // [::1] as ::1
-		return serve(ctx, m, folder, net.JoinHostPort(host, strconv.Itoa(port)), *sorted, progress)
+		return serve(ctx, m, folder, net.JoinHostPort(host, strconv.Itoa(port)), *sorted, *goodbye, progress)
 	})
 }
 

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
@@ -25,7 +27,7 @@ const (
 	maxQueued = 1024
 )
 
-func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr string, sorted bool, progress *cli.Progress) error {
+func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr string, sorted bool, goodbye time.Duration, progress *cli.Progress) error {
 	log := m.Logger
 	unlock, err := folder.Lock()
 	if err != nil {
@@ -67,10 +69,10 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 		return err
 	}
 	defer ex.Close()
-	serveCtx, stopServing := context.WithCancel(ctx)
+	serveCtx, stopServing := context.WithCancelCause(ctx)
 	served := make(chan error, 1)
 	go func() { served <- m.Serve(serveCtx, ln) }()
-	defer func() { stopServing(); <-served }()
+	defer func() { stopServing(nil); <-served }()
 
 	ended := make(map[string]bool, len(jobs)) // OnResult's, one at a time
 	batch := cli.Batch{
@@ -97,9 +99,17 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 		}
 		return err
 	}
-	// Every runner must then have said FINO ANKAU, or left.
+	// Every runner must then say FINO ANKAU, or leave. One with nothing
+	// left to run asks (PETO) within its hold after ATENDI (10 s) and is
+	// told FINO; one silent past -goodbye is let go: nothing of it is
+	// awaited, and it must not keep the manager from exiting.
+	bye := time.NewTimer(goodbye)
+	defer bye.Stop()
 	select {
 	case <-m.Idle():
+	case <-bye.C:
+		log.Warn("runners silent since the last job let go (-goodbye)", zap.Int("runners", m.Stats().Runners), zap.Duration("goodbye", goodbye))
+		stopServing(errSilent)
 	case <-ctx.Done():
 		sum.Write(os.Stdout) // every job ended: interrupted while runners said goodbye
 		return ctx.Err()
@@ -107,6 +117,9 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 	sum.Write(os.Stdout)
 	return sum.Err()
 }
+
+// errSilent is why a runner silent after the last job was let go.
+var errSilent = errors.New("every job has ended, and the runner did not say goodbye (FINO ANKAU) within -goodbye")
 
 // maxLeftListed bounds the jobs not done an interrupted manager names.
 const maxLeftListed = 100
