@@ -62,7 +62,9 @@
 // stalls, or trickles, inside a message fails. A body is allocated as its
 // bytes arrive, not as announced, and a Foreman serves at most MaxConns
 // connections (DefaultMaxConns): what slow peers can make it hold is
-// bounded by MaxConns × MaxBody.
+// bounded by MaxConns × MaxBody. Of those, one address holds at most
+// MaxUnproven (DefaultMaxUnproven) before proving the secret, so that a
+// host opening connections that say nothing cannot keep workers out.
 //
 // # The reference's transport: HTTPS and a websocket
 //

@@ -92,6 +92,13 @@ func NewJob(name, command string, numTasks int, workingDir, loggingDir string) l
 // once unless Foreman.MaxConns says otherwise.
 const DefaultMaxConns = 1024
 
+// DefaultMaxUnproven bounds the connections one address holds before
+// proving the secret unless Foreman.MaxUnproven says otherwise: a worker
+// proves it within a round trip, so even many workers behind one address
+// restarting together seldom hold as many at once (one refused connects
+// again).
+const DefaultMaxUnproven = 32
+
 // DefaultMaxTasks bounds the tasks of one job unless Foreman.MaxTasks says
 // otherwise. A job of that size is submitted in under 2 s and cancelled in
 // under 1 s on a laptop's core.
@@ -165,13 +172,20 @@ type Foreman struct {
 	// the listener is taken for a worker. (ServeWeb has its own, in
 	// WebConfig.)
 	Secret []byte
+	// MaxUnproven bounds the connections one address may hold at once on
+	// the plain TCP transport before proving the Secret: a host that
+	// opens connections and says nothing holds that many until Timeout,
+	// not every one of MaxConns. One more is closed at once. 0 means
+	// DefaultMaxUnproven.
+	MaxUnproven int
 	// Seq configures the sequence numbering (tests lower MaxSeq).
 	Seq SeqConfig
 	// Logger; nil means none.
 	Logger *zap.Logger
 
 	once       sync.Once
-	conns      atomic.Int64    // connections being served
+	conns      atomic.Int64 // connections being served
+	unproven   transport.PeerLimit
 	refusals   lograte.Limited // what a peer causes at will (refusals, bad messages), logged at most once a second
 	d          *transport.Dispatcher[TaskPair, Task]
 	mu         sync.Mutex
@@ -222,6 +236,7 @@ func (f *Foreman) init() {
 		f.workers = map[*fworker]bool{}
 		f.d = transport.NewDispatcher[TaskPair, Task](transport.Config{Grace: f.grace(), Logger: f.Logger})
 		f.d.OnSettle(f.settled)
+		f.unproven.Max = cmp.Or(f.MaxUnproven, DefaultMaxUnproven)
 	})
 }
 

@@ -120,7 +120,16 @@ func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
 	}
 	defer f.conns.Add(-1)
 	if len(f.Secret) > 0 {
-		if err := authWorkerConn(conn, f.Secret, f.timeout()); err != nil {
+		release, ok := f.unproven.Acquire(conn.RemoteAddr())
+		if !ok {
+			f.refusals.Of(f.Logger).Warn("connection refused: too many connections from its address still to prove the secret (Foreman.MaxUnproven; at most one such line a second)",
+				zap.String("addr", conn.RemoteAddr().String()))
+			conn.Close()
+			return
+		}
+		err := authWorkerConn(conn, f.Secret, f.timeout())
+		release()
+		if err != nil {
 			f.Logger.Warn("worker refused: it did not prove it holds the shared secret",
 				zap.String("addr", conn.RemoteAddr().String()), zap.Error(err))
 			conn.Close()

@@ -2,6 +2,7 @@ package fuq
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -67,4 +68,36 @@ func TestForemanMaxConns(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// A host that opens connections and never proves the secret holds at most
+// MaxUnproven of them: the rest are closed at once, and a worker from
+// elsewhere still finds room among MaxConns.
+func TestForemanMaxUnproven(t *testing.T) {
+	secret := []byte("s3cret")
+	s := startSystem(t, &Foreman{Secret: secret, MaxConns: 3, MaxUnproven: 2, Timeout: time.Minute})
+	flooder := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	var held, closed int
+	for range 6 {
+		c, err := flooder.Dial("tcp", s.addr)
+		require.NoError(t, err)
+		defer c.Close()
+		// The foreman speaks first (its challenge) to a connection it
+		// keeps; one it refuses is closed without a word.
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		if errors.Is(err, io.EOF) {
+			closed++
+		} else {
+			require.NoError(t, err)
+			held++
+		}
+	}
+	assert.Equal(t, 2, held, "MaxUnproven from one address")
+	assert.Equal(t, 4, closed)
+	assert.Equal(t, 1, s.logs.FilterMessageSnippet("too many connections from its address still to prove the secret").Len(), "once a second at most")
+
+	h, _ := s.submit("through", s.script("true\n"), 1)
+	s.workerWith(s.addr, 1, secret)
+	require.NoError(t, wait(t, h).Err, "the worker found room")
 }
