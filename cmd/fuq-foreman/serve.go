@@ -144,7 +144,9 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 	hs := web.Server(ctl.Handler(), log.Named("control"))
 	if lim.control != 0 {
 		hs.ReadHeaderTimeout, hs.ReadTimeout, hs.IdleTimeout, hs.WriteTimeout = lim.control, lim.control, lim.control, lim.control
-		ctl.MaxWait = lim.control / 2 // under them, as fuq.DefaultMaxWait is under web.Server's
+		// Well under them, as fuq.DefaultMaxWait is under web.Server's: the
+		// answer must be written before the deadline, on a loaded machine too.
+		ctl.MaxWait = lim.control / 10
 	}
 	controlled := make(chan error, 1)
 	go func() { controlled <- hs.Serve(netutil.LimitListener(cl, maxControlConns)) }()
