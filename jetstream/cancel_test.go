@@ -129,6 +129,9 @@ func TestCancelRunningJob(t *testing.T) {
 	assert.Equal(t, laboro.StatusCancelled, res.Status)
 	assert.ErrorIs(t, res.Err, laboro.ErrCancelled)
 	assert.Nil(t, res.Output)
+	// It ran, from its Run's start to its cancel: a console shows when.
+	assert.False(t, res.Started.IsZero(), "no start")
+	assert.False(t, res.Ended.Before(res.Started), "ended %v, started %v", res.Ended, res.Started)
 	requireGone(t, procs)
 
 	// The worker acknowledged the job, and goes on with the next one.

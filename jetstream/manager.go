@@ -243,7 +243,26 @@ func (m *Manager) Validate(job laboro.Job) error { return checkJob(job) }
 // kills it there. A JobOptions in job.Payload travels with it too. When ctx ends first, Run returns at once with the status
 // laboro.Interruption gives, and the job is ended in the streams (see
 // Manager); when Close ends it, its job stays in the streams.
+//
+// The result's Started and Ended are its worker's; a result no worker
+// timed (a Run that ctx ended first, a job refused or failed here, a
+// stored end) is timed by Run itself: from its call, when the Executor
+// started the job, to its return.
 func (m *Manager) Run(ctx context.Context, job laboro.Job) laboro.Result {
+	started := time.Now()
+	res := m.run(ctx, job)
+	// The job reached its runner: its result says when, as a process's
+	// does, also when it was cancelled before a worker said how it ran.
+	if res.Started.IsZero() {
+		res.Started = started
+	}
+	if res.Ended.IsZero() {
+		res.Ended = time.Now()
+	}
+	return res
+}
+
+func (m *Manager) run(ctx context.Context, job laboro.Job) laboro.Result {
 	fail := func(err error) laboro.Result {
 		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1, Err: err}
 	}
