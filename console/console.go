@@ -60,7 +60,12 @@ var files embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
-	"ts":    func(t time.Time) string { return t.Format("15:04:05") },
+	"ts": func(t time.Time) string {
+		if t.IsZero() {
+			return "" // not known (a job that never started), as the page's script shows it
+		}
+		return t.Format("15:04:05")
+	},
 }).ParseFS(files, "templates/*.html"))
 
 // Options set up a Console.
