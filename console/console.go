@@ -102,7 +102,8 @@ type Batch struct {
 	Name      string    `json:"name"`
 	Jobs      int       `json:"jobs"`
 	Succeeded int       `json:"succeeded"`
-	Failed    int       `json:"failed"` // ended otherwise than succeeded
+	Failed    int       `json:"failed"`    // ended otherwise than succeeded or cancelled
+	Cancelled int       `json:"cancelled"` // cancelled: not counted in Failed
 	Submitted time.Time `json:"submitted"`
 	Ended     time.Time `json:"ended"` // zero while it runs
 }

@@ -378,7 +378,7 @@ func TestFleetTail(t *testing.T) {
 			return []console.Worker{{Name: "w1", Slots: 2, Running: []string{"far"}}, {Name: "w2", Slots: 1}}
 		},
 		Batches: func() []console.Batch {
-			return []console.Batch{{Name: "nightly", Jobs: 3, Succeeded: 1, Failed: 1, Submitted: time.Now()}}
+			return []console.Batch{{Name: "nightly", Jobs: 4, Succeeded: 1, Failed: 1, Cancelled: 1, Submitted: time.Now()}}
 		},
 	}
 	run := remoteRunner{release: make(chan struct{}), dir: t.TempDir(), output: full}
@@ -400,9 +400,10 @@ func TestFleetTail(t *testing.T) {
 	assert.Contains(t, page, "<h2>Workers</h2>")
 	assert.Contains(t, page, "1 of 2")
 	assert.Contains(t, page, "<h2>Batches</h2>")
-	assert.Contains(t, page, "<td>nightly</td><td>3</td><td>1</td><td>1</td>")
+	assert.Contains(t, page, "<td>nightly</td><td>4</td><td>1</td><td>1</td><td>1</td>", "a cancelled job is no failure")
 	require.Len(t, st.Batches, 1)
 	assert.Equal(t, "nightly", st.Batches[0].Name)
+	assert.Equal(t, 1, st.Batches[0].Cancelled)
 	assert.True(t, st.Batches[0].Ended.IsZero(), "it runs")
 
 	out := openSSE(t, client, srv.URL+"/jobs/far/output")

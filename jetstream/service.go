@@ -437,8 +437,19 @@ func (sv *serving) batchDone(b BatchStatus) {
 	if fillUnread(ctx, sv.m.js, sv.cfg, batches, []uint64{reads}) == nil && batches[0].Unread > 0 {
 		return
 	}
-	sv.log.Info("batch done", zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
-		zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failed))
+	// Failed is said apart from the jobs cancelled, timed out or killed:
+	// an operator who cancelled a job does not read it as a failure.
+	fields := []zap.Field{zap.String("batch", b.Batch), zap.Int("jobs", b.Jobs),
+		zap.Int("succeeded", b.Succeeded), zap.Int("failed", b.Failures()-b.TimedOut-b.Killed)}
+	for _, n := range []struct {
+		key string
+		n   int
+	}{{"timed_out", b.TimedOut}, {"killed", b.Killed}, {"cancelled", b.Cancelled}} {
+		if n.n > 0 {
+			fields = append(fields, zap.Int(n.key, n.n))
+		}
+	}
+	sv.log.Info("batch done", fields...)
 }
 
 // ensureSubmitted creates the stream of submitted jobs, or updates it when
@@ -828,9 +839,15 @@ type BatchStatus struct {
 	Waiting    int `json:"waiting"`
 	Dispatched int `json:"dispatched"`
 	// Succeeded and Failed jobs ended; Failed counts every status but
-	// StatusSucceeded.
+	// StatusSucceeded, as it always has: a peer of an older version takes
+	// Succeeded + Failed for the jobs that ended. Cancelled, TimedOut and
+	// Killed say how many of the Failed ended so (see Failures); a Service
+	// of an older version sends none of them, and they read 0.
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled,omitempty"`
+	TimedOut  int `json:"timed_out,omitempty"`
+	Killed    int `json:"killed,omitempty"`
 	// Ended is when its last job ended, once every job read has (zero
 	// before, and again when more of its jobs come).
 	Ended time.Time `json:"ended,omitzero"`
@@ -838,6 +855,42 @@ type BatchStatus struct {
 
 // Done is how many of the batch's jobs ended.
 func (b BatchStatus) Done() int { return b.Succeeded + b.Failed }
+
+// Failures is how many of the batch's jobs ended otherwise than succeeded
+// or cancelled: they failed (a non-zero exit, a command that could not
+// start, …), timed out or were killed.
+func (b BatchStatus) Failures() int { return b.Failed - b.Cancelled }
+
+// count adds delta to b's count of the jobs in state (StateWaiting,
+// StateDispatched, or a laboro.Status in words once a job ended).
+func (b *BatchStatus) count(state string, delta int) {
+	switch state {
+	case StateWaiting:
+		b.Waiting += delta
+	case StateDispatched:
+		b.Dispatched += delta
+	case stateSucceeded:
+		b.Succeeded += delta
+	default:
+		b.Failed += delta
+		switch state {
+		case stateCancelled:
+			b.Cancelled += delta
+		case stateTimedOut:
+			b.TimedOut += delta
+		case stateKilled:
+			b.Killed += delta
+		}
+	}
+}
+
+// The ends a BatchStatus counts apart, in words, as a job's State says them.
+var (
+	stateSucceeded = laboro.StatusSucceeded.String()
+	stateCancelled = laboro.StatusCancelled.String()
+	stateTimedOut  = laboro.StatusTimedOut.String()
+	stateKilled    = laboro.StatusKilled.String()
+)
 
 // JobStatus is the state of one job.
 type JobStatus struct {
@@ -977,10 +1030,10 @@ func (t *tracker) dispatched(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if j := t.jobs[id]; j != nil && j.State == StateWaiting {
-		j.State = StateDispatched
 		b := t.batches[j.Batch]
-		b.Waiting--
-		b.Dispatched++
+		b.count(j.State, -1)
+		j.State = StateDispatched
+		b.count(j.State, 1)
 	}
 }
 
@@ -994,16 +1047,10 @@ func (t *tracker) finish(id string, res laboro.Result) (BatchStatus, bool) {
 		return BatchStatus{}, false
 	}
 	b := t.batches[j.Batch]
-	if j.State == StateWaiting {
-		b.Waiting--
-	} else {
-		b.Dispatched--
-	}
+	b.count(j.State, -1)
 	j.State, j.ExitCode = res.Status.String(), res.ExitCode
-	if res.Status == laboro.StatusSucceeded {
-		b.Succeeded++
-	} else {
-		b.Failed++
+	b.count(j.State, 1)
+	if res.Status != laboro.StatusSucceeded {
 		if res.Err != nil {
 			j.Error = res.Err.Error()
 		}
@@ -1064,18 +1111,9 @@ func (t *tracker) cancel(id string) (BatchStatus, bool) {
 	}
 	b := t.batches[j.Batch]
 	ended := j.State != StateWaiting && j.State != StateDispatched
-	switch j.State {
-	case StateWaiting:
-		b.Waiting--
-	case StateDispatched:
-		b.Dispatched--
-	case laboro.StatusSucceeded.String():
-		b.Succeeded--
-	default:
-		b.Failed--
-	}
-	j.State, j.ExitCode, j.Error = laboro.StatusCancelled.String(), -1, laboro.ErrCancelled.Error()
-	b.Failed++
+	b.count(j.State, -1)
+	j.State, j.ExitCode, j.Error = stateCancelled, -1, laboro.ErrCancelled.Error()
+	b.count(j.State, 1)
 	if ended || b.Done() != b.Jobs {
 		return b.BatchStatus, false
 	}
@@ -1135,7 +1173,7 @@ func (t *tracker) statusRead(req StatusRequest) (StatusReply, []uint64) {
 		}
 		for _, id := range b.ids {
 			j := t.jobs[id]
-			if j.State == StateWaiting || j.State == StateDispatched || j.State == laboro.StatusSucceeded.String() {
+			if j.State == StateWaiting || j.State == StateDispatched || j.State == stateSucceeded {
 				continue
 			}
 			if len(reply.Jobs) >= maxListed {

@@ -561,7 +561,8 @@ func TestServiceCancel(t *testing.T) {
 
 	b, err := cl.Wait(ctx, "c", 4, 10*time.Millisecond, nil)
 	require.NoError(t, err)
-	assert.Equal(t, BatchStatus{Batch: "c", Submitted: b.Submitted, Jobs: 4, Succeeded: 1, Failed: 3, Ended: b.Ended}, b)
+	assert.Equal(t, BatchStatus{Batch: "c", Submitted: b.Submitted, Jobs: 4, Succeeded: 1, Failed: 3, Cancelled: 3, Ended: b.Ended}, b)
+	assert.Zero(t, b.Failures(), "a cancelled job is no failure")
 	status, err = cl.Status(ctx, StatusRequest{})
 	require.NoError(t, err)
 	assert.Zero(t, status.Unread, "every submission read")
@@ -587,6 +588,7 @@ func TestServiceCancel(t *testing.T) {
 	b, err = cl.Wait(ctx, "c", 4, 10*time.Millisecond, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 1, b.Succeeded)
+	assert.Equal(t, 3, b.Cancelled, "read back as cancelled")
 	status, err = cl.Status(ctx, StatusRequest{IDs: []string{"running", "queued", "blocked"}})
 	require.NoError(t, err)
 	for _, j := range status.Jobs {
@@ -615,10 +617,63 @@ func TestServiceTimeout(t *testing.T) {
 	b, err := cl.Wait(ctx, "t", 3, 10*time.Millisecond, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 2, b.Succeeded)
+	assert.Equal(t, 1, b.TimedOut)
+	assert.Equal(t, 1, b.Failures())
 	reply, err := cl.Status(ctx, StatusRequest{IDs: []string{"quick", "slow"}})
 	require.NoError(t, err)
 	assert.Equal(t, "succeeded", reply.Jobs[0].State)
 	assert.Equal(t, "timed out", reply.Jobs[1].State)
+}
+
+// A batch counts its jobs by how they ended: cancelled, timed out and
+// killed apart, within Failed (its meaning for peers of older versions);
+// a cancel overrides an end.
+func TestTrackerCountsEnds(t *testing.T) {
+	tr := newTracker(100)
+	now := time.Now()
+	for i := range 7 {
+		require.True(t, tr.add(fmt.Sprint("j", i), "b", "job "+fmt.Sprint(i), now))
+	}
+	tr.dispatched("j0")
+	tr.finish("j0", laboro.Result{Status: laboro.StatusCancelled, ExitCode: -1, Err: laboro.ErrCancelled})
+	tr.finish("j1", laboro.Result{Status: laboro.StatusFailed, ExitCode: 3, Stderr: []byte("oops\n")})
+	tr.finish("j2", laboro.Result{Status: laboro.StatusTimedOut, ExitCode: -1, Err: laboro.ErrTimeout})
+	tr.finish("j3", laboro.Result{Status: laboro.StatusKilled, ExitCode: -1, Err: laboro.ErrKilled})
+	tr.finish("j4", laboro.Result{Status: laboro.StatusSucceeded})
+	tr.finish("j5", laboro.Result{Status: laboro.StatusFailed, ExitCode: 1})
+	b := tr.status(StatusRequest{}).Batches[0]
+	assert.Equal(t, BatchStatus{Batch: "b", Submitted: now, Jobs: 7, Waiting: 1, Succeeded: 1, Failed: 5,
+		Cancelled: 1, TimedOut: 1, Killed: 1}, b)
+	assert.Equal(t, 4, b.Failures())
+
+	// Cancelled after it failed, or while it waits: cancelled.
+	_, last := tr.cancel("j5")
+	assert.False(t, last)
+	_, last = tr.cancel("j6")
+	assert.True(t, last, "the batch's last job")
+	b = tr.status(StatusRequest{}).Batches[0]
+	assert.Equal(t, BatchStatus{Batch: "b", Submitted: now, Jobs: 7, Succeeded: 1, Failed: 6,
+		Cancelled: 3, TimedOut: 1, Killed: 1, Ended: b.Ended}, b)
+}
+
+// BatchStatus crosses the wire as JSON between peers of any versions: an
+// older client reads the jobs that ended as Succeeded + Failed, which
+// still counts the cancelled ones, and a newer one reads none cancelled
+// from an older service.
+func TestBatchStatusWire(t *testing.T) {
+	b := BatchStatus{Batch: "b", Jobs: 4, Succeeded: 1, Failed: 3, Cancelled: 1, TimedOut: 1}
+	data, err := json.Marshal(b)
+	require.NoError(t, err)
+	var older struct{ Jobs, Succeeded, Failed int }
+	require.NoError(t, json.Unmarshal(data, &older))
+	assert.Equal(t, b.Jobs, older.Succeeded+older.Failed, "an older client sees the batch done")
+	assert.Contains(t, string(data), `"cancelled":1,"timed_out":1`)
+	assert.NotContains(t, string(data), "killed", "none killed: said by leaving it out")
+
+	var newer BatchStatus
+	require.NoError(t, json.Unmarshal([]byte(`{"batch":"b","submitted":"2026-01-02T03:04:05Z","jobs":2,"waiting":0,"dispatched":0,"succeeded":1,"failed":1}`), &newer))
+	assert.Equal(t, 1, newer.Failures(), "an older service's Failed")
+	assert.Zero(t, newer.Cancelled)
 }
 
 // The status table keeps at most its bound of jobs while batches that

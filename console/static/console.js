@@ -67,7 +67,7 @@ function show(st) {
     action("/jobs/" + encodeURIComponent(j.id) + "/cancel", "Cancel")]);
   rows("queued", st.queued, (j) => [j.id, code(j.command), action("/jobs/" + encodeURIComponent(j.id) + "/stop", "Stop")]);
   rows("workers", st.workers, (w) => [w.name, w.running.length + " of " + w.slots, jobLinks(w.running)]);
-  rows("batches", st.batches, (b) => [b.name, b.jobs, b.succeeded, b.failed, time(b.submitted),
+  rows("batches", st.batches, (b) => [b.name, b.jobs, b.succeeded, b.failed, b.cancelled, time(b.submitted),
     time(b.ended) || "running"]);
   rows("finished", st.finished, (j) => [link(j.id), code(j.command), j.status, j.exit, time(j.ended), code(j.stderr || "")]);
 }

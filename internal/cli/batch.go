@@ -258,6 +258,21 @@ func (s Summary) WriteFailures(w io.Writer) {
 	}
 }
 
+// CountFailed counts n more jobs that did not succeed, ended with status
+// (a laboro.Status in words: "failed", "cancelled", …), without listing
+// them: for a batch whose jobs another program ran and counted (a
+// service), so that FailedText and Write say how they ended.
+func (s *Summary) CountFailed(status string, n int) {
+	if n <= 0 {
+		return
+	}
+	s.Failed += n
+	if s.ended == nil {
+		s.ended = map[string]int{}
+	}
+	s.ended[status] += n
+}
+
 // fail counts f, listing it if there is room.
 func (s *Summary) fail(f Failure) {
 	s.Failed++

@@ -450,3 +450,18 @@ func TestSummarySaysHowJobsEnded(t *testing.T) {
 	s.Write(&b)
 	assert.True(t, strings.HasPrefix(b.String(), "7 jobs: 2 succeeded, 2 failed, 1 timed out, 1 killed, 1 cancelled\n"), b.String())
 }
+
+// A batch counted elsewhere (a service's) is said the same way, its
+// failures not listed.
+func TestSummaryCountFailed(t *testing.T) {
+	s := Summary{Counts: Counts{Total: 5, Succeeded: 2}}
+	s.CountFailed("failed", 0)
+	assert.Equal(t, "0 failed", s.FailedText())
+	s.CountFailed("cancelled", 2)
+	assert.Equal(t, "2 cancelled", s.FailedText())
+	s.CountFailed("failed", 1)
+	var b strings.Builder
+	s.Write(&b)
+	assert.Equal(t, "5 jobs: 2 succeeded, 1 failed, 2 cancelled\n", b.String())
+	assert.Equal(t, ExitFailed, s.Code())
+}

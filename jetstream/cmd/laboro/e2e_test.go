@@ -1651,3 +1651,77 @@ func TestSubmitWaitInterruptedNamesTheJob(t *testing.T) {
 	assert.Equal(t, 130, p.Wait(t, 30*time.Second))
 	assert.Contains(t, p.Log(), "laboro: interrupted; job kept runs on (laboro output kept waits for it, laboro cancel kept stops it)")
 }
+
+// A batch with a job cancelled while it ran and jobs that failed: the
+// cancelled job is counted apart from the failures by status -watch, by
+// status (whose table and -json say so too), by serve's "batch done" and
+// by its console, which shows when it ran.
+func TestServeSaysHowJobsEnded(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "2", "-http", "127.0.0.1:0")
+	base := s.serve.Await(t, regexp.MustCompile(`console.*"url": "(http://[^/]+)/\?token=…"`), 20*time.Second)
+	cc := consoleClient{t, base, e2e.Token(t, "laboro")}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	lines := []string{fmt.Sprintf("echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 300", pidFile), "echo ok"}
+	for i := 1; i <= 7; i++ {
+		lines = append(lines, fmt.Sprintf("echo oops-%d >&2; exit %d", i, i))
+	}
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	_, errText, code := s.run("submit", "-batch", "mixed", "-f", jobs)
+	require.Equal(t, 0, code, errText)
+	require.Eventually(t, func() bool { _, err := os.Stat(pidFile); return err == nil }, 20*time.Second, 5*time.Millisecond,
+		"the long job runs")
+	_, errText, code = s.run("cancel", "mixed-1")
+	require.Equal(t, 0, code, errText)
+
+	out, _, code := s.run("status", "-watch", "mixed")
+	assert.Equal(t, 1, code, "jobs did not succeed")
+	assert.True(t, strings.HasPrefix(out, "batch mixed: 9 jobs, 1 succeeded, 7 failed, 1 cancelled\n"), out)
+	s.serve.Await(t, regexp.MustCompile(`batch done.*"batch": "mixed", "jobs": 9, "succeeded": 1, "failed": 7, "cancelled": 1\}`),
+		10*time.Second)
+
+	out, _, code = s.run("status", "mixed")
+	assert.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^BATCH\s+JOBS\s+WAITING\s+DISPATCHED\s+SUCCEEDED\s+FAILED\s+CANCELLED\s+SUBMITTED\nmixed\s+9\s+0\s+0\s+1\s+7\s+1\s`, out)
+
+	out, _, code = s.run("status", "-json", "mixed")
+	assert.Equal(t, 0, code)
+	var reply struct {
+		Batches []map[string]any `json:"batches"`
+		Jobs    []any            `json:"jobs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &reply), out)
+	require.Len(t, reply.Batches, 1)
+	assert.EqualValues(t, 8, reply.Batches[0]["failed"], "every end but success, as before")
+	assert.EqualValues(t, 1, reply.Batches[0]["cancelled"])
+
+	type finished struct {
+		ID, Status     string
+		Started, Ended time.Time
+	}
+	var st struct {
+		Batches []struct {
+			Name              string
+			Failed, Cancelled int
+		} `json:"batches"`
+		Finished []finished `json:"finished"`
+	}
+	cancelled := -1
+	require.Eventually(t, func() bool {
+		code, body := cc.call("GET", "/api/state", nil)
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+			return false
+		}
+		cancelled = slices.IndexFunc(st.Finished, func(f finished) bool { return f.ID == "mixed-1" })
+		return cancelled >= 0
+	}, 30*time.Second, 10*time.Millisecond, "the console lists the cancelled job: %+v", st)
+	job := st.Finished[cancelled]
+	assert.Equal(t, "cancelled", job.Status)
+	assert.False(t, job.Started.IsZero(), "it ran: it started")
+	assert.False(t, job.Ended.Before(job.Started), "it ended when cancelled: %v, started %v", job.Ended, job.Started)
+	require.Len(t, st.Batches, 1)
+	assert.Equal(t, 7, st.Batches[0].Failed)
+	assert.Equal(t, 1, st.Batches[0].Cancelled)
+}

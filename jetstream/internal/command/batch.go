@@ -83,7 +83,7 @@ func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 	if err != nil {
 		return failed(ctx, "wait", err)
 	}
-	fmt.Printf("batch %s: %s, %d succeeded, %d failed\n", b.Batch, plural(b.Jobs, "job"), b.Succeeded, b.Failed)
+	fmt.Printf("batch %s: %s, %d succeeded, %s\n", b.Batch, plural(b.Jobs, "job"), b.Succeeded, batchSummary(b).FailedText())
 	if b.Failed == 0 {
 		return 0
 	}

@@ -176,3 +176,19 @@ func TestReconnectDelay(t *testing.T) {
 		assert.Greater(t, len(spread), 1, "round %d: at random", c.attempts)
 	}
 }
+
+// A batch's cancelled jobs are said apart from its failures, in the
+// status table and in its summary line.
+func TestBatchCounts(t *testing.T) {
+	batches := []jetstream.BatchStatus{
+		{Batch: "b1", Jobs: 9, Succeeded: 1, Failed: 8, Cancelled: 1, TimedOut: 1},
+		{Batch: "b2", Jobs: 1, Succeeded: 1},
+	}
+	assert.Equal(t, "6 failed, 1 timed out, 1 cancelled", batchSummary(batches[0]).FailedText())
+	assert.Equal(t, "2 cancelled", batchSummary(jetstream.BatchStatus{Jobs: 2, Failed: 2, Cancelled: 2}).FailedText())
+	assert.Equal(t, "0 failed", batchSummary(batches[1]).FailedText())
+	var b bytes.Buffer
+	printBatches(&b, batches[:1])
+	assert.Regexp(t, `(?m)^BATCH\s+JOBS\s+WAITING\s+DISPATCHED\s+SUCCEEDED\s+FAILED\s+CANCELLED\s+SUBMITTED\n`+
+		`b1\s+9\s+0\s+0\s+1\s+7\s+1\s`, b.String())
+}

@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/jetstream"
 )
 
@@ -55,14 +57,27 @@ func printIndented(out io.Writer, text string) {
 	}
 }
 
-// printBatches prints one line per batch under a heading.
+// printBatches prints one line per batch under a heading: FAILED counts
+// the jobs that failed, timed out or were killed, CANCELLED those
+// cancelled.
 func printBatches(out io.Writer, batches []jetstream.BatchStatus) {
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(w, "BATCH\tJOBS\tWAITING\tDISPATCHED\tSUCCEEDED\tFAILED\tSUBMITTED")
+	fmt.Fprintln(w, "BATCH\tJOBS\tWAITING\tDISPATCHED\tSUCCEEDED\tFAILED\tCANCELLED\tSUBMITTED")
 	for _, b := range batches {
 		// Its submissions not read yet wait too.
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", b.Batch, b.Jobs+b.Unread, b.Waiting+b.Unread, b.Dispatched,
-			b.Succeeded, b.Failed, b.Submitted.Local().Format(time.DateTime))
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", b.Batch, b.Jobs+b.Unread, b.Waiting+b.Unread, b.Dispatched,
+			b.Succeeded, b.Failures(), b.Cancelled, b.Submitted.Local().Format(time.DateTime))
 	}
 	w.Flush()
+}
+
+// batchSummary is how batch b stands, for its summary line: its jobs that
+// did not succeed counted by how they ended.
+func batchSummary(b jetstream.BatchStatus) cli.Summary {
+	s := cli.Summary{Counts: cli.Counts{Total: b.Jobs + b.Unread, Succeeded: b.Succeeded}}
+	s.CountFailed(laboro.StatusFailed.String(), b.Failures()-b.TimedOut-b.Killed)
+	s.CountFailed(laboro.StatusTimedOut.String(), b.TimedOut)
+	s.CountFailed(laboro.StatusKilled.String(), b.Killed)
+	s.CountFailed(laboro.StatusCancelled.String(), b.Cancelled)
+	return s
 }

@@ -158,8 +158,8 @@ func serve(args []string) int {
 			var list []console.Batch
 			for _, b := range service.Batches(console.MaxListed) {
 				// Its submissions not read yet are jobs of it too.
-				cb := console.Batch{Name: b.Batch, Jobs: b.Jobs + b.Unread, Succeeded: b.Succeeded, Failed: b.Failed,
-					Submitted: b.Submitted}
+				cb := console.Batch{Name: b.Batch, Jobs: b.Jobs + b.Unread, Succeeded: b.Succeeded, Failed: b.Failures(),
+					Cancelled: b.Cancelled, Submitted: b.Submitted}
 				if b.Unread == 0 {
 					cb.Ended = b.Ended
 				}

@@ -15,7 +15,8 @@ import (
 // It returns exitFailed when a job named is unknown.
 func status(args []string) int {
 	c := newCommon("status", "[flags] [BATCH|ID…]",
-		"Prints every batch, or the batches and jobs named; -watch follows one batch until it is done, "+
+		"Prints every batch, or the batches and jobs named (a batch's FAILED jobs are those that failed, timed "+
+			"out or were killed; CANCELLED ones were cancelled); -watch follows one batch until it is done, "+
 			"-failed lists the jobs that did not succeed.\n\n"+
 			"Exit status: 0; 1 when a job named is unknown (with -watch: when a job of the batch did not "+
 			"succeed, or the batch is unknown), or NATS or the service cannot be reached; 2 for a usage error; "+
