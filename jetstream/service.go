@@ -779,6 +779,12 @@ type StatusRequest struct {
 	// Unsuccessful adds to Jobs the jobs of the reported batches that ended
 	// otherwise than StatusSucceeded (at most 1,000).
 	Unsuccessful bool `json:"unsuccessful,omitempty"`
+	// Failures adds to Jobs, when Unsuccessful is not set, the first
+	// Failures jobs (1,000 at most) of the reported batches that ended
+	// otherwise than succeeded or cancelled, for a report to show at once
+	// why jobs failed; the reply's Truncated says that more did. A
+	// Service of an older version lists none.
+	Failures int `json:"failures,omitempty"`
 }
 
 // CancelRequest asks a Service to cancel jobs.
@@ -1161,6 +1167,7 @@ func (t *tracker) statusRead(req StatusRequest) (StatusReply, []uint64) {
 			reply.Jobs = append(reply.Jobs, JobStatus{ID: id, State: StateUnknown, ExitCode: -1})
 		}
 	}
+	failures := len(reply.Jobs) + min(req.Failures, maxListed) // the bound of Jobs with them
 	for _, name := range names {
 		b := t.batches[name]
 		if b == nil {
@@ -1168,20 +1175,38 @@ func (t *tracker) statusRead(req StatusRequest) (StatusReply, []uint64) {
 		}
 		reply.Batches = append(reply.Batches, b.BatchStatus)
 		reads = append(reads, t.reads[name])
-		if !req.Unsuccessful || b.Failed == 0 {
-			continue
-		}
-		for _, id := range b.ids {
-			j := t.jobs[id]
-			if j.State == StateWaiting || j.State == StateDispatched || j.State == stateSucceeded {
-				continue
-			}
-			if len(reply.Jobs) >= maxListed {
-				reply.Truncated = true
-				break
-			}
-			reply.Jobs = append(reply.Jobs, *j)
+		switch {
+		case req.Unsuccessful && b.Failed > 0:
+			t.list(&reply, b, b.Failed, maxListed, func(state string) bool { return state != stateSucceeded })
+		case !req.Unsuccessful && req.Failures > 0 && b.Failures() > 0:
+			t.list(&reply, b, b.Failures(), failures, func(state string) bool {
+				return state != stateSucceeded && state != stateCancelled
+			})
 		}
 	}
 	return reply, reads
+}
+
+// list adds to reply.Jobs, in the order they were read, the jobs of b that
+// ended in a state that match takes, n of them in all, until reply.Jobs
+// holds limit: it says then, in reply.Truncated, that more match. t.mu is
+// held.
+func (t *tracker) list(reply *StatusReply, b *batchEntry, n, limit int, match func(state string) bool) {
+	// The walk stops at the last match, or at the first beyond limit: a
+	// batch of a million jobs whose first ones failed costs no more.
+	for _, id := range b.ids {
+		if n == 0 {
+			return
+		}
+		j := t.jobs[id]
+		if j.State == StateWaiting || j.State == StateDispatched || !match(j.State) {
+			continue
+		}
+		if len(reply.Jobs) >= limit {
+			reply.Truncated = true
+			return
+		}
+		reply.Jobs = append(reply.Jobs, *j)
+		n--
+	}
 }

@@ -627,7 +627,8 @@ func TestServiceTimeout(t *testing.T) {
 
 // A batch counts its jobs by how they ended: cancelled, timed out and
 // killed apart, within Failed (its meaning for peers of older versions);
-// a cancel overrides an end.
+// a cancel overrides an end. Failures lists the first jobs that failed
+// otherwise than by a cancel, and says that more did.
 func TestTrackerCountsEnds(t *testing.T) {
 	tr := newTracker(100)
 	now := time.Now()
@@ -646,6 +647,17 @@ func TestTrackerCountsEnds(t *testing.T) {
 		Cancelled: 1, TimedOut: 1, Killed: 1}, b)
 	assert.Equal(t, 4, b.Failures())
 
+	reply := tr.status(StatusRequest{Failures: 2})
+	require.Len(t, reply.Jobs, 2)
+	assert.Equal(t, JobStatus{ID: "j1", Batch: "b", State: "failed", ExitCode: 3, Command: "job 1", Stderr: "oops\n"}, reply.Jobs[0])
+	assert.Equal(t, "j2", reply.Jobs[1].ID)
+	assert.True(t, reply.Truncated, "more failed")
+	reply = tr.status(StatusRequest{Failures: 4, IDs: []string{"j4"}})
+	assert.Equal(t, []string{"j4", "j1", "j2", "j3", "j5"}, jobIDs(reply.Jobs))
+	assert.False(t, reply.Truncated)
+	reply = tr.status(StatusRequest{Failures: 2, Unsuccessful: true})
+	assert.Equal(t, []string{"j0", "j1", "j2", "j3", "j5"}, jobIDs(reply.Jobs), "-failed lists them all")
+
 	// Cancelled after it failed, or while it waits: cancelled.
 	_, last := tr.cancel("j5")
 	assert.False(t, last)
@@ -654,6 +666,15 @@ func TestTrackerCountsEnds(t *testing.T) {
 	b = tr.status(StatusRequest{}).Batches[0]
 	assert.Equal(t, BatchStatus{Batch: "b", Submitted: now, Jobs: 7, Succeeded: 1, Failed: 6,
 		Cancelled: 3, TimedOut: 1, Killed: 1, Ended: b.Ended}, b)
+	assert.Equal(t, []string{"j1", "j2", "j3"}, jobIDs(tr.status(StatusRequest{Failures: 10}).Jobs))
+}
+
+func jobIDs(jobs []JobStatus) []string {
+	var ids []string
+	for _, j := range jobs {
+		ids = append(ids, j.ID)
+	}
+	return ids
 }
 
 // BatchStatus crosses the wire as JSON between peers of any versions: an

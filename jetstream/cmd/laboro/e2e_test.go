@@ -1655,7 +1655,9 @@ func TestSubmitWaitInterruptedNamesTheJob(t *testing.T) {
 // A batch with a job cancelled while it ran and jobs that failed: the
 // cancelled job is counted apart from the failures by status -watch, by
 // status (whose table and -json say so too), by serve's "batch done" and
-// by its console, which shows when it ran.
+// by its console, which shows when it ran; status shows the first
+// failures with their command, exit status and standard error, and how
+// to list the rest, while -json answers as it did.
 func TestServeSaysHowJobsEnded(t *testing.T) {
 	s := newSystem(t)
 	s.start("-workers", "2", "-http", "127.0.0.1:0")
@@ -1685,6 +1687,13 @@ func TestServeSaysHowJobsEnded(t *testing.T) {
 	out, _, code = s.run("status", "mixed")
 	assert.Equal(t, 0, code)
 	assert.Regexp(t, `(?m)^BATCH\s+JOBS\s+WAITING\s+DISPATCHED\s+SUCCEEDED\s+FAILED\s+CANCELLED\s+SUBMITTED\nmixed\s+9\s+0\s+0\s+1\s+7\s+1\s`, out)
+	assert.Contains(t, out, "\njobs that failed (the first 5 of 7):\n")
+	assert.Regexp(t, `(?m)^mixed-3\s+failed\s+1\s+echo oops-1 >&2; exit 1\s+.*exit status 1$`, out)
+	assert.Contains(t, out, "\nstandard error of mixed-3 (its end):\n  oops-1\n")
+	assert.Contains(t, out, "\nstandard error of mixed-7 (its end):\n  oops-5\n")
+	assert.NotContains(t, out, "mixed-8", "the first five only")
+	assert.NotContains(t, out, "mixed-1 ", "cancelled: no failure")
+	assert.True(t, strings.HasSuffix(out, "\n(2 more failed: laboro status -failed mixed lists every job that did not succeed)\n"), out)
 
 	out, _, code = s.run("status", "-json", "mixed")
 	assert.Equal(t, 0, code)
@@ -1696,6 +1705,7 @@ func TestServeSaysHowJobsEnded(t *testing.T) {
 	require.Len(t, reply.Batches, 1)
 	assert.EqualValues(t, 8, reply.Batches[0]["failed"], "every end but success, as before")
 	assert.EqualValues(t, 1, reply.Batches[0]["cancelled"])
+	assert.Nil(t, reply.Jobs, "the answer for programs lists no job it was not asked for")
 
 	type finished struct {
 		ID, Status     string

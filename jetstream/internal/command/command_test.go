@@ -192,3 +192,39 @@ func TestBatchCounts(t *testing.T) {
 	assert.Regexp(t, `(?m)^BATCH\s+JOBS\s+WAITING\s+DISPATCHED\s+SUCCEEDED\s+FAILED\s+CANCELLED\s+SUBMITTED\n`+
 		`b1\s+9\s+0\s+0\s+1\s+7\s+1\s`, b.String())
 }
+
+// status shows the first jobs that failed, each with its command, exit
+// status and standard error, and how many more did; from a service that
+// lists none (an older version), how many failed and how to see why.
+func TestPrintFailures(t *testing.T) {
+	batches := []jetstream.BatchStatus{
+		{Batch: "b1", Jobs: 9, Succeeded: 1, Failed: 8, Cancelled: 1, TimedOut: 1},
+		{Batch: "b2", Jobs: 1, Succeeded: 1},
+	}
+	listed := []jetstream.JobStatus{
+		{ID: "b1-2", Batch: "b1", State: "failed", ExitCode: 3, Command: "echo oops >&2; exit 3",
+			Error: "jetstream: on the worker: exit status 3", Stderr: "oops\n"},
+		{ID: "b1-3", Batch: "b1", State: "timed out", ExitCode: -1, Command: "sleep 60", Error: "laboro: job timed out"},
+	}
+	var b bytes.Buffer
+	printFailures(&b, batches, listed, false)
+	assert.Equal(t, "\njobs that failed (the first 2 of 7):\n"+
+		"JOB   STATE      EXIT  COMMAND                ERROR\n"+
+		"b1-2  failed     3     echo oops >&2; exit 3  jetstream: on the worker: exit status 3\n"+
+		"b1-3  timed out  -     sleep 60               laboro: job timed out\n"+
+		"\nstandard error of b1-2 (its end):\n  oops\n"+
+		"\n(5 more failed: laboro status -failed b1 lists every job that did not succeed)\n", b.String())
+
+	b.Reset()
+	printFailures(&b, batches, listed[:1], true)
+	assert.Contains(t, b.String(), "(6 more failed: laboro status -failed lists every job that did not succeed)\n")
+	b.Reset()
+	printFailures(&b, batches[:1], nil, false)
+	assert.Equal(t, "\n7 jobs failed: laboro status -failed b1 shows why\n", b.String(), "an older service")
+	b.Reset()
+	printFailures(&b, []jetstream.BatchStatus{{Batch: "c", Jobs: 2, Failed: 2, Cancelled: 2}}, nil, false)
+	assert.Empty(t, b.String(), "cancelled, none failed")
+	b.Reset()
+	printFailures(&b, batches[1:], nil, false)
+	assert.Empty(t, b.String(), "none failed")
+}

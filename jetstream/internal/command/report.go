@@ -81,3 +81,43 @@ func batchSummary(b jetstream.BatchStatus) cli.Summary {
 	s.CountFailed(laboro.StatusCancelled.String(), b.Cancelled)
 	return s
 }
+
+// shownFailures is how many failed jobs `laboro status` shows in full
+// (command, exit status, standard error) without -failed.
+const shownFailures = 5
+
+// printFailures prints, under batches, the jobs that failed that the
+// service listed (the first shownFailures of the batches', see
+// jetstream.StatusRequest.Failures), each with its command, exit status
+// and standard error, then how many more failed and how to list them all.
+// It prints nothing when no job of batches failed. A service of an older
+// version lists none: it says then how many failed, and how to list them.
+// every says that batches are every batch, none named.
+func printFailures(out io.Writer, batches []jetstream.BatchStatus, listed []jetstream.JobStatus, every bool) {
+	total := 0
+	var names []string
+	for _, b := range batches {
+		if n := b.Failures(); n > 0 {
+			total += n
+			names = append(names, b.Batch)
+		}
+	}
+	if total == 0 {
+		return
+	}
+	all := "laboro status -failed"
+	if !every {
+		all += " " + strings.Join(names, " ")
+	}
+	if len(listed) == 0 {
+		fmt.Fprintf(out, "\n%s failed: %s shows why\n", plural(total, "job"), all)
+		return
+	}
+	if more := total - len(listed); more > 0 {
+		fmt.Fprintf(out, "\njobs that failed (the first %d of %d):\n", len(listed), total)
+		defer fmt.Fprintf(out, "\n(%d more failed: %s lists every job that did not succeed)\n", more, all)
+	} else {
+		fmt.Fprintln(out, "\njobs that failed:")
+	}
+	printJobs(out, listed, false)
+}

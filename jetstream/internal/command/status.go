@@ -10,14 +10,17 @@ import (
 	"github.com/laboro-go/laboro/jetstream"
 )
 
-// status prints every batch, or the batches and jobs named; -watch follows
-// one batch until it is done, -failed lists the jobs that did not succeed.
-// It returns exitFailed when a job named is unknown.
+// status prints every batch, or the batches and jobs named, and the first
+// jobs of them that failed, each with its command, exit status and
+// standard error; -watch follows one batch until it is done, -failed lists
+// every job that did not succeed. It returns exitFailed when a job named is
+// unknown.
 func status(args []string) int {
 	c := newCommon("status", "[flags] [BATCH|ID…]",
-		"Prints every batch, or the batches and jobs named (a batch's FAILED jobs are those that failed, timed "+
-			"out or were killed; CANCELLED ones were cancelled); -watch follows one batch until it is done, "+
-			"-failed lists the jobs that did not succeed.\n\n"+
+		"Prints every batch, or the batches and jobs named, then the first jobs of those batches that failed, "+
+			"each with its command, exit status and the end of its standard error. A batch's FAILED jobs are "+
+			"those that failed, timed out or were killed; CANCELLED ones were cancelled. -watch follows one "+
+			"batch until it is done; -failed lists every job that did not succeed.\n\n"+
 			"Exit status: 0; 1 when a job named is unknown (with -watch: when a job of the batch did not "+
 			"succeed, or the batch is unknown), or NATS or the service cannot be reached; 2 for a usage error; "+
 			"130 when interrupted.")
@@ -47,9 +50,21 @@ func status(args []string) int {
 			}
 			return watch(ctx, cl, c.fs.Arg(0), 0)
 		}
-		reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: c.fs.Args(), Unsuccessful: *unsuccessful})
+		req := jetstream.StatusRequest{Batches: c.fs.Args(), Unsuccessful: *unsuccessful}
+		if !*unsuccessful && !*asJSON {
+			// Why jobs failed, without knowing the flag; the answer for
+			// programs (-json) stays as it was.
+			req.Failures = shownFailures
+		}
+		reply, err := cl.Status(ctx, req)
 		if err != nil {
 			return failed(ctx, "status", err)
+		}
+		// The jobs listed are the failures of the batches, unless -failed:
+		// they are shown apart, printFailures counting those not listed.
+		var failures []jetstream.JobStatus
+		if req.Failures > 0 {
+			failures, reply.Jobs, reply.Truncated = reply.Jobs, nil, false
 		}
 		// The names that are no batch are job ids.
 		var ids []string
@@ -81,6 +96,7 @@ func status(args []string) int {
 			}
 		}
 		printJobs(os.Stdout, reply.Jobs, reply.Truncated)
+		printFailures(os.Stdout, reply.Batches, failures, c.fs.NArg() == 0)
 		for _, p := range reply.Problems {
 			fmt.Fprintln(os.Stderr, "laboro status: problem:", p)
 		}
