@@ -95,6 +95,13 @@ type Options struct {
 	// Batches, when set, lists the last batches of jobs, newest first: the
 	// page shows them, finished ones included.
 	Batches func() []Batch
+	// Cancel, when set, is what the page's cancel and stop of a job do,
+	// instead of the Executor's Cancel and Stop: a fleet that keeps its
+	// jobs beyond the Executor (in streams, across restarts) records the
+	// cancel there, so that a job stopped while it waited does not run
+	// again. Its error is shown; laboro.ErrNotFound for a job it does not
+	// know.
+	Cancel func(ctx context.Context, id string) error
 }
 
 // Batch is a batch of jobs submitted together, as Options.Batches lists it.
@@ -168,8 +175,12 @@ func New(opts Options) *Console {
 	mux.HandleFunc("GET /api/events", c.events)
 	mux.HandleFunc("GET /jobs/{id}", c.job)
 	mux.HandleFunc("GET /jobs/{id}/output", c.output)
-	mux.HandleFunc("POST /jobs/{id}/cancel", c.act(func(ex *laboro.Executor, r *http.Request) error { return ex.Cancel(r.PathValue("id")) }))
-	mux.HandleFunc("POST /jobs/{id}/stop", c.act(func(ex *laboro.Executor, r *http.Request) error { return ex.Stop(r.PathValue("id")) }))
+	mux.HandleFunc("POST /jobs/{id}/cancel", c.act(func(ex *laboro.Executor, r *http.Request) error {
+		return c.end(r, ex.Cancel)
+	}))
+	mux.HandleFunc("POST /jobs/{id}/stop", c.act(func(ex *laboro.Executor, r *http.Request) error {
+		return c.end(r, ex.Stop)
+	}))
 	mux.HandleFunc("POST /concurrency", c.act(func(ex *laboro.Executor, r *http.Request) error {
 		n, err := strconv.Atoi(r.FormValue("n"))
 		if err != nil || n < 0 {
@@ -313,6 +324,15 @@ func (c *Console) act(do func(*laboro.Executor, *http.Request) error) http.Handl
 		}
 		http.Redirect(w, r, back, http.StatusSeeOther)
 	}
+}
+
+// end cancels or stops the job the request names: through Options.Cancel
+// when set, else with the Executor's.
+func (c *Console) end(r *http.Request, executors func(id string) error) error {
+	if c.opts.Cancel != nil {
+		return c.opts.Cancel(r.Context(), r.PathValue("id"))
+	}
+	return executors(r.PathValue("id"))
 }
 
 // State is what the console shows, as /api/state gives it.

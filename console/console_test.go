@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -431,4 +432,32 @@ func TestFleetTail(t *testing.T) {
 	res, err := h.Wait(context.Background())
 	require.NoError(t, err)
 	res.Output.Close()
+}
+
+// With Options.Cancel, the page's cancel and stop go through it (a fleet
+// records them), not the Executor's; its error is shown.
+func TestCancelThroughOptions(t *testing.T) {
+	var asked []string
+	_, srv, client := startWith(t, console.Options{Token: token, Cancel: func(_ context.Context, id string) error {
+		asked = append(asked, id)
+		if id == "nobody" {
+			return fmt.Errorf("%w: %s", laboro.ErrNotFound, id)
+		}
+		return nil
+	}}, laboro.WithOutputDir(t.TempDir()))
+	for _, action := range []string{"cancel", "stop"} {
+		req, _ := http.NewRequest("POST", srv.URL+"/jobs/j-"+action+"/"+action, nil)
+		req.Header.Set("X-Requested-With", "console")
+		res, err := client.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		assert.Equal(t, http.StatusNoContent, res.StatusCode, action)
+	}
+	res, err := client.PostForm(srv.URL+"/jobs/nobody/cancel", nil)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, http.StatusConflict, res.StatusCode)
+	assert.Contains(t, string(b), "laboro: job not found: nobody")
+	assert.Equal(t, []string{"j-cancel", "j-stop", "nobody"}, asked)
 }

@@ -90,6 +90,7 @@ type Service struct {
 	mu    sync.Mutex
 	m     *Manager // while it serves
 	t     *tracker // the same
+	sv    *serving // the same, once its Executor is made
 	fleet fleet
 	kept  []*laboro.Output // oldest first
 	keptN int64            // their bytes
@@ -217,7 +218,7 @@ func (s *Service) run(ctx context.Context) error {
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.m, s.t = nil, nil
+		s.m, s.t, s.sv = nil, nil, nil
 		s.mu.Unlock()
 	}()
 	var waits sync.WaitGroup // for the jobs' results
@@ -296,6 +297,9 @@ func (s *Service) run(ctx context.Context) error {
 		}
 		defer sub.Unsubscribe()
 	}
+	s.mu.Lock()
+	s.sv = sv // Cancel, as a request on the cancel subject from now on
+	s.mu.Unlock()
 
 	js, err := natsjs.New(s.Conn)
 	if err != nil {
@@ -562,18 +566,46 @@ func submitted(ctx context.Context, st natsjs.Stream, cfg Config, batches []Batc
 	return counts, nil
 }
 
-// answerCancel cancels the jobs of one request that have not ended: their
+// ErrNotServing is matched by the error of Service.Cancel when the
+// Service is not serving.
+var ErrNotServing = errors.New("jetstream: the service is not serving")
+
+// Cancel cancels jobs as a CancelRequest does (laboro cancel), from the
+// Service's own process: a console's cancel goes through it, so that the
+// cancel is recorded in the streams and the job does not run again after a
+// restart, as it would if only the Service's Executor cancelled it while
+// it waits there. Its error matches ErrNotServing when the Service is not
+// serving, and says which jobs could not be cancelled.
+func (s *Service) Cancel(ctx context.Context, ids ...string) (CancelReply, error) {
+	s.mu.Lock()
+	sv := s.sv
+	s.mu.Unlock()
+	if sv == nil {
+		return CancelReply{}, ErrNotServing
+	}
+	reply := sv.cancelJobs(ctx, ids)
+	if reply.Error != "" {
+		return reply, errors.New("jetstream: " + reply.Error)
+	}
+	return reply, nil
+}
+
+// answerCancel answers a CancelRequest (see cancelJobs).
+func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
+	var req CancelRequest
+	if err := json.Unmarshal(msg.Data, &req); err != nil {
+		sv.respond(msg, CancelReply{Error: "bad cancel request: " + err.Error()})
+		return
+	}
+	sv.respond(msg, sv.cancelJobs(ctx, req.IDs))
+}
+
+// cancelJobs cancels the jobs of one request that have not ended: their
 // cancel is recorded (see Manager), which stops their workers, and then
 // their Runs are cancelled in the Executor; a job still queued here never
 // reaches the streams.
-func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
-	var req CancelRequest
+func (sv *serving) cancelJobs(ctx context.Context, ids []string) CancelReply {
 	var reply CancelReply
-	if err := json.Unmarshal(msg.Data, &req); err != nil {
-		reply.Error = "bad cancel request: " + err.Error()
-		sv.respond(msg, reply)
-		return
-	}
 	ctx, stop := context.WithTimeout(ctx, cancelTimeout)
 	defer stop()
 	// The jobs submitted that the Service has not read yet go first: the
@@ -582,19 +614,19 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 	// of them its place.
 	var failed, unknown, done []string
 	var firstErr error
-	cancel := func(ids []string) {
-		for i, err := range sv.cancelAll(ctx, ids) {
+	cancel := func(some []string) {
+		for i, err := range sv.cancelAll(ctx, some) {
 			if err == nil {
-				done = append(done, ids[i])
+				done = append(done, some[i])
 				continue
 			}
-			failed = append(failed, ids[i])
+			failed = append(failed, some[i])
 			if firstErr == nil {
 				firstErr = err
 			}
 		}
 	}
-	for _, id := range req.IDs {
+	for _, id := range ids {
 		if sv.t.state(id) == "" {
 			unknown = append(unknown, id)
 		}
@@ -608,13 +640,13 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 		delete(unread, id)
 	}
 	for _, state := range []string{StateWaiting, StateDispatched} {
-		var ids []string
-		for _, id := range req.IDs {
+		var inState []string
+		for _, id := range ids {
 			if sv.t.state(id) == state {
-				ids = append(ids, id)
+				inState = append(inState, id)
 			}
 		}
-		cancel(ids)
+		cancel(inState)
 	}
 	// One line a request, however many jobs it names.
 	if len(done) > 0 {
@@ -624,7 +656,7 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 		sv.log.Warn("jobs not cancelled", zap.Int("jobs", len(failed)), zap.Strings("ids", failed[:min(len(failed), 10)]),
 			zap.Error(firstErr))
 	}
-	reply.Jobs = sv.t.status(StatusRequest{IDs: req.IDs}).Jobs
+	reply.Jobs = sv.t.status(StatusRequest{IDs: ids}).Jobs
 	for i, j := range reply.Jobs {
 		if j.State == StateUnknown && unread[j.ID] {
 			// Read later, it ends so.
@@ -634,7 +666,7 @@ func (sv *serving) answerCancel(ctx context.Context, msg *nats.Msg) {
 	if len(failed) > 0 {
 		reply.Error = "could not cancel " + strings.Join(failed, ", ")
 	}
-	sv.respond(msg, reply)
+	return reply
 }
 
 // maxUnreadIndexed bounds the submissions not read yet that a Service

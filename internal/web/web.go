@@ -44,6 +44,7 @@ type Fleet struct {
 	Tail    func(ctx context.Context, id string, offset int64) ([]byte, error)
 	Workers func() []console.Worker
 	Batches func() []console.Batch
+	Cancel  func(ctx context.Context, id string) error
 }
 
 // New makes the console, behind token, and the collector; give the
@@ -55,7 +56,7 @@ func New(token string, fleet *Fleet) *Web {
 	opts := console.Options{Token: token,
 		Metrics: promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second})}
 	if fleet != nil {
-		opts.Tail, opts.Workers, opts.Batches = fleet.Tail, fleet.Workers, fleet.Batches
+		opts.Tail, opts.Workers, opts.Batches, opts.Cancel = fleet.Tail, fleet.Workers, fleet.Batches, fleet.Cancel
 		w.Collector.CountWorkers(func() int { return len(fleet.Workers()) })
 	}
 	w.Console = console.New(opts)

@@ -1735,3 +1735,45 @@ func TestServeSaysHowJobsEnded(t *testing.T) {
 	assert.Equal(t, 7, st.Batches[0].Failed)
 	assert.Equal(t, 1, st.Batches[0].Cancelled)
 }
+
+// A job the console stops while it waits at the service is cancelled for
+// good, as laboro cancel cancels it: recorded in the streams, it does not
+// run when serve starts again.
+func TestConsoleStopOutlivesARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills processes")
+	}
+	s := newSystem(t)
+	s.start("-workers", "1", "-c", "1", "-http", "127.0.0.1:0")
+	base := s.serve.Await(t, regexp.MustCompile(`console.*"url": "(http://[^/]+)/\?token=…"`), 20*time.Second)
+	cc := consoleClient{t, base, e2e.Token(t, "laboro")}
+	dir := t.TempDir()
+	ran, release := filepath.Join(dir, "ran"), filepath.Join(dir, "release")
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o600) })
+	lines := fmt.Sprintf("until [ -e %s ]; do sleep 0.01; done\necho stopped-job-ran > %s\n", release, ran)
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte(lines), 0o600))
+	_, errText, code := s.run("submit", "-batch", "held", "-f", jobs)
+	require.Equal(t, 0, code, errText)
+	cc.await(1, 1, "one job out (-c 1), the other waits at the service")
+
+	code, body := cc.call("POST", "/jobs/held-2/stop", nil)
+	require.Equal(t, http.StatusNoContent, code, body)
+	out, _, _ := s.run("status", "held-2")
+	assert.Regexp(t, `(?m)^held-2\s+cancelled\s`, out)
+
+	// Stopped at once (two interrupts): the running job goes back to the
+	// streams, for the next serve.
+	require.NoError(t, s.serve.Cmd.Process.Signal(os.Interrupt))
+	s.serve.Await(t, regexp.MustCompile(`stopping: the jobs running here finish`), 20*time.Second)
+	require.NoError(t, s.serve.Cmd.Process.Signal(os.Interrupt))
+	s.serve.Wait(t, time.Minute)
+	s.start("-workers", "1", "-c", "1")
+	require.NoError(t, os.WriteFile(release, nil, 0o600))
+	out, _, code = s.run("status", "-watch", "held")
+	assert.Equal(t, 1, code, out)
+	assert.True(t, strings.HasPrefix(out, "batch held: 2 jobs, 1 succeeded, 1 cancelled\n"), out)
+	assert.Regexp(t, `(?m)^held-2\s+cancelled\s`, out)
+	_, err := os.Stat(ran)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the job stopped from the console ran after the restart")
+}

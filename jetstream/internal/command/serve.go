@@ -166,6 +166,14 @@ func serve(args []string) int {
 				list = append(list, cb)
 			}
 			return list
+		}, Cancel: func(ctx context.Context, id string) error {
+			// Recorded in the streams, as laboro cancel's: a job the
+			// page stopped while it waited does not run after a restart.
+			reply, err := service.Cancel(ctx, id)
+			if err == nil && len(reply.Jobs) == 1 && reply.Jobs[0].State == jetstream.StateUnknown {
+				err = fmt.Errorf("%w: %s", laboro.ErrNotFound, id)
+			}
+			return err
 		}})
 		started := make(chan *laboro.Executor, 1)
 		service.History = console.History
