@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -316,4 +317,37 @@ func TestInterruptedBatchSums(t *testing.T) {
 	require.NoError(t, batch.Cmd.Process.Signal(os.Interrupt))
 	assert.Equal(t, 130, batch.Wait(t, time.Minute), batch.Log())
 	assert.Equal(t, "3 jobs: 0 succeeded, 0 failed, 3 not done\n", batch.Stdout.String())
+}
+
+// awaitSocket waits for the controller's main.sock in dir.
+func awaitSocket(t *testing.T, dir string) {
+	t.Helper()
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "main.sock")); return err == nil }, 20*time.Second, 10*time.Millisecond)
+}
+
+// gated is a worker's command that notes each run in runs, waits for the
+// file gate, then prints the MD5 of its input as md5sum does.
+func gated(runs, gate string) []string {
+	return []string{"--", "sh", "-c", fmt.Sprintf(`echo run >> %s; while [ ! -e %s ]; do sleep 0.02; done; md5sum`, runs, gate)}
+}
+
+// A peer that connects to main.sock and says nothing does not hold the
+// controller up when it is told to stop (it did until the controller's
+// 10 s Timeout).
+func TestSilentPeerDoesNotDelayTheEnd(t *testing.T) {
+	controllerBin, workerBin := build(t)
+	dir := socketDir(t)
+	base := t.TempDir()
+	writeTasks(t, filepath.Join(base, "in"), []int{10})
+	controller := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", filepath.Join(base, "in"), "-out", filepath.Join(base, "out"))
+	awaitSocket(t, dir)
+	silent, err := net.Dial("unix", filepath.Join(dir, "main.sock"))
+	require.NoError(t, err)
+	defer silent.Close()
+	// Connections are taken in turn: once the worker that dials after it
+	// has registered, the silent one is being served.
+	e2e.Start(t, nil, workerBin, append([]string{"-dir", dir}, gated(filepath.Join(base, "runs"), filepath.Join(base, "gate"))...)...)
+	controller.Await(t, regexp.MustCompile(`worker registered`), time.Minute)
+	require.NoError(t, controller.Cmd.Process.Signal(os.Interrupt))
+	assert.Equal(t, 130, controller.Wait(t, 5*time.Second), controller.Log())
 }

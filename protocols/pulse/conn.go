@@ -2,8 +2,11 @@ package pulse
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -38,26 +41,68 @@ func freeReader(br *bufio.Reader) {
 	readerPool.Put(br)
 }
 
-// extraReader reads a message's extra bytes through br, setting conn's
-// read deadline d ahead before each read that goes to the connection: a
-// large transfer is bounded per chunk, as transport.Deadlined bounds it.
-type extraReader struct {
-	conn net.Conn
-	br   *bufio.Reader
-	d    time.Duration
+// ErrTooSlow is matched by the error of an exchange that a peer kept
+// going past its whole deadline (Controller.ExchangeTimeout,
+// Worker.ExchangeTimeout): one that sends, or reads, a message a little
+// at a time, each read or write within Timeout. The error matches
+// os.ErrDeadlineExceeded too.
+var ErrTooSlow = errors.New("pulse: the peer is too slow: the exchange took longer than its deadline")
+
+// exchangeConn is the connection of one exchange (a request and its
+// answer, with their extra bytes). Every read and write has a deadline
+// of per ahead, so that a peer that stalls fails it, and none goes past
+// end, the deadline of the whole exchange, so that a peer that sends or
+// reads a byte now and then cannot hold the connection either: a large
+// transfer is bounded per chunk and in total.
+type exchangeConn struct {
+	net.Conn
+	per   time.Duration
+	whole time.Duration
+	end   time.Time
 }
 
-func (r extraReader) Read(p []byte) (int, error) {
-	if r.br.Buffered() == 0 {
-		r.conn.SetReadDeadline(time.Now().Add(r.d))
-	}
-	return r.br.Read(p)
+// newExchangeConn returns conn for an exchange that began at begun and
+// must be over within whole, each read and write within per.
+func newExchangeConn(conn net.Conn, per, whole time.Duration, begun time.Time) *exchangeConn {
+	return &exchangeConn{Conn: conn, per: per, whole: whole, end: begun.Add(whole)}
 }
+
+func (c *exchangeConn) deadline() time.Time {
+	if t := time.Now().Add(c.per); t.Before(c.end) {
+		return t
+	}
+	return c.end
+}
+
+func (c *exchangeConn) Read(p []byte) (int, error) {
+	c.Conn.SetReadDeadline(c.deadline())
+	n, err := c.Conn.Read(p)
+	return n, c.cut(err)
+}
+
+func (c *exchangeConn) Write(p []byte) (int, error) {
+	c.Conn.SetWriteDeadline(c.deadline())
+	n, err := c.Conn.Write(p)
+	return n, c.cut(err)
+}
+
+// cut returns err, which matches ErrTooSlow too when the exchange's own
+// deadline is what ended the read or write.
+func (c *exchangeConn) cut(err error) error {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(c.end) {
+		return fmt.Errorf("%w (%v): %w", ErrTooSlow, c.whole, err)
+	}
+	return err
+}
+
+// timedOut reports whether err is a deadline that passed (a peer silent,
+// or too slow: ErrTooSlow), rather than a message that was wrong.
+func timedOut(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
 // writeWithExtra writes m and then n bytes from extra (nil when n is 0) to
 // w: in one Write when n is at most smallExtra, else m, then the bytes
 // streamed. w is a connection with a deadline set before each write
-// (transport.Deadlined).
+// (an exchangeConn).
 func (c Codec) writeWithExtra(w io.Writer, m proto.Message, extra io.Reader, n int64) error {
 	if n > smallExtra {
 		if err := c.WriteMessage(w, m); err != nil {

@@ -38,6 +38,12 @@ const DefaultMaxConns = 1024
 // once unless its MaxWorkers says otherwise.
 const DefaultMaxWorkers = 1024
 
+// exchangeTimeouts is how many Timeouts a whole exchange may take unless
+// ExchangeTimeout says otherwise: a minute with the default Timeout, time
+// enough to move the largest extra bytes (Limits.MaxExtra) many times
+// over on a Unix socket.
+const exchangeTimeouts = 6
+
 // ErrTaskFailed is matched by the error of a task that failed
 // (TASK_FAILED) on its last attempt; the last worker's words follow it.
 var ErrTaskFailed = errors.New("pulse: task failed")
@@ -125,8 +131,14 @@ type Controller struct {
 	Dir string
 	// Codec is the numbering and limits spoken.
 	Codec Codec
-	// Timeout bounds each exchange; 0 means 10 s.
+	// Timeout bounds each exchange's dialing, and each of its reads and
+	// writes, and a whole pulse on main.sock; 0 means 10 s.
 	Timeout time.Duration
+	// ExchangeTimeout bounds a whole exchange with a worker, from the
+	// dial to the last byte of the answer's extra bytes: a worker that
+	// sends its answer, or reads the task, a byte now and then is cut
+	// (ErrTooSlow) and removed. 0 means 6 × Timeout (a minute).
+	ExchangeTimeout time.Duration
 	// Attempts is how many times a task may be given to a worker without
 	// a result (TASK_FAILED, BUSY, or the worker lost) before it fails; 0
 	// means DefaultAttempts.
@@ -214,6 +226,14 @@ func (c *Controller) timeout() time.Duration {
 		return 10 * time.Second
 	}
 	return c.Timeout
+}
+
+// exchangeTimeout is the deadline of a whole exchange with a worker.
+func (c *Controller) exchangeTimeout() time.Duration {
+	if c.ExchangeTimeout <= 0 {
+		return exchangeTimeouts * c.timeout()
+	}
+	return c.ExchangeTimeout
 }
 
 func (c *Controller) attempts() int {
@@ -319,9 +339,10 @@ func (c *Controller) Serve(ctx context.Context) error {
 }
 
 // ServeListener answers the workers' pulses on ln, a listener from Listen,
-// until ctx ends; then it closes ln, waits for every exchange it started,
-// and forgets every worker (their tasks go back in line, for the next
-// Serve). It returns ctx.Err(), or the error that ended listening.
+// until ctx ends; then it closes ln and every connection on it (a peer
+// that says nothing does not hold it up), waits for every exchange it
+// started, and forgets every worker (their tasks go back in line, for the
+// next Serve). It returns ctx.Err(), or the error that ended listening.
 func (c *Controller) ServeListener(ctx context.Context, ln net.Listener) error {
 	c.init()
 	c.log.Info("serving", zap.Stringer("socket", ln.Addr()), zap.Stringer("numbering", c.Codec.Numbering))
@@ -461,15 +482,19 @@ func (l *mainListener) Close() error {
 }
 
 // servePulse is one connection on main.sock: a WorkerPulse, a
-// PulseResponse.
-func (c *Controller) servePulse(ctx context.Context, conn net.Conn) {
-	defer conn.Close()
+// PulseResponse, both within Timeout. The connection closes when ctx
+// (Serve's) ends, whatever it is doing: a peer that says nothing must not
+// delay the controller's end.
+func (c *Controller) servePulse(ctx context.Context, raw net.Conn) {
+	defer raw.Close()
 	defer c.conns.Add(-1)
 	if c.conns.Add(1) > int64(cmp.Or(c.MaxConns, DefaultMaxConns)) {
 		c.refusals.Of(c.log).Warn("connection refused: too many connections (Controller.MaxConns; at most one such line a second)")
 		return
 	}
-	conn.SetDeadline(time.Now().Add(c.timeout()))
+	conn, stop := transport.Interruptible(ctx, raw)
+	defer stop()
+	conn.SetDeadline(time.Now().Add(c.timeout())) // the whole exchange
 	br := newReader(conn)
 	p, err := c.Codec.ReadPulse(br)
 	freeReader(br)
@@ -478,16 +503,26 @@ func (c *Controller) servePulse(ctx context.Context, conn net.Conn) {
 	switch {
 	case err == nil:
 		if what := c.foreignPulse(p); what != "" {
-			c.mismatch(conn, what)
+			c.mismatch(raw, what)
 		}
 		resp = c.pulse(ctx, p)
 	case errors.As(err, &ee):
 		if what := c.foreignType(ee.Value); what != "" {
-			c.mismatch(conn, what)
+			c.mismatch(raw, what)
 		} else {
 			c.log.Warn("pulse of an unknown type", zap.Error(err))
 		}
 		resp.Error = pulsepb.ControllerError_CTRL_ERR_UNKNOWN_TYPE
+	case timedOut(err):
+		// Silent, or too slow (a byte now and then): the deadline has
+		// passed, so no answer could be written either. At shutdown the
+		// connection was closed on purpose.
+		if ctx.Err() == nil {
+			c.refusals.Of(c.log).Warn("connection closed: no whole pulse within the controller's Timeout "+
+				"(a peer silent, or sending a byte now and then; at most one such line a second)",
+				zap.Duration("timeout", c.timeout()))
+		}
+		return
 	default:
 		c.refusals.Of(c.log).Warn("bad pulse (at most one such line a second)", zap.Error(err))
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -734,6 +769,7 @@ func (c *Controller) next(w *cworker) func(context.Context) bool {
 // its WorkerResponse; with the response's extra bytes given to extra.
 func (c *Controller) exchange(ctx context.Context, w *cworker, msg *pulsepb.ControlMsg, body io.Reader, extra func(*pulsepb.WorkerResponse, io.Reader) error) (*pulsepb.WorkerResponse, error) {
 	path := filepath.Join(c.dir(), strconv.FormatUint(w.id, 10)+".sock")
+	begun := time.Now()
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, c.timeout())
 	raw, err := d.DialContext(dctx, "unix", path)
@@ -742,24 +778,22 @@ func (c *Controller) exchange(ctx context.Context, w *cworker, msg *pulsepb.Cont
 		return nil, err
 	}
 	defer raw.Close()
-	conn, stop := transport.Interruptible(ctx, raw)
+	ic, stop := transport.Interruptible(ctx, raw)
 	defer stop()
-	conn.SetDeadline(time.Now().Add(c.timeout()))
-	if err := c.Codec.writeWithExtra(transport.Deadlined(conn, c.timeout()), msg, body, int64(msg.ExtraSize)); err != nil {
+	conn := newExchangeConn(ic, c.timeout(), c.exchangeTimeout(), begun)
+	if err := c.Codec.writeWithExtra(conn, msg, body, int64(msg.ExtraSize)); err != nil {
 		return nil, err
 	}
-	conn.SetDeadline(time.Now().Add(c.timeout()))
 	br := newReader(conn)
 	defer freeReader(br)
 	resp, err := c.Codec.ReadWorkerResponse(br)
 	if err != nil {
 		return nil, err
 	}
-	r := io.Reader(extraReader{conn, br, c.timeout()})
 	if extra != nil {
-		return resp, extra(resp, io.LimitReader(r, int64(resp.ExtraSize)))
+		return resp, extra(resp, io.LimitReader(br, int64(resp.ExtraSize)))
 	}
-	return resp, c.Codec.ReadExtra(r, io.Discard, resp.ExtraSize)
+	return resp, c.Codec.ReadExtra(br, io.Discard, resp.ExtraSize)
 }
 
 // setTask gives task t to worker w (SET_TASK).

@@ -38,6 +38,9 @@ type testController struct {
 	c    *Controller
 	ex   *laboro.Executor
 	logs *observer.ObservedLogs
+	// stop ends Serve and closes the Executor, and returns Serve's error
+	// (once Serve has returned); it is called at the end of the test too.
+	stop func() error
 }
 
 // startController starts a Controller, set up by opts, and an Executor
@@ -56,12 +59,18 @@ func startController(t *testing.T, codec Codec, opts ...func(*Controller)) *test
 	go func() { served <- c.Serve(ctx) }()
 	// main.sock appears once it accepts connections.
 	require.Eventually(t, func() bool { return fileExists(filepath.Join(c.Dir, "main.sock")) }, 10*time.Second, time.Millisecond)
-	t.Cleanup(func() {
-		cancel()
-		ex.Close()
-		<-served
-	})
-	return &testController{c: c, ex: ex, logs: logs}
+	var once sync.Once
+	var serveErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			serveErr = <-served
+			ex.Close()
+		})
+		return serveErr
+	}
+	t.Cleanup(func() { stop() })
+	return &testController{c: c, ex: ex, logs: logs, stop: stop}
 }
 
 func (tc *testController) submit(t *testing.T, data string) *laboro.Handle {
@@ -95,6 +104,12 @@ func result(t *testing.T, h *laboro.Handle) (laboro.Result, string) {
 // scriptedWorker plays a worker by hand: it pulses, and answers control
 // messages on its socket with a function of the test's.
 type scriptedWorker struct {
+	// takeOver, when set before the worker registers, is given each
+	// control message first, with its connection (its extra bytes
+	// unread); when it returns true, it has taken the connection over and
+	// the worker does not answer.
+	takeOver func(m *pulsepb.ControlMsg, conn net.Conn) bool
+
 	t      *testing.T
 	codec  Codec
 	dir    string
@@ -112,7 +127,13 @@ type scriptedWorker struct {
 // so that a slow test does not lose it; one of the test's is given as
 // nextPulse.
 func (tc *testController) worker(t *testing.T, nextPulse ...uint64) *scriptedWorker {
-	w := &scriptedWorker{t: t, codec: tc.c.Codec, dir: tc.c.Dir, next: 60, got: make(chan *pulsepb.ControlMsg, 16), quit: make(chan struct{})}
+	return tc.workerTakingOver(t, nil, nextPulse...)
+}
+
+// workerTakingOver is worker, with takeOver set.
+func (tc *testController) workerTakingOver(t *testing.T, takeOver func(*pulsepb.ControlMsg, net.Conn) bool, nextPulse ...uint64) *scriptedWorker {
+	w := &scriptedWorker{t: t, codec: tc.c.Codec, dir: tc.c.Dir, next: 60, got: make(chan *pulsepb.ControlMsg, 16), quit: make(chan struct{}),
+		takeOver: takeOver}
 	if len(nextPulse) > 0 {
 		w.next = nextPulse[0]
 	}
@@ -153,6 +174,9 @@ func (w *scriptedWorker) serve() {
 		m, err := w.codec.ReadControl(conn)
 		if err != nil {
 			conn.Close()
+			continue
+		}
+		if w.takeOver != nil && w.takeOver(m, conn) {
 			continue
 		}
 		var extra bytes.Buffer
@@ -768,4 +792,130 @@ func TestControllerBoundsTheWorkers(t *testing.T) {
 
 	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, first.pulse(pulsepb.PulseType_PULSE_SHUTDOWN, 0).Error)
 	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, extra.pulse(pulsepb.PulseType_PULSE_REGISTER, 0).Error)
+}
+
+// drip plays a peer that holds a connection by sending a byte now and
+// then: it writes first at once, then a byte every gap (well within the
+// other side's Timeout for each read), until the other side closes the
+// connection; the channel returned is closed then. The gap between bytes
+// is what the test is about, not a wait for something to happen.
+func drip(t *testing.T, conn net.Conn, first []byte, gap time.Duration) <-chan struct{} {
+	closed := make(chan struct{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(stop); conn.Close(); wg.Wait() })
+	wg.Go(func() {
+		defer close(closed)
+		// The other side writes nothing: a read ends when it closes.
+		conn.Read(make([]byte, 1))
+	})
+	wg.Go(func() {
+		if _, err := conn.Write(first); err != nil {
+			return
+		}
+		tick := time.NewTicker(gap)
+		defer tick.Stop()
+		for {
+			select {
+			case <-closed:
+				return
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := conn.Write([]byte{'x'}); err != nil {
+					return
+				}
+			}
+		}
+	})
+	return closed
+}
+
+// A worker that answers FETCH with the header of a result at once, then
+// its bytes one every 25 ms, each well within the controller's Timeout
+// (500 ms), is cut once the whole exchange has taken 6 × Timeout, and
+// removed; main.sock serves on.
+func TestControllerCutsADrippingWorker(t *testing.T) {
+	tc := startController(t, Codec{}, func(c *Controller) { c.Timeout = 500 * time.Millisecond })
+	cut := make(chan (<-chan struct{}), 1)
+	w := tc.workerTakingOver(t, func(m *pulsepb.ControlMsg, conn net.Conn) bool {
+		if m.GetType() != pulsepb.ControlType_CTRL_FETCH {
+			return false
+		}
+		head, err := tc.c.Codec.AppendMessage(nil, &pulsepb.WorkerResponse{TaskId: 1, ExtraSize: 1000})
+		require.NoError(t, err)
+		cut <- drip(t, conn, head, 25*time.Millisecond)
+		return true
+	})
+	tc.submit(t, "x")
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
+	require.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, w.received().GetType())
+	start := time.Now()
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_FETCH_ME, 1).Error)
+	select {
+	case closed := <-cut:
+		select {
+		case <-closed:
+		case <-time.After(waitLong):
+			t.Fatal("the controller holds a dripping connection")
+		}
+	case <-time.After(waitLong):
+		t.Fatal("no FETCH")
+	}
+	assert.GreaterOrEqual(t, time.Since(start), 3*time.Second, "cut before 6 × Timeout")
+	tc.logged(t, "worker removed; its task goes to another", 1)
+	removed := tc.logs.FilterMessage("worker removed; its task goes to another").All()[0]
+	assert.Contains(t, removed.ContextMap()["why"], "FETCH failed: pulse: the peer is too slow: the exchange took longer than its deadline (3s)")
+	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_OK, 1).Error, "main.sock serves on")
+}
+
+// A peer that connects to main.sock and says nothing does not delay the
+// controller's end (it has a minute's Timeout here): its connection is
+// closed as Serve's context ends, and that is not logged as the peer's
+// fault.
+func TestControllerStopsDespiteASilentPeer(t *testing.T) {
+	tc := startController(t, Codec{}, func(c *Controller) { c.Timeout = time.Minute })
+	conn, err := net.Dial("unix", filepath.Join(tc.c.Dir, "main.sock"))
+	require.NoError(t, err)
+	defer conn.Close()
+	require.Eventually(t, func() bool { return tc.c.conns.Load() == 1 }, 10*time.Second, time.Millisecond, "the connection is not served")
+	stopped := make(chan error, 1)
+	go func() { stopped <- tc.stop() }()
+	select {
+	case err := <-stopped:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(waitLong):
+		t.Fatal("Serve waits for a silent peer")
+	}
+	conn.SetReadDeadline(time.Now().Add(waitLong))
+	_, err = conn.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the silent peer's connection is closed")
+	assert.Zero(t, tc.logs.FilterMessageSnippet("no whole pulse").Len())
+}
+
+// A peer that sends a pulse a byte now and then is cut once the
+// controller's Timeout has passed since it connected, whatever the gaps:
+// logged at most once a second, and only that connection closes.
+func TestControllerCutsADrippingPulse(t *testing.T) {
+	tc := startController(t, Codec{}, func(c *Controller) { c.Timeout = 500 * time.Millisecond })
+	var cuts []<-chan struct{}
+	for range 3 {
+		conn, err := net.Dial("unix", filepath.Join(tc.c.Dir, "main.sock"))
+		require.NoError(t, err)
+		// A length of 1000 bytes, then the bytes.
+		cuts = append(cuts, drip(t, conn, binary.LittleEndian.AppendUint64(nil, 1000), 25*time.Millisecond))
+	}
+	w := tc.worker(t) // main.sock serves others meanwhile
+	for _, closed := range cuts {
+		select {
+		case <-closed:
+		case <-time.After(waitLong):
+			t.Fatal("the controller holds a dripping pulse")
+		}
+	}
+	msg := "connection closed: no whole pulse within the controller's Timeout (a peer silent, or sending a byte now and then; at most one such line a second)"
+	tc.logged(t, msg, 1)
+	// The cuts come together: fewer lines than cuts.
+	assert.Less(t, tc.logs.FilterMessage(msg).Len(), len(cuts), "logged at most once a second")
+	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
 }

@@ -28,7 +28,13 @@
 // preceded by its length as a u64, little-endian; a ControlMsg or a
 // WorkerResponse is followed by exactly extra_size raw bytes. Lengths are
 // checked against Codec.Limits before anything is allocated, every read
-// and write has a deadline, each socket serves at most MaxConns
+// and write has a deadline (Timeout), and so has each exchange as a whole
+// (a pulse: Timeout; a control message and its answer, extra bytes
+// included: ExchangeTimeout, 6 × Timeout by default), so that a peer that
+// sends or reads a byte now and then is cut (ErrTooSlow, logged at most
+// once a second) and only its connection closes; the controller closes
+// main.sock's connections as it stops, silent ones too. Each socket
+// serves at most MaxConns
 // connections at once (DefaultMaxConns), and a Controller keeps at most
 // MaxWorkers workers registered (DefaultMaxWorkers). The messages are those of the spec
 // (pulsepb, generated from pulse.proto). Numbering selects the enum

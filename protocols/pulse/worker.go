@@ -119,8 +119,14 @@ type Worker struct {
 	// Codec is the numbering and limits spoken.
 	Codec Codec
 	// Timeout bounds each exchange: dialing, and each read or write; 0
-	// means 10 s.
+	// means 10 s. A pulse, with its answer, must be done within it.
 	Timeout time.Duration
+	// ExchangeTimeout bounds a whole exchange on the worker's socket, from
+	// the connection to the last byte of the answer: a peer that sends the
+	// message (a task's bytes) or reads the answer a byte now and then is
+	// cut (ErrTooSlow), logged at most once a second. 0 means 6 × Timeout
+	// (a minute).
+	ExchangeTimeout time.Duration
 	// Retry is the first wait before another attempt after a failure; it
 	// doubles with each failure in a row, up to 30 s. 0 means 1 s.
 	Retry time.Duration
@@ -191,6 +197,7 @@ type workerRun struct {
 	codec    Codec
 	dir      string
 	timeout  time.Duration
+	whole    time.Duration // Worker.ExchangeTimeout
 	retry    time.Duration
 	announce uint64        // next_pulse, in seconds
 	period   time.Duration // the pulses come every 1/2 to 3/4 of it
@@ -261,6 +268,10 @@ func (w *Worker) newRun() *workerRun {
 	}
 	if r.timeout <= 0 {
 		r.timeout = workerTimeout
+	}
+	r.whole = w.ExchangeTimeout
+	if r.whole <= 0 {
+		r.whole = exchangeTimeouts * r.timeout
 	}
 	if r.retry <= 0 {
 		r.retry = workerRetry
@@ -553,8 +564,10 @@ func (r *workerRun) shutdown() {
 }
 
 // serveConn answers one ControlMsg, unless ctx ends first. RESTART is
-// told to restart.
+// told to restart. Each read and write has Timeout, and the whole
+// exchange ExchangeTimeout.
 func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- struct{}) {
+	begun := time.Now()
 	defer c.Close()
 	defer r.conns.Add(-1)
 	if r.conns.Add(1) > int64(cmp.Or(r.w.MaxConns, DefaultMaxConns)) {
@@ -563,17 +576,19 @@ func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- st
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	c.SetDeadline(time.Now().Add(r.timeout)) // the whole ControlMsg
-	br := newReader(c)
-	defer freeReader(br)
-	msg, err := r.codec.ReadControl(br)
-	in := extraReader{c, br, r.timeout} // its extra bytes
-	conn := transport.Deadlined(c, r.timeout)
-	if err != nil {
-		if !errors.Is(err, io.EOF) {
-			r.log.Warn("bad control message", zap.Error(err))
-			r.reply(conn, pulsepb.WorkerError_WORKER_ERR_FAILED, 0, []byte(err.Error()))
-		}
+	conn := newExchangeConn(c, r.timeout, r.whole, begun)
+	in := newReader(conn) // the ControlMsg, then its extra bytes
+	defer freeReader(in)
+	msg, err := r.codec.ReadControl(in)
+	switch {
+	case errors.Is(err, io.EOF):
+		return
+	case timedOut(err):
+		r.cut(err)
+		return
+	case err != nil:
+		r.log.Warn("bad control message", zap.Error(err))
+		r.reply(conn, pulsepb.WorkerError_WORKER_ERR_FAILED, 0, []byte(err.Error()))
 		return
 	}
 	r.log.Debug("control message", zap.Stringer("type", msg.GetType()),
@@ -583,7 +598,9 @@ func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- st
 		return
 	}
 	if err := r.codec.ReadExtra(in, io.Discard, msg.GetExtraSize()); err != nil {
-		r.log.Warn("control message cut short", zap.Stringer("type", msg.GetType()), zap.Error(err))
+		if !r.cut(err) {
+			r.log.Warn("control message cut short", zap.Stringer("type", msg.GetType()), zap.Error(err))
+		}
 		return
 	}
 	switch msg.GetType() {
@@ -611,12 +628,25 @@ func (r *workerRun) serveConn(ctx context.Context, c net.Conn, restart chan<- st
 	}
 }
 
+// cut logs, at most once a second, an exchange on the worker's socket
+// that ended because a deadline passed (a peer silent, or a byte now and
+// then: ErrTooSlow), and reports whether err was that.
+func (r *workerRun) cut(err error) bool {
+	if !timedOut(err) {
+		return false
+	}
+	r.refusals.Of(r.log).Warn("connection closed: the controller's side was silent or too slow "+
+		"(Worker.Timeout for each read or write, Worker.ExchangeTimeout for it all; at most one such line a second)",
+		zap.Error(err))
+	return true
+}
+
 // reply sends a WorkerResponse and its extra bytes.
 func (r *workerRun) reply(w io.Writer, code pulsepb.WorkerError, task uint64, extra []byte) error {
 	err := r.codec.writeWithExtra(w, &pulsepb.WorkerResponse{
 		Error: code, TaskId: task, ExtraSize: uint64(len(extra)),
 	}, bytes.NewReader(extra), int64(len(extra)))
-	if err != nil {
+	if err != nil && !r.cut(err) {
 		r.log.Warn("could not answer", zap.Stringer("answer", code), zap.Error(err))
 	}
 	return err
@@ -636,6 +666,7 @@ func (r *workerRun) setTask(in io.Reader, conn net.Conn, msg *pulsepb.ControlMsg
 	r.mu.Unlock()
 	if state != taskIdle || id == 0 {
 		if err := r.codec.ReadExtra(in, io.Discard, size); err != nil {
+			r.cut(err)
 			return
 		}
 		if id == 0 {
@@ -670,6 +701,9 @@ func (r *workerRun) setTask(in io.Reader, conn net.Conn, msg *pulsepb.ControlMsg
 		r.wg.Go(func() { r.await(h, id, gen, stdin) })
 	}
 	switch {
+	case timedOut(err):
+		// Its bytes did not come in time: no answer would be read.
+		r.cut(err)
 	case err != nil:
 		r.log.Warn("task not started", zap.Uint64("task", id), zap.Error(err))
 		r.reply(conn, pulsepb.WorkerError_WORKER_ERR_FAILED, id, []byte(err.Error()))
@@ -843,7 +877,9 @@ func (r *workerRun) sendOutput(conn net.Conn, id uint64, out *laboro.Output) err
 	if err := r.codec.writeWithExtra(conn, &pulsepb.WorkerResponse{
 		Error: pulsepb.WorkerError_WORKER_ERR_OK, TaskId: id, ExtraSize: uint64(size),
 	}, f, size); err != nil {
-		r.log.Warn("could not send the result", zap.Uint64("task", id), zap.Error(err))
+		if !r.cut(err) {
+			r.log.Warn("could not send the result", zap.Uint64("task", id), zap.Error(err))
+		}
 		return err
 	}
 	return nil

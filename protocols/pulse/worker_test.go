@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro/protocols/pulse/pulsepb"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // waitLong bounds every wait of these tests.
@@ -774,4 +776,52 @@ func TestWorkerRefusesAnOpenDirectoryBeforeRegistering(t *testing.T) {
 	if _, err := ln.Accept(); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the worker connected (Accept: %v)", err)
 	}
+}
+
+// A peer that sends the worker a task a byte now and then, each well
+// within the worker's Timeout (500 ms), is cut once the whole exchange has
+// taken 6 × Timeout: logged at most once a second, and only those
+// connections close: the worker, free, takes the next task.
+func TestWorkerCutsADrippingPeer(t *testing.T) {
+	dir := sockDir(t)
+	ctl := newScriptedController(t, dir, Codec{})
+	core, logs := observer.New(zap.InfoLevel)
+	w := &Worker{Dir: dir, Command: []string{"cat"}, NextPulse: time.Minute, Timeout: 500 * time.Millisecond, Logger: zap.New(core)}
+	runWorker(t, w)
+	ctl.expect(pulsepb.PulseType_PULSE_OK, nil)
+
+	// The first is taken as the task (the worker is busy receiving it),
+	// the second refused as the worker is busy: both drip.
+	var cuts []<-chan struct{}
+	start := time.Now()
+	for range 2 {
+		conn, err := net.DialTimeout("unix", ctl.sock(7), waitLong)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := uint64(1)
+		head, err := ctl.codec.AppendMessage(nil, &pulsepb.ControlMsg{Type: pulsepb.ControlType_CTRL_SET_TASK, ExtraSize: 1000, TaskId: &task})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cuts = append(cuts, drip(t, conn, head, 25*time.Millisecond))
+	}
+	for _, closed := range cuts {
+		select {
+		case <-closed:
+		case <-time.After(waitLong):
+			t.Fatal("the worker holds a dripping connection")
+		}
+	}
+	if took := time.Since(start); took < 3*time.Second {
+		t.Errorf("cut after %v, before 6 × Timeout", took)
+	}
+	msg := "connection closed: the controller's side was silent or too slow (Worker.Timeout for each read or write, Worker.ExchangeTimeout for it all; at most one such line a second)"
+	waitFor(t, "the cut logged", func() bool { return logs.FilterMessage(msg).Len() > 0 })
+	if cut := logs.FilterMessage(msg).All()[0]; !strings.Contains(cut.ContextMap()["error"].(string), "the peer is too slow") {
+		t.Errorf("the cut says %q", cut.ContextMap()["error"])
+	}
+
+	resp, extra := ctl.control(7, ctlMsg(pulsepb.ControlType_CTRL_SET_TASK, 2), []byte("echo"))
+	wantResp(t, "SET_TASK after the cut", resp, extra, pulsepb.WorkerError_WORKER_ERR_OK, 2, []byte{})
 }
