@@ -296,6 +296,9 @@ func TestSaysNoWorker(t *testing.T) {
 	e2e.Start(t, nil, workerBin, "-dir", dir, "--", "md5sum")
 	assert.Equal(t, 0, batch.Wait(t, time.Minute), batch.Log())
 	checkResults(t, filepath.Join(base, "out"), sums)
+	// The worker is not blamed for the controller's end.
+	assert.NotContains(t, batch.Log(), "worker removed")
+	assert.Contains(t, batch.Log(), `stopped serving; the workers still running register again with the next controller on this directory	{"workers": 1}`)
 
 	dir = socketDir(t)
 	one := e2e.StartInput(t, strings.NewReader("hello\n"), nil, controllerBin, "-dir", dir)

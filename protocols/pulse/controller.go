@@ -341,8 +341,10 @@ func (c *Controller) Serve(ctx context.Context) error {
 // ServeListener answers the workers' pulses on ln, a listener from Listen,
 // until ctx ends; then it closes ln and every connection on it (a peer
 // that says nothing does not hold it up), waits for every exchange it
-// started, and forgets every worker (their tasks go back in line, for the
-// next Serve). It returns ctx.Err(), or the error that ended listening.
+// started, and forgets every worker: they are told nothing (the spec has
+// no word for it), their tasks go back in line, for the next Serve, and
+// they register again with the next controller on Dir. It returns
+// ctx.Err(), or the error that ended listening.
 func (c *Controller) ServeListener(ctx context.Context, ln net.Listener) error {
 	c.init()
 	c.log.Info("serving", zap.Stringer("socket", ln.Addr()), zap.Stringer("numbering", c.Codec.Numbering))
@@ -358,14 +360,19 @@ func (c *Controller) ServeListener(ctx context.Context, ln net.Listener) error {
 	err := transport.Serve(ctx, ln, c.servePulse)
 	cancel() // the workers' goroutines end
 	c.mu.Lock()
+	n := len(c.workers)
 	for _, w := range c.workers {
 		c.remove(w, errStopped)
 	}
 	c.mu.Unlock()
 	c.bg.Wait()
+	c.log.Info("stopped serving; the workers still running register again with the next controller on this directory",
+		zap.Int("workers", n))
 	return err
 }
 
+// errStopped is why every worker is forgotten when Serve ends: not their
+// fault, and they are not told.
 var errStopped = errors.New("the controller stopped")
 
 // restartEarlier sends RESTART to the worker of an earlier controller
@@ -691,10 +698,19 @@ func (c *Controller) remove(w *cworker, why error) {
 	delete(c.workers, w.id)
 	w.gone = true
 	w.deadline.Stop()
-	if t := w.task; t != nil && !settled(t) {
-		c.log.Warn("worker removed; its task goes to another", zap.Uint64("worker", w.id), zap.String("why", why.Error()), zap.Uint64("task", t.Key))
-	} else {
-		c.log.Info("worker removed", zap.Uint64("worker", w.id), zap.String("why", why.Error()))
+	fields := []zap.Field{zap.Uint64("worker", w.id), zap.String("why", why.Error())}
+	switch t := w.task; {
+	case errors.Is(why, errStopped):
+		// Not the worker's doing: it runs on, and registers again with
+		// the next controller. ServeListener says so once for all.
+		if t != nil && !settled(t) {
+			fields = append(fields, zap.Uint64("task", t.Key))
+		}
+		c.log.Debug("worker forgotten as the controller stops", fields...)
+	case t != nil && !settled(t):
+		c.log.Warn("worker removed; its task goes to another", append(fields, zap.Uint64("task", t.Key))...)
+	default:
+		c.log.Info("worker removed", fields...)
 	}
 	w.task = nil
 	w.dw.Leave(why)

@@ -919,3 +919,21 @@ func TestControllerCutsADrippingPulse(t *testing.T) {
 	assert.Less(t, tc.logs.FilterMessage(msg).Len(), len(cuts), "logged at most once a second")
 	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, w.pulse(pulsepb.PulseType_PULSE_OK, 0).Error)
 }
+
+// At a clean stop the workers are not removed as if they had failed: they
+// are forgotten (a debug line each, as they are told nothing and run on),
+// and one line says the controller stopped and how many it left.
+func TestControllerStopsWithoutBlamingItsWorkers(t *testing.T) {
+	tc := startController(t, Codec{})
+	tc.worker(t)
+	tc.worker(t)
+	require.ErrorIs(t, tc.stop(), context.Canceled)
+	assert.Zero(t, tc.logs.FilterMessageSnippet("worker removed").Len(), "a worker is blamed for the stop")
+	forgotten := tc.logs.FilterMessage("worker forgotten as the controller stops").All()
+	require.Len(t, forgotten, 2)
+	assert.Equal(t, zap.DebugLevel, forgotten[0].Level)
+	stopped := tc.logs.FilterMessage("stopped serving; the workers still running register again with the next controller on this directory").All()
+	require.Len(t, stopped, 1)
+	assert.Equal(t, zap.InfoLevel, stopped[0].Level)
+	assert.Equal(t, int64(2), stopped[0].ContextMap()["workers"])
+}

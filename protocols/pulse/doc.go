@@ -76,6 +76,9 @@
 //   - A result that no job waits for any more (the task had ended on the
 //     worker when its job ended) is still fetched, so that the worker is
 //     free, and thrown away.
+//   - When Serve ends, the workers are forgotten, not told: the spec has
+//     no message for it. They pulse on, and register again with the next
+//     controller on the directory.
 //
 // # Two numberings that do not understand each other
 //
