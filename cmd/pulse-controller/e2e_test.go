@@ -68,8 +68,9 @@ func checkResults(t *testing.T, out string, sums map[string]string) {
 }
 
 // A worker killed with SIGKILL mid-task, and one that stalls (SIGSTOP):
-// the controller notices each within its next_pulse, and their tasks are
-// completed by the remaining worker.
+// the controller notices each within its next_pulse, and their tasks,
+// once they have not come back within the grace period, are completed by
+// the remaining worker.
 func TestKilledAndStalledWorkers(t *testing.T) {
 	controllerBin, workerBin := build(t)
 	dir := socketDir(t)
@@ -100,7 +101,7 @@ func TestKilledAndStalledWorkers(t *testing.T) {
 			require.Equal(t, 0, controller.Wait(t, 60*time.Second), controller.Log())
 			checkResults(t, out, sums)
 			assert.Equal(t, 2, strings.Count(controller.Log(), `"why": "no pulse in time"`), controller.Log())
-			assert.Equal(t, 2, strings.Count(controller.Log(), "its task goes to another"), controller.Log())
+			assert.Equal(t, 2, strings.Count(controller.Log(), "its task waits for it to register again, then goes to another"), controller.Log())
 		})
 	}
 }
@@ -353,4 +354,58 @@ func TestSilentPeerDoesNotDelayTheEnd(t *testing.T) {
 	controller.Await(t, regexp.MustCompile(`worker registered`), time.Minute)
 	require.NoError(t, controller.Cmd.Process.Signal(os.Interrupt))
 	assert.Equal(t, 130, controller.Wait(t, 5*time.Second), controller.Log())
+}
+
+// lines counts the lines of the file at path (0 when it is missing).
+func lines(t *testing.T, path string) int {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return 0
+	}
+	require.NoError(t, err)
+	return strings.Count(string(b), "\n")
+}
+
+// A controller stopped (SIGSTOP) past its workers' next_pulse while they
+// run its tasks drops them; when it goes on (SIGCONT), they register
+// again and offer the outcomes they hold: those are taken, and each task
+// runs once.
+func TestStalledControllerRunsEachTaskOnce(t *testing.T) {
+	controllerBin, workerBin := build(t)
+	dir := socketDir(t)
+	base := t.TempDir()
+	in, out, runs, gate := filepath.Join(base, "in"), filepath.Join(base, "out"), filepath.Join(base, "runs"), filepath.Join(base, "gate")
+	sums := writeTasks(t, in, []int{100, 200})
+	controller := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", in, "-out", out, "-log", "debug")
+	awaitSocket(t, dir)
+	var workers []*e2e.Process
+	for range 2 {
+		workers = append(workers, e2e.Start(t, nil, workerBin, append([]string{"-dir", dir, "-pulse", "1s"}, gated(runs, gate)...)...))
+	}
+	require.Eventually(t, func() bool { return controller.Logged("task given") == 2 }, 20*time.Second, 10*time.Millisecond)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, w := range workers {
+				t.Logf("worker %d:\n%s", i+1, w.Log())
+			}
+		}
+	})
+
+	require.NoError(t, controller.Cmd.Process.Signal(syscall.SIGSTOP))
+	// A pulse unanswered within the workers' Timeout (10 s): the
+	// controller has missed their next_pulse (1 s). Meanwhile the tasks
+	// end, and their outcomes wait to be fetched.
+	for _, w := range workers {
+		w.Await(t, regexp.MustCompile(`pulse failed`), time.Minute)
+	}
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	for _, w := range workers {
+		w.Await(t, regexp.MustCompile(`task done`), time.Minute)
+	}
+	require.NoError(t, controller.Cmd.Process.Signal(syscall.SIGCONT))
+
+	require.Equal(t, 0, controller.Wait(t, time.Minute), controller.Log())
+	checkResults(t, out, sums)
+	assert.Equal(t, 2, lines(t, runs), "the tasks ran again:\n%s", controller.Log())
+	assert.NotContains(t, controller.Log(), "fetched outcome discarded")
 }

@@ -44,7 +44,10 @@ type system struct {
 func startSystem(t *testing.T) laborotest.System {
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	s := &system{t: t, log: log, workers: map[*Worker]context.CancelFunc{}}
-	s.c = &Controller{Dir: shortDir(t), OutputDir: t.TempDir(), Timeout: 5 * time.Second, Logger: log.Named("controller")}
+	// A lost worker's task waits a short Grace for it: the lost workers
+	// here never come back.
+	s.c = &Controller{Dir: shortDir(t), OutputDir: t.TempDir(), Timeout: 5 * time.Second, Grace: 100 * time.Millisecond,
+		Logger: log.Named("controller")}
 	s.c.init() // before the test looks at its workers
 	ctx, cancel := context.WithCancel(context.Background())
 	s.wg.Go(func() { s.c.Serve(ctx) })

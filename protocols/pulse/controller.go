@@ -38,6 +38,10 @@ const DefaultMaxConns = 1024
 // once unless its MaxWorkers says otherwise.
 const DefaultMaxWorkers = 1024
 
+// DefaultGrace is how long the task of a worker the controller lost waits
+// for it to come back, unless the Controller's Grace says otherwise.
+const DefaultGrace = 10 * time.Second
+
 // exchangeTimeouts is how many Timeouts a whole exchange may take unless
 // ExchangeTimeout says otherwise: a minute with the default Timeout, time
 // enough to move the largest extra bytes (Limits.MaxExtra) many times
@@ -101,7 +105,9 @@ func (t Task) open() (io.ReadCloser, int64, error) {
 // (FETCH_ME), FETCH brings the result, which becomes the job's output. A
 // worker that fails (FAILED, or an exchange that fails), leaves
 // (SHUTDOWN) or falls silent past its next_pulse is removed, and its task
-// goes back to the front of the line. A task that a worker could not
+// goes back to the front of the line: at once, or, for a worker removed
+// without a word from it (silent, or an exchange that failed), once it
+// has not come back within Grace. A task that a worker could not
 // complete (TASK_FAILED) or would not take (BUSY) goes back too; a task
 // given out Attempts times without a result fails. A pulse whose task_id
 // disagrees with the task given to that worker, confirmed with
@@ -112,11 +118,25 @@ func (t Task) open() (io.ReadCloser, int64, error) {
 // 0, …) is logged once per peer process with a hint, as is a pulse from a
 // worker id the Controller never gave.
 //
+// A worker removed without a word from it may still run its task, or
+// hold its outcome: as when the controller itself stalled past the
+// worker's next_pulse. Its next pulse is answered UNKNOWN_ID (the spec
+// says so of a removed worker), it registers again, and its first pulse
+// under the new id names the task: the controller takes the task back for
+// it (transport.Worker.Reclaim) and fetches the outcome when it is
+// offered, so the task does not run again, as long as the task has not
+// ended. Should another worker have been given the task meanwhile, it
+// gets RESTART, unless it offered the task's outcome first: a task has
+// one result, the first fetched. Only the process that held the task can
+// take it back this way (it named the task under the id it was removed
+// with, and, on Linux, it is the same process, by SO_PEERCRED).
+//
 // The ids it gives start above those of the worker sockets in Dir when it
 // begins to listen: workers of a controller that was killed still listen
 // there and pulse with their ids, which this one answers UNKNOWN_ID, so
-// that they register again (offering the outcome they hold under their
-// new id); a new worker is never given the id of one of them.
+// that they register again; a new worker is never given the id of one of
+// them. What they ran is not taken back: the task ids of an earlier
+// controller name other tasks.
 //
 // When a job ends while a worker runs its task (Executor.Cancel, the
 // job's Timeout, which the Executor applies, or Executor.Close), the
@@ -139,6 +159,11 @@ type Controller struct {
 	// sends its answer, or reads the task, a byte now and then is cut
 	// (ErrTooSlow) and removed. 0 means 6 × Timeout (a minute).
 	ExchangeTimeout time.Duration
+	// Grace is how long the task of a worker removed without a word from
+	// it (no pulse within its next_pulse, or an exchange that failed)
+	// waits for that worker to register again and name it, before it goes
+	// to another worker; 0 means DefaultGrace, a negative value no wait.
+	Grace time.Duration
 	// Attempts is how many times a task may be given to a worker without
 	// a result (TASK_FAILED, BUSY, or the worker lost) before it fails; 0
 	// means DefaultAttempts.
@@ -170,12 +195,25 @@ type Controller struct {
 	stale   []uint64            // the ids of those sockets, for ServeListener to RESTART
 	workers map[uint64]*cworker // the live workers
 	bg      sync.WaitGroup      // the workers' goroutines (drive)
+	// lost is the task each worker removed without a word from it held,
+	// by the worker's id; once that worker names it in a pulse answered
+	// UNKNOWN_ID, it moves to returning, with the pid of the worker's
+	// process (0 where the system does not tell), until a worker of that
+	// process, registered again, takes it back. Both forget everything
+	// once they hold maxAway entries.
+	lost      map[uint64]uint64
+	returning map[uint64]int
 }
+
+// maxAway bounds Controller.lost and Controller.returning: workers that
+// never come back must not make them grow without end.
+const maxAway = 4096
 
 // cworker is a live worker, seen by the controller. Its goroutine (drive)
 // has every exchange with it, one at a time.
 type cworker struct {
 	id   uint64
+	pid  int // of its process, from its REGISTER; 0 where the system does not tell
 	dw   *transport.Worker[uint64, Task]
 	poke chan struct{} // something changed: drive looks again
 
@@ -210,7 +248,8 @@ func (c *Controller) init() {
 			c.log = zap.NewNop()
 		}
 		c.workers = map[uint64]*cworker{}
-		c.d = transport.NewDispatcher[uint64, Task](transport.Config{MaxAttempts: c.attempts(), Logger: c.log})
+		c.lost, c.returning = map[uint64]uint64{}, map[uint64]int{}
+		c.d = transport.NewDispatcher[uint64, Task](transport.Config{MaxAttempts: c.attempts(), Grace: c.grace(), Logger: c.log})
 	})
 }
 
@@ -234,6 +273,16 @@ func (c *Controller) exchangeTimeout() time.Duration {
 		return exchangeTimeouts * c.timeout()
 	}
 	return c.ExchangeTimeout
+}
+
+func (c *Controller) grace() time.Duration {
+	switch {
+	case c.Grace < 0:
+		return 0
+	case c.Grace == 0:
+		return DefaultGrace
+	}
+	return c.Grace
 }
 
 func (c *Controller) attempts() int {
@@ -512,7 +561,7 @@ func (c *Controller) servePulse(ctx context.Context, raw net.Conn) {
 		if what := c.foreignPulse(p); what != "" {
 			c.mismatch(raw, what)
 		}
-		resp = c.pulse(ctx, p)
+		resp = c.pulse(ctx, p, raw)
 	case errors.As(err, &ee):
 		if what := c.foreignType(ee.Value); what != "" {
 			c.mismatch(raw, what)
@@ -542,9 +591,10 @@ func (c *Controller) servePulse(ctx context.Context, raw net.Conn) {
 	}
 }
 
-// pulse handles one WorkerPulse and returns the answer. ctx is Serve's:
-// a registered worker's goroutine lives until it ends.
-func (c *Controller) pulse(ctx context.Context, p *pulsepb.WorkerPulse) pulsepb.PulseResponse {
+// pulse handles one WorkerPulse, which came on conn, and returns the
+// answer. ctx is Serve's: a registered worker's goroutine lives until it
+// ends.
+func (c *Controller) pulse(ctx context.Context, p *pulsepb.WorkerPulse, conn net.Conn) pulsepb.PulseResponse {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p.Type == pulsepb.PulseType_PULSE_REGISTER {
@@ -554,6 +604,7 @@ func (c *Controller) pulse(ctx context.Context, p *pulsepb.WorkerPulse) pulsepb.
 		}
 		c.nextID++
 		w := &cworker{id: c.nextID, poke: make(chan struct{}, 1)}
+		w.pid, _ = peerPID(conn)
 		w.dw = c.d.Join(strconv.FormatUint(w.id, 10), func([]uint64) { w.wake() })
 		c.workers[w.id] = w
 		w.deadline = time.AfterFunc(nextPulse(p), func() { c.dead(w) })
@@ -565,6 +616,16 @@ func (c *Controller) pulse(ctx context.Context, p *pulsepb.WorkerPulse) pulsepb.
 	w := c.workers[p.WorkerId]
 	if w == nil {
 		c.unknownWorker(p)
+		if task, ok := c.lost[p.WorkerId]; ok && task == p.TaskId && p.Type != pulsepb.PulseType_PULSE_SHUTDOWN {
+			// A worker removed without a word runs its task still, or
+			// holds its outcome: it may take it back once registered
+			// again.
+			delete(c.lost, p.WorkerId)
+			if len(c.returning) >= maxAway {
+				clear(c.returning)
+			}
+			c.returning[task], _ = peerPID(conn)
+		}
 		return pulsepb.PulseResponse{Error: pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID}
 	}
 	switch p.Type {
@@ -577,6 +638,11 @@ func (c *Controller) pulse(ctx context.Context, p *pulsepb.WorkerPulse) pulsepb.
 	}
 	w.deadline.Reset(nextPulse(p))
 	w.dw.Renew()
+	if w.task == nil && !w.busy && p.TaskId != 0 && p.TaskId != w.prev {
+		// Before it may be given a task: it may be a worker that was
+		// removed, registered again, and runs the task it had.
+		c.reclaim(w, p.TaskId)
+	}
 	w.ready = true
 	if p.Type == pulsepb.PulseType_PULSE_FETCH_ME {
 		w.fetchMe = true
@@ -689,8 +755,29 @@ func (c *Controller) dead(w *cworker) {
 	c.remove(w, errSilent)
 }
 
-// remove forgets a worker: it leaves the Dispatcher, which puts its task
-// back at the front of the line. c.mu is held.
+// exchangeError is an exchange with a worker that failed (no connection,
+// no answer in time, a broken message): the worker may not know of it,
+// and may still run its task.
+type exchangeError struct {
+	msg string // FETCH, SET_TASK, GET_STATUS
+	err error
+}
+
+func (e *exchangeError) Error() string { return e.msg + " failed: " + e.err.Error() }
+func (e *exchangeError) Unwrap() error { return e.err }
+
+// unaware reports whether a worker removed for why may not know it was:
+// it fell silent, or an exchange with it failed. Its task waits Grace for
+// it, and it may take the task back once registered again.
+func unaware(why error) bool {
+	var ee *exchangeError
+	return errors.Is(why, errSilent) || errors.As(why, &ee)
+}
+
+// remove forgets a worker: it leaves the Dispatcher. Its task, if it
+// still holds one, goes back to the front of the line: at once, or, when
+// the worker may not know it was removed (unaware), after Grace, unless
+// the worker takes it back first. c.mu is held.
 func (c *Controller) remove(w *cworker, why error) {
 	if c.workers[w.id] != w {
 		return
@@ -698,23 +785,66 @@ func (c *Controller) remove(w *cworker, why error) {
 	delete(c.workers, w.id)
 	w.gone = true
 	w.deadline.Stop()
+	t := w.task
+	w.task = nil
+	held := t != nil && t.Holder() == w.dw.Name() // not ended, nor taken back by another
 	fields := []zap.Field{zap.Uint64("worker", w.id), zap.String("why", why.Error())}
-	switch t := w.task; {
+	switch {
 	case errors.Is(why, errStopped):
 		// Not the worker's doing: it runs on, and registers again with
 		// the next controller. ServeListener says so once for all.
-		if t != nil && !settled(t) {
+		if held {
+			w.dw.Retry(t, why)
 			fields = append(fields, zap.Uint64("task", t.Key))
 		}
 		c.log.Debug("worker forgotten as the controller stops", fields...)
-	case t != nil && !settled(t):
+	case held && unaware(why):
+		// It may run the task still: it may take it back (reclaim) once
+		// registered again, even after another worker was given it.
+		if len(c.lost) >= maxAway {
+			clear(c.lost)
+		}
+		c.lost[w.id] = t.Key
+		fields = append(fields, zap.Uint64("task", t.Key))
+		if c.grace() > 0 {
+			c.log.Warn("worker removed; its task waits for it to register again, then goes to another",
+				append(fields, zap.Duration("grace", c.grace()))...)
+		} else {
+			c.log.Warn("worker removed; its task goes to another", fields...)
+		}
+	case held:
+		w.dw.Retry(t, why) // back in line now, not after Grace
 		c.log.Warn("worker removed; its task goes to another", append(fields, zap.Uint64("task", t.Key))...)
 	default:
 		c.log.Info("worker removed", fields...)
 	}
-	w.task = nil
 	w.dw.Leave(why)
 	w.wake()
+}
+
+// reclaim takes task id back for w, a worker that names it in a pulse or
+// a FETCH's answer though it was not given it: a worker removed while it
+// held the task (see unaware), registered again, that runs it still or
+// holds its outcome. It returns the task, which w holds from now on, or
+// nil when w may not take it: it was never lost by w's process, or it
+// has ended. A worker that was given the task meanwhile is told to cancel
+// it (drive sends it RESTART). c.mu is held.
+func (c *Controller) reclaim(w *cworker, id uint64) *transport.Ticket[uint64, Task] {
+	pid, ok := c.returning[id]
+	if !ok || pid != 0 && w.pid != 0 && pid != w.pid {
+		return nil
+	}
+	delete(c.returning, id)
+	t, ok := w.dw.Reclaim(id)
+	if !ok {
+		c.log.Info("a worker registered again with a task that has ended: what it did is dropped",
+			zap.Uint64("worker", w.id), zap.Uint64("task", id))
+		return nil
+	}
+	w.task = t
+	c.log.Info("task taken back by its worker, registered again: it is not given again",
+		zap.Uint64("worker", w.id), zap.Uint64("task", id))
+	return t
 }
 
 func settled(t *transport.Ticket[uint64, Task]) bool {
@@ -765,6 +895,14 @@ func (c *Controller) next(w *cworker) func(context.Context) bool {
 		w.busy = true
 		return func(ctx context.Context) bool {
 			c.restart(ctx, w, fmt.Errorf("the job of task %d ended", t.Key))
+			return false
+		}
+	case t != nil && t.Holder() != w.dw.Name():
+		// The worker that ran it first took it back (reclaim): one copy
+		// runs, not two.
+		w.busy = true
+		return func(ctx context.Context) bool {
+			c.restart(ctx, w, fmt.Errorf("task %d was taken back by the worker that ran it first", t.Key))
 			return false
 		}
 	case w.confirm:
@@ -830,7 +968,7 @@ func (c *Controller) setTask(ctx context.Context, w *cworker, t *transport.Ticke
 	w.busy = false
 	switch {
 	case err != nil || resp.Error == pulsepb.WorkerError_WORKER_ERR_FAILED:
-		c.remove(w, fmt.Errorf("SET_TASK failed: %v", errOr(err, resp)))
+		c.remove(w, failed("SET_TASK", err, resp, nil))
 	case resp.Error == pulsepb.WorkerError_WORKER_ERR_BUSY:
 		// Busy with something we do not know of: the task goes back for
 		// another worker, and this one is asked what it runs. The
@@ -855,15 +993,21 @@ func (c *Controller) setTask(ctx context.Context, w *cworker, t *transport.Ticke
 	}
 }
 
-func errOr(err error, resp *pulsepb.WorkerResponse) any {
+// failed is why a worker is removed when msg's exchange failed (err), or
+// the worker answered FAILED, with words when it gave them.
+func failed(msg string, err error, resp *pulsepb.WorkerResponse, words []byte) error {
 	if err != nil {
-		return err
+		return &exchangeError{msg: msg, err: err}
 	}
-	return resp.Error
+	if words = bytes.TrimSpace(words); len(words) > 0 {
+		return fmt.Errorf("%s failed: %v: %s", msg, resp.Error, words)
+	}
+	return fmt.Errorf("%s failed: %v", msg, resp.Error)
 }
 
 // fetch fetches the outcome of task t (nil: none given) from worker w
-// (FETCH).
+// (FETCH). An outcome of a task w was not given is taken when w may take
+// the task back (reclaim), else discarded.
 func (c *Controller) fetch(ctx context.Context, w *cworker, t *transport.Ticket[uint64, Task]) {
 	var out *laboro.Output
 	var failure []byte
@@ -884,6 +1028,10 @@ func (c *Controller) fetch(ctx context.Context, w *cworker, t *transport.Ticket[
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w.busy = false
+	if t == nil && w.task == nil && err == nil && resp.TaskId != 0 &&
+		(resp.Error == pulsepb.WorkerError_WORKER_ERR_OK || resp.Error == pulsepb.WorkerError_WORKER_ERR_TASK_FAILED) {
+		t = c.reclaim(w, resp.TaskId)
+	}
 	switch {
 	case errors.Is(err, ErrTooLarge) && t != nil && w.task == t:
 		// A result over the limit: the task fails, for it would be as
@@ -895,9 +1043,14 @@ func (c *Controller) fetch(ctx context.Context, w *cworker, t *transport.Ticket[
 		c.remove(w, fmt.Errorf("FETCH failed: %w", err))
 	case err != nil || resp.Error == pulsepb.WorkerError_WORKER_ERR_FAILED:
 		out.Close()
-		c.remove(w, fmt.Errorf("FETCH failed: %v %s", errOr(err, resp), failure))
+		c.remove(w, failed("FETCH", err, resp, failure))
 	case resp.Error == pulsepb.WorkerError_WORKER_ERR_NO_FETCH:
-	case t == nil || resp.TaskId != t.Key:
+	case t == nil:
+		w.prev = resp.TaskId
+		out.Close()
+		c.log.Info("fetched outcome discarded: the worker was given no task, and no task waits for this one",
+			zap.Uint64("worker", w.id), zap.Uint64("task", resp.TaskId))
+	case resp.TaskId != t.Key:
 		w.prev = resp.TaskId
 		out.Close()
 		c.log.Info("fetched outcome discarded: not the task given", zap.Uint64("worker", w.id), zap.Uint64("task", resp.TaskId))
@@ -945,7 +1098,7 @@ func (c *Controller) confirmTask(ctx context.Context, w *cworker) bool {
 	c.mu.Lock()
 	w.busy = false
 	if err != nil || resp.Error != pulsepb.WorkerError_WORKER_ERR_OK {
-		c.remove(w, fmt.Errorf("GET_STATUS failed: %v", errOr(err, resp)))
+		c.remove(w, failed("GET_STATUS", err, resp, nil))
 		c.mu.Unlock()
 		return false
 	}

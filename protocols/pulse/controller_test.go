@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -446,16 +447,18 @@ func TestControllerRestartsAWorkerThatDisagrees(t *testing.T) {
 }
 
 // A worker that sends no pulse within its next_pulse (1 s here) is removed
-// and its task goes to another; so is one that answers FAILED.
+// and its task goes to another once it has not come back within Grace;
+// one that answers FAILED is removed and its task goes to another at once.
 func TestControllerDeadAndFailedWorkers(t *testing.T) {
-	tc := startController(t, Codec{})
+	tc := startController(t, Codec{}, func(c *Controller) { c.Grace = 50 * time.Millisecond })
 	silent := tc.worker(t, 1)
 	h := tc.submit(t, "x")
 	start := time.Now()
 	silent.pulse(pulsepb.PulseType_PULSE_OK, 0)
 	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, silent.received().Type)
-	tc.logged(t, "worker removed; its task goes to another", 1)
+	tc.logged(t, "worker removed; its task waits for it to register again, then goes to another", 1)
 	assert.GreaterOrEqual(t, time.Since(start), time.Second, "not before next_pulse")
+	tc.logged(t, "worker's jobs go back in line", 1)
 
 	failed := tc.worker(t)
 	failed.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
@@ -463,7 +466,7 @@ func TestControllerDeadAndFailedWorkers(t *testing.T) {
 	})
 	failed.pulse(pulsepb.PulseType_PULSE_OK, 0)
 	assert.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, failed.received().Type)
-	tc.logged(t, "worker removed; its task goes to another", 2)
+	tc.logged(t, "worker removed; its task goes to another", 1)
 
 	good := tc.worker(t)
 	good.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
@@ -794,6 +797,121 @@ func TestControllerBoundsTheWorkers(t *testing.T) {
 	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, extra.pulse(pulsepb.PulseType_PULSE_REGISTER, 0).Error)
 }
 
+// lose has the controller remove w, which holds task id, as it does a
+// worker that misses its pulses (as when the controller stalls past the
+// worker's next_pulse): w sends none within its next_pulse. Then w pulses
+// under its old id, naming its task, as a worker that learns it was
+// forgotten does, and is answered UNKNOWN_ID.
+func (tc *testController) lose(t *testing.T, w *scriptedWorker, id uint64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return !slices.Contains(tc.c.Workers(), w.id) }, 10*time.Second, time.Millisecond,
+		"worker %d not removed", w.id)
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_FETCH_ME, id).Error)
+}
+
+// answersFetch has w answer FETCH with the outcome of task id, result.
+func answersFetch(w *scriptedWorker, id uint64, result string) {
+	w.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		if m.GetType() == pulsepb.ControlType_CTRL_FETCH {
+			return &pulsepb.WorkerResponse{TaskId: id}, []byte(result)
+		}
+		return &pulsepb.WorkerResponse{TaskId: m.GetTaskId()}, nil
+	})
+}
+
+// A worker the controller lost while it ran a task, registered again
+// under a new id, offers the task's outcome: it is taken, and the task is
+// not given again (it ran once).
+func TestControllerTakesTheOutcomeOfAWorkerItLost(t *testing.T) {
+	tc := startController(t, Codec{})
+	lost := tc.worker(t, 1) // next_pulse 1 s
+	h := tc.submit(t, "x")
+	lost.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	m := lost.received()
+	require.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, m.GetType())
+	id := m.GetTaskId()
+	tc.lose(t, lost, id)
+
+	back := tc.worker(t) // the same worker, registered again
+	answersFetch(back, id, "its result")
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, back.pulse(pulsepb.PulseType_PULSE_FETCH_ME, id).Error)
+	assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, back.received().GetType())
+	res, out := result(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	assert.Equal(t, "its result", out)
+	assert.Equal(t, 1, tc.logs.FilterMessage("task given").Len(), "the task was given again")
+	assert.Zero(t, tc.logs.FilterMessage("fetched outcome discarded: the worker was given no task, and no task waits for this one").Len())
+}
+
+// A task whose worker was lost went to another worker (no Grace); the
+// lost worker comes back. The first outcome offered is the task's only
+// result: the lost worker's, and the other worker gets RESTART; or the
+// other worker's, and the lost worker's is dropped.
+func TestControllerFirstOutcomeWins(t *testing.T) {
+	for _, first := range []string{"the lost worker", "the other worker"} {
+		t.Run(first, func(t *testing.T) {
+			tc := startController(t, Codec{}, func(c *Controller) { c.Grace = -1 })
+			lost := tc.worker(t, 1)
+			h := tc.submit(t, "x")
+			lost.pulse(pulsepb.PulseType_PULSE_OK, 0)
+			id := lost.received().GetTaskId()
+			other := tc.worker(t)
+			answersFetch(other, id, "the other worker's")
+			other.pulse(pulsepb.PulseType_PULSE_OK, 0)
+			m := other.received() // once lost is removed
+			require.Equal(t, pulsepb.ControlType_CTRL_SET_TASK, m.GetType())
+			require.Equal(t, id, m.GetTaskId())
+
+			if first == "the other worker" {
+				require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, other.pulse(pulsepb.PulseType_PULSE_FETCH_ME, id).Error)
+				assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, other.received().GetType())
+				res, out := result(t, h)
+				assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+				assert.Equal(t, "the other worker's", out)
+			}
+			tc.lose(t, lost, id)
+			back := tc.worker(t)
+			answersFetch(back, id, "the lost worker's")
+			require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, back.pulse(pulsepb.PulseType_PULSE_FETCH_ME, id).Error)
+			assert.Equal(t, pulsepb.ControlType_CTRL_FETCH, back.received().GetType(), "its outcome is fetched, so that it is free")
+			if first == "the other worker" {
+				tc.logged(t, "fetched outcome discarded: the worker was given no task, and no task waits for this one", 1)
+				return
+			}
+			res, out := result(t, h)
+			assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+			assert.Equal(t, "the lost worker's", out)
+			assert.Equal(t, pulsepb.ControlType_CTRL_RESTART, other.received().GetType(), "the other copy is cancelled")
+			// Its outcome, offered after, is not taken: it is removed
+			// once its RESTART is answered.
+			require.Eventually(t, func() bool { return !slices.Contains(tc.c.Workers(), other.id) }, 10*time.Second, time.Millisecond)
+			assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, other.pulse(pulsepb.PulseType_PULSE_FETCH_ME, id).Error)
+		})
+	}
+}
+
+// A worker that never held a task cannot take it back by naming it: it
+// is asked what it runs and, as it runs a task it was not given, told
+// RESTART.
+func TestControllerKeepsATaskFromAWorkerThatDidNotHoldIt(t *testing.T) {
+	tc := startController(t, Codec{}, func(c *Controller) { c.Grace = time.Minute })
+	lost := tc.worker(t, 1)
+	tc.submit(t, "x")
+	lost.pulse(pulsepb.PulseType_PULSE_OK, 0)
+	id := lost.received().GetTaskId()
+	require.Eventually(t, func() bool { return !slices.Contains(tc.c.Workers(), lost.id) }, 10*time.Second, time.Millisecond)
+	// Not lost under a new id (it did not pulse under its old one): a
+	// worker that claims the task.
+	stranger := tc.worker(t)
+	stranger.on(func(m *pulsepb.ControlMsg, _ []byte) (*pulsepb.WorkerResponse, []byte) {
+		return &pulsepb.WorkerResponse{TaskId: id}, nil
+	})
+	require.Equal(t, pulsepb.ControllerError_CTRL_ERR_OK, stranger.pulse(pulsepb.PulseType_PULSE_OK, id).Error)
+	assert.Equal(t, pulsepb.ControlType_CTRL_GET_STATUS, stranger.received().GetType())
+	assert.Equal(t, pulsepb.ControlType_CTRL_RESTART, stranger.received().GetType())
+	assert.Zero(t, tc.logs.FilterMessage("task taken back by its worker, registered again: it is not given again").Len())
+}
+
 // drip plays a peer that holds a connection by sending a byte now and
 // then: it writes first at once, then a byte every gap (well within the
 // other side's Timeout for each read), until the other side closes the
@@ -863,8 +981,8 @@ func TestControllerCutsADrippingWorker(t *testing.T) {
 		t.Fatal("no FETCH")
 	}
 	assert.GreaterOrEqual(t, time.Since(start), 3*time.Second, "cut before 6 × Timeout")
-	tc.logged(t, "worker removed; its task goes to another", 1)
-	removed := tc.logs.FilterMessage("worker removed; its task goes to another").All()[0]
+	tc.logged(t, "worker removed; its task waits for it to register again, then goes to another", 1)
+	removed := tc.logs.FilterMessage("worker removed; its task waits for it to register again, then goes to another").All()[0]
 	assert.Contains(t, removed.ContextMap()["why"], "FETCH failed: pulse: the peer is too slow: the exchange took longer than its deadline (3s)")
 	assert.Equal(t, pulsepb.ControllerError_CTRL_ERR_UNKNOWN_ID, w.pulse(pulsepb.PulseType_PULSE_OK, 1).Error, "main.sock serves on")
 }

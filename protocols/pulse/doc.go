@@ -67,15 +67,24 @@
 //     they are our Worker's ("exit status 3: <stderr's tail>"), they give
 //     the job's Result its exit status and standard error's tail too.
 //   - A worker is dead when no pulse arrives within its next_pulse (60 s
-//     when it announces 0); its task goes to another.
+//     when it announces 0); its task goes to another once the worker has
+//     not come back within Controller.Grace (10 s). A worker removed so
+//     (or after an exchange that failed) that was only out of touch, as
+//     when the controller itself stalled, learns it from the UNKNOWN_ID
+//     its next pulse gets, registers again, and names its task in its
+//     next pulse: the task is taken back for it (transport.Worker.Reclaim),
+//     even from another worker given it meanwhile (which gets RESTART),
+//     and the outcome it offers is fetched, unless the task has ended: a
+//     task has one result, the first fetched, and does not run again.
+//     Only the process that held the task may take it back.
 //   - RESTART is how the controller stops a task: when a job ends while a
 //     worker runs its task (Executor.Cancel, Job.Timeout, Executor.Close),
 //     that worker gets RESTART and is removed. Our Worker then kills the
 //     task's process group and registers again, free; the reference
 //     worker ends its session.
 //   - A result that no job waits for any more (the task had ended on the
-//     worker when its job ended) is still fetched, so that the worker is
-//     free, and thrown away.
+//     worker when its job ended, or another worker's result came first) is
+//     still fetched, so that the worker is free, and thrown away.
 //   - When Serve ends, the workers are forgotten, not told: the spec has
 //     no message for it. They pulse on, and register again with the next
 //     controller on the directory.
