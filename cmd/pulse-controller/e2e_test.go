@@ -3,7 +3,10 @@ package main
 import (
 	"crypto/md5"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -11,7 +14,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +24,7 @@ import (
 	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { e2e.Main(m) }
@@ -408,4 +414,123 @@ func TestStalledControllerRunsEachTaskOnce(t *testing.T) {
 	checkResults(t, out, sums)
 	assert.Equal(t, 2, lines(t, runs), "the tasks ran again:\n%s", controller.Log())
 	assert.NotContains(t, controller.Log(), "fetched outcome discarded")
+}
+
+// openPTY returns the two ends of a new pseudo-terminal: what is written
+// to tty is read from master.
+func openPTY(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal here: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	require.NoError(t, err)
+	require.NoError(t, unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0))
+	tty, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	require.NoError(t, err)
+	return master, tty
+}
+
+// onTerminal is a binary whose standard error is a terminal, as a user
+// who runs it by hand sees it.
+type onTerminal struct {
+	cmd    *exec.Cmd
+	stdout strings.Builder // read it after wait
+	ended  chan error
+	read   chan struct{} // closed once the terminal has no more to show
+
+	mu    sync.Mutex
+	shown strings.Builder
+}
+
+// startOnTerminal starts bin with stdin as its standard input and a
+// terminal as its standard error; it is killed when the test ends.
+func startOnTerminal(t *testing.T, stdin io.Reader, bin string, args ...string) *onTerminal {
+	master, tty := openPTY(t)
+	p := &onTerminal{cmd: exec.Command(bin, args...), ended: make(chan error, 1), read: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
+	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, &p.stdout, tty
+	require.NoError(t, p.cmd.Start())
+	tty.Close() // the process has its own
+	go func() {
+		defer close(p.read)
+		b := make([]byte, 4096)
+		for {
+			n, err := master.Read(b) // EIO once the process has closed the terminal
+			p.mu.Lock()
+			p.shown.Write(b[:n])
+			p.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() { p.ended <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.read
+		master.Close()
+	})
+	return p
+}
+
+// show returns what the terminal has shown so far.
+func (p *onTerminal) show() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.shown.String()
+}
+
+// await waits at most within for the terminal to show text.
+func (p *onTerminal) await(t *testing.T, text string, within time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(p.show(), text) }, within, 10*time.Millisecond,
+		"%q not shown:\n%q", text, p.show())
+}
+
+// wait waits at most within for the process to end, and for the terminal
+// to show all it wrote; it returns the exit status.
+func (p *onTerminal) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case err := <-p.ended:
+		<-p.read
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		require.NoError(t, err)
+		return 0
+	case <-time.After(within):
+		t.Fatalf("%s did not end:\n%s", filepath.Base(p.cmd.Path), p.show())
+		return -1
+	}
+}
+
+// With -log-format json, every line on standard error is a JSON object,
+// on a terminal too: no bar, no line of counts among them.
+func TestJSONLogHasOnlyJSON(t *testing.T) {
+	controllerBin, workerBin := build(t)
+	dir := socketDir(t)
+	base := t.TempDir()
+	sums := writeTasks(t, filepath.Join(base, "in"), []int{10, 20})
+	gate := filepath.Join(base, "gate")
+	controller := startOnTerminal(t, nil, controllerBin, "-dir", dir, "-log-format", "json",
+		"-in", filepath.Join(base, "in"), "-out", filepath.Join(base, "out"))
+	awaitSocket(t, dir)
+	e2e.Start(t, nil, workerBin, append([]string{"-dir", dir}, gated(filepath.Join(base, "runs"), gate)...)...)
+	controller.await(t, `"msg":"worker registered"`, time.Minute)
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	require.Equal(t, 0, controller.wait(t, time.Minute), controller.show())
+	checkResults(t, filepath.Join(base, "out"), sums)
+	n := 0
+	for line := range strings.Lines(controller.show()) {
+		if line = strings.TrimRight(line, "\r\n"); line != "" {
+			n++
+			assert.True(t, json.Valid([]byte(line)), "not JSON: %q", line)
+		}
+	}
+	assert.Positive(t, n)
+	assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", controller.stdout.String())
 }

@@ -7,8 +7,10 @@
 // Workers register on DIR/main.sock (/run/controller by default). With -in,
 // every file of the folder TASKS is a task, and its result is written to
 // RESULTS under the same name; without it, standard input is one task and
-// its result goes to standard output. The controller ends when every task
-// has its result: status 0 when all succeeded, 1 otherwise, 2 for a usage
+// its result goes to standard output. A batch's progress goes to standard
+// error: a bar on a terminal, a line of counts every 10 s otherwise, log
+// records with -log-format json. The controller ends when every task has
+// its result: status 0 when all succeeded, 1 otherwise, 2 for a usage
 // error. It ends at once with status 1 when it cannot serve on DIR (the
 // directory cannot be created, the socket cannot be bound, or another
 // controller answers there).
@@ -70,6 +72,7 @@ func main() {
 			ctl.Codec.Numbering = pulse.LaterNumbering
 		}
 		ctl.Logger = logFlag.Logger()
-		return run(ctx, ctl, *in, *out)
+		json := c.Flags.Lookup("log-format").Value.String() == "json"
+		return run(ctx, ctl, *in, *out, newProgress(ctl.Logger, json, noWorker(ctl.Dir)))
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -14,9 +15,50 @@ import (
 	"go.uber.org/zap"
 )
 
-// run serves workers until every task has its result. It fails at once
-// when it cannot serve them, and as soon as serving fails.
-func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
+// progressEvery is the period of the lines of counts when standard error
+// is not a terminal (or of the log records, with a JSON log).
+const progressEvery = 10 * time.Second
+
+// newProgress returns the progress of the tasks: a bar on a terminal, a
+// line of counts every progressEvery otherwise, or, when the log is JSON,
+// a log record every progressEvery (a bar or a plain line would break
+// the log's one object a line).
+func newProgress(log *zap.Logger, json bool, noWorker string) *cli.Progress {
+	if json {
+		return cli.NewProgress(logLines{log: log.Named("progress"), warn: noWorker}, progressEvery)
+	}
+	return cli.NewProgress(os.Stderr, progressEvery)
+}
+
+// logLines makes each line written to it a log record: the progress,
+// with a JSON log. The line warn is a warning.
+type logLines struct {
+	log  *zap.Logger
+	warn string
+}
+
+func (l logLines) Write(p []byte) (int, error) {
+	for line := range strings.Lines(string(p)) {
+		line = strings.TrimSuffix(line, "\n")
+		if line == l.warn {
+			l.log.Warn(line)
+		} else {
+			l.log.Info(line)
+		}
+	}
+	return len(p), nil
+}
+
+// noWorker is said when tasks have waited cli.NoWorkerAfter with no
+// worker registered.
+func noWorker(dir string) string {
+	return "no worker has registered: the tasks wait for one (start pulse-worker -dir " + dir + " -- COMMAND)"
+}
+
+// run serves workers until every task has its result, showing how they
+// go on progress. It fails at once when it cannot serve them, and as
+// soon as serving fails.
+func run(ctx context.Context, c *pulse.Controller, in, out string, progress *cli.Progress) (err error) {
 	ln, err := c.Listen()
 	if err != nil {
 		return fmt.Errorf("cannot serve workers: %w", err)
@@ -47,12 +89,11 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 		}
 	}()
 
-	noWorker := "no worker has registered: the tasks wait for one (start pulse-worker -dir " + c.Dir + " -- COMMAND)"
 	if in == "" {
 		// One task: said in the log, as there is no progress to say it.
 		said := time.AfterFunc(cli.NoWorkerAfter, func() {
 			if c.Stats().Workers == 0 {
-				c.Logger.Warn(noWorker)
+				c.Logger.Warn(noWorker(c.Dir))
 			}
 		})
 		defer said.Stop()
@@ -86,7 +127,7 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 		c.Logger.Info("tasks done before, skipped: their results are in "+out, zap.Int("tasks", done))
 	}
 	batch := cli.Batch{
-		Progress: cli.NewProgress(os.Stderr, 10*time.Second),
+		Progress: progress,
 		OnResult: func(job laboro.Job, res laboro.Result) error {
 			if res.Status != laboro.StatusSucceeded {
 				return nil
@@ -94,7 +135,7 @@ func run(ctx context.Context, c *pulse.Controller, in, out string) (err error) {
 			return save(res.Output, filepath.Join(out, job.ID))
 		},
 		Workers:  func() int { return c.Stats().Workers },
-		NoWorker: noWorker,
+		NoWorker: noWorker(c.Dir),
 		Out:      func() (int, int) { st := c.Stats(); return st.Out, st.Pending },
 		Command:  func(job laboro.Job) string { return filepath.Join(in, job.ID) },
 	}
