@@ -341,27 +341,6 @@ func gated(runs, gate string) []string {
 	return []string{"--", "sh", "-c", fmt.Sprintf(`echo run >> %s; while [ ! -e %s ]; do sleep 0.02; done; md5sum`, runs, gate)}
 }
 
-// A peer that connects to main.sock and says nothing does not hold the
-// controller up when it is told to stop (it did until the controller's
-// 10 s Timeout).
-func TestSilentPeerDoesNotDelayTheEnd(t *testing.T) {
-	controllerBin, workerBin := build(t)
-	dir := socketDir(t)
-	base := t.TempDir()
-	writeTasks(t, filepath.Join(base, "in"), []int{10})
-	controller := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", filepath.Join(base, "in"), "-out", filepath.Join(base, "out"))
-	awaitSocket(t, dir)
-	silent, err := net.Dial("unix", filepath.Join(dir, "main.sock"))
-	require.NoError(t, err)
-	defer silent.Close()
-	// Connections are taken in turn: once the worker that dials after it
-	// has registered, the silent one is being served.
-	e2e.Start(t, nil, workerBin, append([]string{"-dir", dir}, gated(filepath.Join(base, "runs"), filepath.Join(base, "gate"))...)...)
-	controller.Await(t, regexp.MustCompile(`worker registered`), time.Minute)
-	require.NoError(t, controller.Cmd.Process.Signal(os.Interrupt))
-	assert.Equal(t, 130, controller.Wait(t, 5*time.Second), controller.Log())
-}
-
 // lines counts the lines of the file at path (0 when it is missing).
 func lines(t *testing.T, path string) int {
 	b, err := os.ReadFile(path)
@@ -414,6 +393,27 @@ func TestStalledControllerRunsEachTaskOnce(t *testing.T) {
 	checkResults(t, out, sums)
 	assert.Equal(t, 2, lines(t, runs), "the tasks ran again:\n%s", controller.Log())
 	assert.NotContains(t, controller.Log(), "fetched outcome discarded")
+}
+
+// A peer that connects to main.sock and says nothing does not hold the
+// controller up when it is told to stop (it did until the controller's
+// 10 s Timeout).
+func TestSilentPeerDoesNotDelayTheEnd(t *testing.T) {
+	controllerBin, workerBin := build(t)
+	dir := socketDir(t)
+	base := t.TempDir()
+	writeTasks(t, filepath.Join(base, "in"), []int{10})
+	controller := e2e.Start(t, nil, controllerBin, "-dir", dir, "-in", filepath.Join(base, "in"), "-out", filepath.Join(base, "out"))
+	awaitSocket(t, dir)
+	silent, err := net.Dial("unix", filepath.Join(dir, "main.sock"))
+	require.NoError(t, err)
+	defer silent.Close()
+	// Connections are taken in turn: once the worker that dials after it
+	// has registered, the silent one is being served.
+	e2e.Start(t, nil, workerBin, append([]string{"-dir", dir}, gated(filepath.Join(base, "runs"), filepath.Join(base, "gate"))...)...)
+	controller.Await(t, regexp.MustCompile(`worker registered`), time.Minute)
+	require.NoError(t, controller.Cmd.Process.Signal(os.Interrupt))
+	assert.Equal(t, 130, controller.Wait(t, 5*time.Second), controller.Log())
 }
 
 // openPTY returns the two ends of a new pseudo-terminal: what is written
@@ -506,6 +506,23 @@ func (p *onTerminal) wait(t *testing.T, within time.Duration) int {
 		t.Fatalf("%s did not end:\n%s", filepath.Base(p.cmd.Path), p.show())
 		return -1
 	}
+}
+
+// A single task (on standard input) shows how it goes while it runs, as a
+// batch does: on a terminal, a bar that says it runs on a worker.
+func TestOneTaskShowsProgress(t *testing.T) {
+	controllerBin, workerBin := build(t)
+	dir := socketDir(t)
+	base := t.TempDir()
+	gate := filepath.Join(base, "gate")
+	controller := startOnTerminal(t, strings.NewReader("hello, pulse\n"), controllerBin, "-dir", dir)
+	awaitSocket(t, dir)
+	e2e.Start(t, nil, workerBin, append([]string{"-dir", dir}, gated(filepath.Join(base, "runs"), gate)...)...)
+	controller.await(t, "running 1, queued 0, failed 0, workers 1", time.Minute)
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	require.Equal(t, 0, controller.wait(t, time.Minute), controller.show())
+	sum := md5.Sum([]byte("hello, pulse\n"))
+	assert.Equal(t, hex.EncodeToString(sum[:])+"  -\n", controller.stdout.String())
 }
 
 // With -log-format json, every line on standard error is a JSON object,

@@ -7,13 +7,13 @@
 // Workers register on DIR/main.sock (/run/controller by default). With -in,
 // every file of the folder TASKS is a task, and its result is written to
 // RESULTS under the same name; without it, standard input is one task and
-// its result goes to standard output. A batch's progress goes to standard
-// error: a bar on a terminal, a line of counts every 10 s otherwise, log
-// records with -log-format json. The controller ends when every task has
-// its result: status 0 when all succeeded, 1 otherwise, 2 for a usage
-// error. It ends at once with status 1 when it cannot serve on DIR (the
-// directory cannot be created, the socket cannot be bound, or another
-// controller answers there).
+// its result goes to standard output. Progress goes to standard error, for
+// one task as for many: a bar on a terminal, a line of counts every 10 s
+// otherwise, log records with -log-format json. The controller ends when
+// every task has its result: status 0 when all succeeded, 1 otherwise, 2
+// for a usage error. It ends at once with status 1 when it cannot serve on
+// DIR (the directory cannot be created, the socket cannot be bound, or
+// another controller answers there).
 package main
 
 import (
@@ -30,7 +30,8 @@ func main() {
 	c := cli.New("pulse-controller", "[-dir DIR] [-later] [-attempts N] [-in TASKS -out RESULTS]",
 		"Hands tasks to pulse workers and collects their results. Workers register on DIR/main.sock. With -in, "+
 			"every file of the folder TASKS is a task, and its result is written to RESULTS under the same name; "+
-			"without it, standard input is one task and its result goes to standard output. Exit status: 0 when "+
+			"without it, standard input is one task and its result goes to standard output. Progress goes to standard "+
+			"error (log records with -log-format json). Exit status: 0 when "+
 			"every task succeeded, 1 otherwise (and at once when it cannot serve on DIR), 2 for a usage error, "+
 			"130 when interrupted (Ctrl-C or SIGTERM: the batch's summary is printed, and the controller started "+
 			"again with the same -in and -out runs the tasks left).")

@@ -89,15 +89,14 @@ func run(ctx context.Context, c *pulse.Controller, in, out string, progress *cli
 		}
 	}()
 
+	batch := cli.Batch{
+		Progress: progress,
+		Workers:  func() int { return c.Stats().Workers },
+		NoWorker: noWorker(c.Dir),
+		Out:      func() (int, int) { st := c.Stats(); return st.Out, st.Pending },
+	}
 	if in == "" {
-		// One task: said in the log, as there is no progress to say it.
-		said := time.AfterFunc(cli.NoWorkerAfter, func() {
-			if c.Stats().Workers == 0 {
-				c.Logger.Warn(noWorker(c.Dir))
-			}
-		})
-		defer said.Stop()
-		return one(work, ex)
+		return one(work, ex, batch)
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
@@ -126,19 +125,13 @@ func run(ctx context.Context, c *pulse.Controller, in, out string, progress *cli
 	if done > 0 {
 		c.Logger.Info("tasks done before, skipped: their results are in "+out, zap.Int("tasks", done))
 	}
-	batch := cli.Batch{
-		Progress: progress,
-		OnResult: func(job laboro.Job, res laboro.Result) error {
-			if res.Status != laboro.StatusSucceeded {
-				return nil
-			}
-			return save(res.Output, filepath.Join(out, job.ID))
-		},
-		Workers:  func() int { return c.Stats().Workers },
-		NoWorker: noWorker(c.Dir),
-		Out:      func() (int, int) { st := c.Stats(); return st.Out, st.Pending },
-		Command:  func(job laboro.Job) string { return filepath.Join(in, job.ID) },
+	batch.OnResult = func(job laboro.Job, res laboro.Result) error {
+		if res.Status != laboro.StatusSucceeded {
+			return nil
+		}
+		return save(res.Output, filepath.Join(out, job.ID))
 	}
+	batch.Command = func(job laboro.Job) string { return filepath.Join(in, job.ID) }
 	sum, err := batch.Run(work, ex, jobs)
 	if err != nil {
 		if work.Err() != nil {
@@ -153,8 +146,11 @@ func run(ctx context.Context, c *pulse.Controller, in, out string, progress *cli
 }
 
 // one runs the task on standard input and writes its result to standard
-// output.
-func one(ctx context.Context, ex *laboro.Executor) error {
+// output. It runs as a batch of one, which shows its progress as a batch
+// does (waiting for a worker, or running on one, and for how long): a
+// single task may take long too. There is no summary: standard output is
+// the result.
+func one(ctx context.Context, ex *laboro.Executor, batch cli.Batch) error {
 	f, err := os.CreateTemp("", "pulse-task-*")
 	if err != nil {
 		return err
@@ -167,20 +163,22 @@ func one(ctx context.Context, ex *laboro.Executor) error {
 	if err != nil {
 		return err
 	}
-	h, err := ex.Submit(ctx, pulse.NewTaskFile(f.Name()))
-	if err != nil {
+	job := pulse.NewTaskFile(f.Name())
+	job.ID = "stdin"
+	var result error
+	batch.OnResult = func(_ laboro.Job, res laboro.Result) error {
+		if res.Status != laboro.StatusSucceeded {
+			result = fmt.Errorf("the task %s: %w", res.Status, res.Err)
+			return nil
+		}
+		// Off the bar's line, should standard output be the terminal.
+		batch.Progress.Above(func() { _, result = res.Output.WriteTo(os.Stdout) })
+		return result
+	}
+	if _, err := batch.Run(ctx, ex, []laboro.Job{job}); err != nil {
 		return err
 	}
-	res, err := h.Wait(ctx)
-	if err != nil {
-		return err
-	}
-	defer res.Output.Close()
-	if res.Status != laboro.StatusSucceeded {
-		return fmt.Errorf("the task %s: %w", res.Status, res.Err)
-	}
-	_, err = res.Output.WriteTo(os.Stdout)
-	return err
+	return result
 }
 
 // save writes a result to path, whole or not at all: into a temporary
