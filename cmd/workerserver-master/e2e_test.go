@@ -624,3 +624,83 @@ func TestDefaultTableInStateDir(t *testing.T) {
 	assert.Equal(t, filepath.Join(state, "workerserver.db"), db)
 	assert.FileExists(t, db)
 }
+
+// startWorkerWith starts worker id with the cache folder cache and the
+// password password.
+func (s *system) startWorkerWith(id, cache, password string) *e2e.Process {
+	_, workerBin := build(s.t)
+	return e2e.Start(s.t, []string{"WORKERSERVER_PASSWORD=" + password}, workerBin, "-url", "http://"+s.addr, "-id", id,
+		"-codes", s.codes, "-cache", cache, "-c", "2", "-ping", "200ms", "-progress", "300ms", "-reconnect", "300ms")
+}
+
+// serverOnline waits until the master has worker id Online.
+func (s *system) serverOnline(id string) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		resp, err := apiGet(s.t, "http://"+s.addr+"/api/servers/"+id)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var a struct{ Data workerserver.ServerRecord }
+		return json.NewDecoder(resp.Body).Decode(&a) == nil && a.Data.Status == workerserver.ServerOnline
+	}, 20*time.Second, 20*time.Millisecond)
+}
+
+// A worker started twice under one id: the second is refused while the
+// first lives, says so, and exits 1 once it has been refused for the
+// master's lease (it used to be taken for the first, whose jobs then ran
+// twice); one started with the first one's cache folder exits 1 at once.
+// The first runs on: its jobs run once, Done. Killed and started again
+// with its cache folder, it is taken at once.
+func TestWorkerStartedTwice(t *testing.T) {
+	s := newSystem(t)
+	s.startMaster()
+	gate, started := filepath.Join(s.dir, "gate"), filepath.Join(s.dir, "started")
+	require.NoError(t, os.Mkdir(started, 0o700))
+	first := s.startWorker("w1", "GATE="+gate, "GATE_FROM=0", "STARTED="+started)
+	s.serverOnline("w1")
+	// Both its slots busy: it pings no more, and a held ping of it does
+	// not make the second one wait for the end of the hold (20s).
+	s.submit("job-1", 1)
+	s.submit("job-2", 2)
+	for _, n := range []string{"1", "2"} {
+		require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(started, n)); return err == nil }, 20*time.Second, 20*time.Millisecond)
+	}
+
+	second := s.startWorkerWith("w1", filepath.Join(s.dir, "cache-second"), s.password)
+	second.Await(t, regexp.MustCompile(`another worker already runs under this id`), 20*time.Second)
+	assert.Equal(t, 1, second.Wait(t, 30*time.Second), "the second worker's exit status")
+	assert.Regexp(t, `workerserver-worker: workerserver: another worker process already runs under this serverId: the master at http://\S+ has refused worker "w1" since .*in use by another worker process \(pid \d+ on host`, second.Log())
+	assert.Contains(t, s.master.Log(), "worker process refused: another one holds its serverId and shows life")
+
+	same := s.startWorkerWith("w1", s.cache("w1"), s.password)
+	assert.Equal(t, 1, same.Wait(t, 20*time.Second))
+	assert.Contains(t, same.Log(), "another worker process runs with this cache folder: "+s.cache("w1"))
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	require.Eventually(t, func() bool { return s.done() == 2 }, 20*time.Second, 20*time.Millisecond, "%s", s.master.Log())
+	jobs := s.jobs()
+	checkJobs(t, jobs, 2)
+	for _, j := range jobs {
+		assert.NotContains(t, statuses(j.History)[1:], workerserver.JobQueued, "%s went back in line", j.ID)
+	}
+
+	// Killed, and started again with its cache folder: taken at once
+	// (the lease is 3s; the test would see a refusal).
+	require.NoError(t, first.Cmd.Process.Signal(syscall.SIGKILL))
+	first.Kill()
+	again := s.startWorker("w1")
+	again.Await(t, regexp.MustCompile(`transport: connected`), 20*time.Second)
+	assert.NotContains(t, again.Log(), "another worker already runs under this id")
+	s.submit("job-3", 3)
+	require.Eventually(t, func() bool { return s.done() == 3 }, 20*time.Second, 20*time.Millisecond, "%s", again.Log())
+}
+
+func statuses(evs []workerserver.StatusEvent) []string {
+	var s []string
+	for _, e := range evs {
+		s = append(s, e.Status)
+	}
+	return s
+}

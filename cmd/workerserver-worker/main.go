@@ -8,8 +8,12 @@
 // CODE runs the executable DIR/CODE with the job's params as JSON on its
 // standard input; its standard output (JSON, at most -max-result bytes) is the job's result. Statuses
 // that cannot reach the master wait in the cache directory, and are sent,
-// in order, once it is back. Exit status: 0 after an interrupt, 1 on an
-// error, 2 for a usage error.
+// in order, once it is back. One worker process runs under an id: it
+// exits 1 at once if another one holds its cache directory, and, refused
+// by the master because another process runs under its id (HTTP 409),
+// tries again until that one has had a lease to prove it ended (a
+// crashed worker started again is taken), then exits 1. Exit status: 0
+// after an interrupt, 1 on an error, 2 for a usage error.
 package main
 
 import (
@@ -35,8 +39,10 @@ func main() {
 			"$WORKERSERVER_PASSWORD (which no job sees). A job "+
 			"for worker code CODE runs the executable DIR/CODE with the job's params as JSON on its standard input; its "+
 			"standard output (JSON, at most -max-result bytes) is the job's result. Statuses that cannot reach the master wait in the cache "+
-			"directory, and are sent, in order, once it is back. Exit status: 0 after an interrupt, 1 on an error, 2 "+
-			"for a usage error.")
+			"directory, and are sent, in order, once it is back. One worker process runs under an id: it exits 1 at once if "+
+			"another one holds its cache directory, and, refused by the master because another process runs under its id, "+
+			"tries again until that one has had the master's lease to prove it ended (a crashed worker started again is "+
+			"taken), then exits 1. Exit status: 0 after an interrupt, 1 on an error, 2 for a usage error.")
 	// Read at once and removed from the environment, so that no job sees it.
 	password, _ := secret.FromEnv("WORKERSERVER_PASSWORD")
 	w := &workerserver.Worker{Password: password, Version: "1"}

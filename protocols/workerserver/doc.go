@@ -47,7 +47,11 @@
 // ping's answer is
 // {data:{job:{jobId, worker, …params}, cancelJobs:[ids]}}. A version in
 // Online may be any JSON value (the reference sends a module's `version`
-// as it is, often a number): it is kept as text (Version).
+// as it is, often a number): it is kept as text (Version). A Worker here
+// adds to every form its process's instance (FieldInstance), and to its
+// own statuses its host, pid and cache folder (FieldProcess); the
+// reference sends neither, and ignores a 409's Retry-After and
+// HeaderRefusal (see below).
 //
 // A job's "worker" names the code that runs it: the reference loads
 // workers/<worker>.js; a Worker here runs the executable CodeDir/<worker>
@@ -116,7 +120,28 @@
 //     send it again for ever.
 //   - A status the master refuses for what it is (400, 404, 409, 413) is
 //     dropped by the worker with a log line instead of being retried
-//     forever; a refusal for who sent it (401, 403) is kept and retried.
+//     forever; a refusal for who sent it (401, 403, and the 409 of a
+//     serverId in use, below) is kept and retried.
+//   - One process per serverId. Two processes under one serverId (one
+//     servers-file entry given to two machines, a worker started twice)
+//     used to be taken for one server: the second's Online passed for a
+//     restart of the first, whose jobs went back in line and ran twice;
+//     the server's cancels went to whichever process asked first; either
+//     one's Stopping gave the other's jobs back and left it, alive, never
+//     given another job. The master now keeps the process that holds each
+//     serverId (ServerRecord.Process: its instance, FieldInstance, drawn
+//     by each Worker's Run) and refuses every request of another one, 409
+//     with HeaderRefusal RefusalInUse, Retry-After and a message naming the
+//     holder, while the holder shows life: until it says Stopping or
+//     Offline, or for a lease (Master.Lease, DefaultLease if none) after
+//     its last request ended. A Worker that starts on the holder's host
+//     with the holder's cache folder is its restart, and is taken at once
+//     (a Worker locks its CacheDir: the holder has ended); any other is
+//     taken within a lease of the holder's end, which a Worker refused
+//     waits for, trying again, before it stops with ErrInUse. A restarted
+//     master keeps the holder its table names for a lease from Open.
+//     Processes that send no instance (the reference's) are one process
+//     to the master, as before, and other than any that does.
 //   - A ping that finds no job waits for one, up to Master.Hold (20 s by
 //     default, under the master's one-minute write timeout and under the
 //     lease; our Worker's HTTP timeout is 30 s): a job that comes in line

@@ -116,6 +116,11 @@ type ServerRecord struct {
 	// reference's "{}" when it reconnects, keeps the earlier one); nil
 	// until it has been Online.
 	Startup *Startup `json:"startup,omitempty"`
+	// Process is the worker process that holds the serverId, as of the
+	// server's last status: the last one accepted (see Handler), as it
+	// described itself; nil for one that does not name its instance (the
+	// reference's).
+	Process *WorkerProcess `json:"process,omitempty"`
 	// History is every status the server sent, in order of arrival (the
 	// last MaxHistory of them).
 	History []StatusEvent `json:"history,omitempty"`
@@ -598,10 +603,14 @@ func (m *Master) ServerRecords() []ServerRecord {
 // A worker's POST is refused, changing nothing, with 405 unless it is a
 // POST, 413 beyond MaxBody (read no further), 400 and formErrors for a
 // body that is not a form, 401 for a wrong serverId or serverPassword
-// (compared in constant time), 403 when the serverId of the form is not
-// the one of the path, 404 for an unknown job, 400 and formErrors for an
-// unknown status or a data field that is not JSON (or, for Online, not a
-// Startup).
+// (compared in constant time), 409 while another worker process holds the
+// serverId (see the package's "One process per serverId": the answer
+// carries HeaderRefusal RefusalInUse, and in Retry-After the seconds until
+// the holder would have shown no life for a lease), 403 when the serverId
+// of the form is not the one of the path, 404 for an unknown job, 400 and
+// formErrors for an unknown status, a data field that is not JSON (or,
+// for Online, not a Startup), or a process field that is not a
+// WorkerProcess.
 //
 // A ping hands out the job first in line (jobs that a server lost go back
 // to the front) whose Run is waiting and whose worker code the server
@@ -635,11 +644,11 @@ func (m *Master) Handler() http.Handler {
 		path := r.URL.EscapedPath()
 		switch {
 		case strings.HasPrefix(path, p.Status):
-			m.worker(w, r, path[len(p.Status):], (*session).serverStatus)
+			m.worker(w, r, path[len(p.Status):], routeStatus, (*session).serverStatus)
 		case strings.HasPrefix(path, p.Job):
-			m.worker(w, r, path[len(p.Job):], (*session).jobStatus)
+			m.worker(w, r, path[len(p.Job):], routeJob, (*session).jobStatus)
 		case strings.HasPrefix(path, p.Ping):
-			m.worker(w, r, path[len(p.Ping):], (*session).ping)
+			m.worker(w, r, path[len(p.Ping):], routePing, (*session).ping)
 		default:
 			m.guardAPI(mux).ServeHTTP(w, r)
 		}

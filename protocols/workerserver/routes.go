@@ -82,10 +82,25 @@ type workerRequest struct {
 	slots    int             // jobs a ping may bring: 1 unless it said more
 	asked    bool            // the form said slots: a job's end asks for jobs too
 	cancels  bool            // the form said cancels: a job status asks for the server's cancels
+	process  WorkerProcess   // the form's instance and process
 }
 
-// worker reads and authenticates a worker's POST, then calls handle.
-func (m *Master) worker(w http.ResponseWriter, r *http.Request, rawID string, handle func(*session, http.ResponseWriter, *workerRequest)) {
+// maxProcess bounds the form's instance and process fields, which the
+// table keeps.
+const maxProcess = 4 << 10
+
+// route is the worker route a request came by.
+type route int
+
+const (
+	routeStatus route = iota // a server's status
+	routeJob                 // a job's status
+	routePing
+)
+
+// worker reads and authenticates a worker's POST that came by rt, then
+// calls handle.
+func (m *Master) worker(w http.ResponseWriter, r *http.Request, rawID string, rt route, handle func(*session, http.ResponseWriter, *workerRequest)) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
@@ -127,6 +142,16 @@ func (m *Master) worker(w http.ResponseWriter, r *http.Request, rawID string, ha
 		}
 		req.slots, req.asked = min(n, MaxSlots), true
 	}
+	if v := f.Get(FieldProcess); v != "" {
+		if len(v) > maxProcess || json.Unmarshal([]byte(v), &req.process) != nil {
+			writeFormErrors(w, map[string]string{FieldProcess: fmt.Sprintf("not a worker process's description (a JSON object of at most %d bytes)", maxProcess)})
+			return
+		}
+	}
+	if req.process.Instance = f.Get(FieldInstance); len(req.process.Instance) > maxProcess {
+		writeFormErrors(w, map[string]string{FieldInstance: fmt.Sprintf("an instance of over %d bytes", maxProcess)})
+		return
+	}
 	if d := f.Get(FieldData); d != "" {
 		if !json.Valid([]byte(d)) {
 			writeFormErrors(w, map[string]string{FieldData: "not a JSON document"})
@@ -139,6 +164,16 @@ func (m *Master) worker(w http.ResponseWriter, r *http.Request, rawID string, ha
 		writeError(w, http.StatusServiceUnavailable, ErrMasterClosed.Error())
 		return
 	}
+	refused, done, err := s.claim(req, rt)
+	switch {
+	case err != nil:
+		s.writeTxError(w, err)
+		return
+	case refused != nil:
+		refused.write(w)
+		return
+	}
+	defer done()
 	handle(s, w, req)
 }
 
@@ -188,6 +223,7 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 	var restarted bool
 	var cancelled []string // jobs being cancelled that the server lost: they end
 	now := time.Now()
+	process := s.holderOf(req.id)
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		rec, err := getServer(tx, req.id)
 		if err != nil {
@@ -210,7 +246,7 @@ func (s *session) serverStatus(w http.ResponseWriter, req *workerRequest) {
 		if err != nil {
 			return err
 		}
-		rec.Status, rec.Data, rec.Updated = req.status, req.data, now
+		rec.Status, rec.Data, rec.Updated, rec.Process = req.status, req.data, now, process
 		// The reference lists its codes at the first Online of its
 		// process only; the Online of a reconnection ("{}") keeps them.
 		if startup != nil && (startup.Workers != nil || rec.Startup == nil) {

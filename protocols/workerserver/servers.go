@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/lograte"
 	"github.com/laboro-go/laboro/transport"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
@@ -30,6 +31,9 @@ type session struct {
 	unoffered sync.Map      // worker codes warned of as offered by no server
 	servers   serverCache   // what the servers' records say
 	maxEnded  int           // ended jobs the table keeps; negative: all
+	opened    time.Time     // when Open made it
+	holders   holders       // the process that holds each serverId
+	refusals  lograte.Limited
 
 	runningMu sync.Mutex
 	running   map[string]int // by job id, under runningMu: its Runs under way, whose ends must stay in the table
@@ -67,6 +71,7 @@ func newSession(db *bolt.DB, lease time.Duration, log *zap.Logger, outputDir str
 		running:   make(map[string]int),
 		d:         transport.NewDispatcher[string, JobOrder](transport.Config{Lease: lease, Logger: log}),
 		log:       log,
+		opened:    time.Now(),
 		outputDir: outputDir,
 		lease:     lease,
 		peers:     make(map[string]*transport.Worker[string, JobOrder]),

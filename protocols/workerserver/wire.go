@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"time"
 )
 
 // Paths are where a master serves the worker's three POSTs; each ends with
@@ -41,7 +43,62 @@ const (
 	// on the master reaches a worker whose every slot is busy, and so
 	// pings no more, within its progress interval.
 	FieldCancels = "cancels"
+
+	// FieldInstance, in every request of a Worker of this package, is
+	// its process's instance: a random token drawn as Run starts, so that
+	// the master tells two processes under one serverId apart, and
+	// refuses the second while the first shows life (see Master.Handler).
+	// A request without it (the reference's) is of a process that does
+	// not say which: two such under one serverId cannot be told apart.
+	FieldInstance = "instance"
+
+	// FieldProcess, in a Worker's server statuses, describes its process
+	// for the master: a WorkerProcess as JSON, without its instance. The
+	// master names the process that holds a serverId in its refusals, and
+	// takes a process that starts (Connecting) on the same host with the
+	// same cache folder as the one that holds it for its restart: the
+	// lock a Worker takes on its CacheDir says the other has ended.
+	FieldProcess = "process"
 )
+
+// HeaderRefusal is the header of a master's refusal of a worker's request
+// that says why in a word a worker acts on: RefusalInUse.
+const HeaderRefusal = "Workerserver-Refusal"
+
+// RefusalInUse (with HTTP 409, and Retry-After) is the refusal of a request
+// whose process is not the one that holds its serverId, while that one
+// shows life: see Master.Handler.
+const RefusalInUse = "in-use"
+
+// WorkerProcess is a worker process as the master knows it: its instance
+// (FieldInstance) and what it says of itself (FieldProcess).
+type WorkerProcess struct {
+	Instance string `json:"instance,omitempty"`
+	Host     string `json:"host,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	CacheDir string `json:"cacheDir,omitempty"`
+}
+
+// String describes the process for a person.
+func (p WorkerProcess) String() string {
+	if p.Instance == "" {
+		return "a worker process that does not name its instance (one like the reference's)"
+	}
+	if p.Host == "" && p.PID == 0 {
+		return "worker process " + p.Instance
+	}
+	s := fmt.Sprintf("pid %d on host %q", p.PID, p.Host)
+	if p.CacheDir != "" {
+		s += fmt.Sprintf(", cache %q", p.CacheDir)
+	}
+	return s
+}
+
+// sameSite reports whether p and q ran on the same host with the same
+// cache folder, both known.
+func (p WorkerProcess) sameSite(q WorkerProcess) bool {
+	return p.Host != "" && p.CacheDir != "" && p.Host == q.Host && p.CacheDir == q.CacheDir
+}
 
 // MaxSlots is the most jobs one ping's answer brings.
 const MaxSlots = 64
@@ -176,12 +233,25 @@ func (a Answer) Err() error {
 type RefusedError struct {
 	Reason string
 	Code   int
+	// Refusal is the answer's HeaderRefusal ("" when it had none), and
+	// RetryAfter its Retry-After (0 when it had none).
+	Refusal    string
+	RetryAfter time.Duration
+}
+
+// InUse reports whether the master refused the request because another
+// worker process holds the serverId (RefusalInUse).
+func (e *RefusedError) InUse() bool {
+	return e.Code == http.StatusConflict && e.Refusal == RefusalInUse
 }
 
 // Permanent reports whether sending the same request again cannot help:
 // the master refused it for what it is (a malformed request, an unknown
 // job), not for who sent it or when.
 func (e *RefusedError) Permanent() bool {
+	if e.InUse() {
+		return false // for who sent it: another process holds the serverId
+	}
 	switch e.Code {
 	case 400, 404, 409, 413:
 		return true

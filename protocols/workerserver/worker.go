@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/laboro-go/laboro"
+	"github.com/laboro-go/laboro/internal/dirlock"
 	"github.com/laboro-go/laboro/transport/link"
 	"go.uber.org/zap"
 )
@@ -37,6 +40,17 @@ import (
 // the job is reported Cancelled.
 //
 // Set the fields before Run; a Worker runs once.
+//
+// One process per serverId: a Worker names its process in every request
+// (FieldInstance, FieldProcess), and the master refuses a second process
+// under the same serverId while the first shows life (HTTP 409, see
+// Master.Handler). A Worker so refused logs why, and tries again, at each
+// Reconnect, for as long as the master says the other process may yet
+// prove to have ended (the master takes a process under a serverId whose
+// process showed no life for a lease; its Retry-After says when): refused
+// still after that, Run returns an error matching ErrInUse. A Worker locks
+// its CacheDir while it runs: Run fails at once with ErrCacheDirInUse
+// should another process hold it.
 type Worker struct {
 	// URL is the master's base URL, like http://master:8080; required.
 	URL string
@@ -90,7 +104,26 @@ type Worker struct {
 	drainOnce sync.Once
 	drainMu   sync.Mutex
 	draining  chan struct{} // closed by Drain
+
+	process  WorkerProcess // this process, as the master is told of it
+	failOnce sync.Once
+	failed   chan struct{} // closed by fail
+	failErr  error         // why, set before failed is closed
+	// Under mu: since when and until when the master refused this
+	// process as another holds the serverId (zero while it does not).
+	inUseSince, inUse time.Time
 }
+
+// Errors that end a Worker's Run; match them with errors.Is.
+var (
+	// ErrInUse: another worker process holds the serverId at the master,
+	// and showed life for longer than the master's lease while this one
+	// was refused.
+	ErrInUse = errors.New("workerserver: another worker process already runs under this serverId")
+	// ErrCacheDirInUse: another process runs a Worker with the same
+	// CacheDir.
+	ErrCacheDirInUse = errors.New("workerserver: another worker process runs with this cache folder")
+)
 
 // running is a job this worker runs, as the local Executor knows it.
 type running struct {
@@ -148,6 +181,25 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.Client = NewClient(n, nil)
 	}
 	w.running, w.free = map[string][]*running{}, n
+	// The cache is this process's alone: two processes replaying and
+	// deleting each other's statuses would lose them. The lock also tells
+	// the master that a process starting with this folder on this host
+	// is the restart of the one before it (FieldProcess).
+	if err := os.MkdirAll(w.CacheDir, 0o700); err != nil {
+		return fmt.Errorf("workerserver: cache folder: %w", err)
+	}
+	lock, err := dirlock.Lock(w.CacheDir)
+	if errors.Is(err, dirlock.ErrHeld) {
+		return fmt.Errorf("%w: %s is held by another running worker (each worker process needs its own -cache folder, and its own serverId)", ErrCacheDirInUse, w.CacheDir)
+	}
+	if err != nil {
+		return fmt.Errorf("workerserver: cache folder: %w", err)
+	}
+	defer lock.Close()
+	if err := w.describe(); err != nil {
+		return err
+	}
+	w.failed = make(chan struct{})
 	ex, err := laboro.New(laboro.WithPoolSize(n), laboro.WithConcurrency(n), laboro.WithBufferSize(n), laboro.WithLogger(w.Logger))
 	if err != nil {
 		return err
@@ -167,6 +219,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var idle chan struct{} // closed once no job runs, while draining
 	select {
 	case <-ctx.Done():
+	case <-w.failed:
 	case <-w.drainCh():
 		w.Logger.Info("draining: no new job; the running ones finish")
 		idle = make(chan struct{})
@@ -175,6 +228,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-idle:
 			drained = true
 		case <-ctx.Done():
+		case <-w.failed:
 		}
 	}
 	w.mu.Lock()
@@ -192,10 +246,73 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := up.Stop(stopCtx); err != nil {
 		w.Logger.Warn("stopping the link", zap.Error(err))
 	}
+	select {
+	case <-w.failed:
+		return w.failErr
+	default:
+	}
 	if drained {
 		return nil
 	}
 	return ctx.Err()
+}
+
+// describe sets w.process: a new instance, and where this process runs.
+func (w *Worker) describe() error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("workerserver: drawing the worker's instance: %w", err)
+	}
+	host, _ := os.Hostname()
+	dir, err := filepath.Abs(w.CacheDir)
+	if err != nil {
+		return fmt.Errorf("workerserver: cache folder: %w", err)
+	}
+	w.process = WorkerProcess{Instance: hex.EncodeToString(b[:]), Host: host, PID: os.Getpid(), CacheDir: dir}
+	return nil
+}
+
+// fail ends Run with err (the first one given).
+func (w *Worker) fail(err error) {
+	w.failOnce.Do(func() {
+		w.failErr = err
+		w.Logger.Error("the worker stops", zap.Error(err))
+		close(w.failed)
+	})
+}
+
+// answered follows the master's answer to a request: an acceptance
+// (refused nil) or a refusal.
+func (w *Worker) answered(refused *RefusedError) {
+	now := time.Now()
+	w.mu.Lock()
+	since, until := w.inUseSince, w.inUse
+	switch {
+	case refused == nil:
+		w.inUseSince, w.inUse = time.Time{}, time.Time{}
+	case refused.InUse():
+		if since.IsZero() {
+			// Past the Retry-After, the master would have taken this
+			// process had the other one shown no life since: a refusal
+			// then says that it lives.
+			until = now.Add(refused.RetryAfter)
+			w.inUseSince, w.inUse = now, until
+		}
+	}
+	w.mu.Unlock()
+	switch {
+	case refused == nil:
+		if !since.IsZero() {
+			w.Logger.Info("the master takes this worker process under its serverId now: the other one has ended", zap.String("id", w.ServerID))
+		}
+	case refused.InUse() && since.IsZero():
+		w.Logger.Warn("another worker already runs under this id: the master refuses this process while that one shows life; "+
+			"this one tries again, should the other prove to have ended, until the time below, then stops",
+			zap.String("id", w.ServerID), zap.String("master", w.URL), zap.Time("until", until), zap.String("reason", refused.Reason))
+	case refused.InUse() && !now.Before(until):
+		w.fail(fmt.Errorf("%w: the master at %s has refused worker %q since %s: %s",
+			ErrInUse, w.URL, w.ServerID, since.Format(time.RFC3339), refused.Reason))
+	}
 }
 
 // ping asks the master for a job for each free slot, cancels what it
@@ -486,6 +603,7 @@ func (w *Worker) post(ctx context.Context, path string, form url.Values, out any
 	}
 	form.Set(FieldServerID, w.ServerID)
 	form.Set(FieldPassword, w.Password)
+	form.Set(FieldInstance, w.process.Instance)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(w.URL, "/")+path, strings.NewReader(form.Encode()))
 	if err != nil {
 		return err
@@ -504,13 +622,18 @@ func (w *Worker) post(ctx context.Context, path string, form url.Values, out any
 	if err := a.Err(); err != nil {
 		var re *RefusedError
 		if errors.As(err, &re) {
-			re.Code = resp.StatusCode
+			re.Code, re.Refusal = resp.StatusCode, resp.Header.Get(HeaderRefusal)
+			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 {
+				re.RetryAfter = time.Duration(min(secs, 1<<20)) * time.Second
+			}
+			w.answered(re)
 		}
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("workerserver: %s: HTTP %d", path, resp.StatusCode)
 	}
+	w.answered(nil)
 	if out != nil && len(a.Data) > 0 {
 		return json.Unmarshal(a.Data, out)
 	}
@@ -533,7 +656,13 @@ func (w *Worker) codes() []WorkerCode {
 type masterAPI struct{ w *Worker }
 
 func (m *masterAPI) status(ctx context.Context, status string, data any) error {
-	form := url.Values{FieldStatus: {status}}
+	p := m.w.process
+	p.Instance = "" // a field of its own, in every request
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	form := url.Values{FieldStatus: {status}, FieldProcess: {string(b)}}
 	if data != nil {
 		b, err := json.Marshal(data)
 		if err != nil {
