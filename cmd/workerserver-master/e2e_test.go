@@ -697,6 +697,18 @@ func TestWorkerStartedTwice(t *testing.T) {
 	require.Eventually(t, func() bool { return s.done() == 3 }, 20*time.Second, 20*time.Millisecond, "%s", again.Log())
 }
 
+// A worker whose password the master refuses exits 1 at once, naming
+// itself and the master, and saying the password was refused (it used to
+// try again for ever).
+func TestWorkerWrongPassword(t *testing.T) {
+	s := newSystem(t)
+	s.startMaster()
+	w := s.startWorkerWith("w1", s.cache("w1"), "not-the-password")
+	assert.Equal(t, 1, w.Wait(t, 20*time.Second), w.Log())
+	assert.Contains(t, w.Log(), fmt.Sprintf(`workerserver-worker: workerserver: password refused: the master at http://%s refused the password of worker "w1"`, s.addr))
+	assert.Contains(t, w.Log(), "(check -id, and -password-file or $WORKERSERVER_PASSWORD)")
+}
+
 func statuses(evs []workerserver.StatusEvent) []string {
 	var s []string
 	for _, e := range evs {

@@ -12,8 +12,11 @@
 // exits 1 at once if another one holds its cache directory, and, refused
 // by the master because another process runs under its id (HTTP 409),
 // tries again until that one has had a lease to prove it ended (a
-// crashed worker started again is taken), then exits 1. Exit status: 0
-// after an interrupt, 1 on an error, 2 for a usage error.
+// crashed worker started again is taken), then exits 1. If the master
+// refuses its password (HTTP 401) before it has once accepted it, it exits
+// 1 at once; once accepted, it keeps trying, with a warning (the master
+// may come back with another servers file). Exit status: 0 after an
+// interrupt, 1 on an error, 2 for a usage error.
 package main
 
 import (
@@ -42,7 +45,9 @@ func main() {
 			"directory, and are sent, in order, once it is back. One worker process runs under an id: it exits 1 at once if "+
 			"another one holds its cache directory, and, refused by the master because another process runs under its id, "+
 			"tries again until that one has had the master's lease to prove it ended (a crashed worker started again is "+
-			"taken), then exits 1. Exit status: 0 after an interrupt, 1 on an error, 2 for a usage error.")
+			"taken), then exits 1. If the master refuses its password before it has once accepted it, it exits 1 at once; "+
+			"once accepted, it keeps trying, with a warning (the master may come back with another servers file). "+
+			"Exit status: 0 after an interrupt, 1 on an error, 2 for a usage error.")
 	// Read at once and removed from the environment, so that no job sees it.
 	password, _ := secret.FromEnv("WORKERSERVER_PASSWORD")
 	w := &workerserver.Worker{Password: password, Version: "1"}
@@ -115,6 +120,8 @@ func main() {
 		}, nil)
 		defer stop()
 		switch err := w.Run(kill); {
+		case errors.Is(err, workerserver.ErrPasswordRefused):
+			return fmt.Errorf("%w (check -id, and -password-file or $WORKERSERVER_PASSWORD)", err)
 		case err == nil:
 			w.Logger.Info("drained and stopped")
 			return nil

@@ -121,7 +121,11 @@
 //   - A status the master refuses for what it is (400, 404, 409, 413) is
 //     dropped by the worker with a log line instead of being retried
 //     forever; a refusal for who sent it (401, 403, and the 409 of a
-//     serverId in use, below) is kept and retried.
+//     serverId in use, below) is kept and retried. A Worker whose password
+//     the master refuses (401) before it has once accepted it stops at
+//     once (ErrPasswordRefused: a typo must not look like a slow start);
+//     once accepted, it keeps trying, warning, for a master restarted with
+//     another servers file may take it again.
 //   - One process per serverId. Two processes under one serverId (one
 //     servers-file entry given to two machines, a worker started twice)
 //     used to be taken for one server: the second's Online passed for a

@@ -25,6 +25,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/dirlock"
+	"github.com/laboro-go/laboro/internal/lograte"
 	"github.com/laboro-go/laboro/transport/link"
 	"go.uber.org/zap"
 )
@@ -51,6 +52,13 @@ import (
 // still after that, Run returns an error matching ErrInUse. A Worker locks
 // its CacheDir while it runs: Run fails at once with ErrCacheDirInUse
 // should another process hold it.
+//
+// A wrong serverId or password: should the master refuse the Worker's
+// first request (HTTP 401) before it has ever accepted one of this Run,
+// Run returns an error matching ErrPasswordRefused at once, naming the
+// worker and the master. Once the master has accepted the Worker, a 401
+// is retried (the master may be restarted with another servers file), with
+// a warning.
 type Worker struct {
 	// URL is the master's base URL, like http://master:8080; required.
 	URL string
@@ -106,16 +114,23 @@ type Worker struct {
 	draining  chan struct{} // closed by Drain
 
 	process  WorkerProcess // this process, as the master is told of it
+	warnings lograte.Limited
 	failOnce sync.Once
 	failed   chan struct{} // closed by fail
 	failErr  error         // why, set before failed is closed
-	// Under mu: since when and until when the master refused this
-	// process as another holds the serverId (zero while it does not).
+	// Under mu: the master has accepted a request of this Run (its
+	// password), and since when and until when it refused this process
+	// as another holds the serverId (zero while it does not).
+	admitted          bool
+	unauthorized      bool // the master refused the password after it had accepted it
 	inUseSince, inUse time.Time
 }
 
 // Errors that end a Worker's Run; match them with errors.Is.
 var (
+	// ErrPasswordRefused: the master refused the worker's first request
+	// for its serverId or password (HTTP 401).
+	ErrPasswordRefused = errors.New("workerserver: password refused")
 	// ErrInUse: another worker process holds the serverId at the master,
 	// and showed life for longer than the master's lease while this one
 	// was refused.
@@ -286,11 +301,14 @@ func (w *Worker) fail(err error) {
 func (w *Worker) answered(refused *RefusedError) {
 	now := time.Now()
 	w.mu.Lock()
-	since, until := w.inUseSince, w.inUse
+	admitted, unauthorized, since, until := w.admitted, w.unauthorized, w.inUseSince, w.inUse
 	switch {
 	case refused == nil:
-		w.inUseSince, w.inUse = time.Time{}, time.Time{}
+		w.admitted, w.unauthorized, w.inUseSince, w.inUse = true, false, time.Time{}, time.Time{}
+	case refused.Code == http.StatusUnauthorized && admitted:
+		w.unauthorized = true
 	case refused.InUse():
+		w.admitted = true // the master took the password before it looked at the process
 		if since.IsZero() {
 			// Past the Retry-After, the master would have taken this
 			// process had the other one shown no life since: a refusal
@@ -305,6 +323,15 @@ func (w *Worker) answered(refused *RefusedError) {
 		if !since.IsZero() {
 			w.Logger.Info("the master takes this worker process under its serverId now: the other one has ended", zap.String("id", w.ServerID))
 		}
+		if unauthorized {
+			w.Logger.Info("the master accepts this worker's password again", zap.String("id", w.ServerID), zap.String("master", w.URL))
+		}
+	case refused.Code == http.StatusUnauthorized && !admitted:
+		w.fail(fmt.Errorf("%w: the master at %s refused the password of worker %q at its first request (HTTP 401: %s): "+
+			"the master's servers file gives this id another password, or does not have the id", ErrPasswordRefused, w.URL, w.ServerID, refused.Reason))
+	case refused.Code == http.StatusUnauthorized:
+		w.warnings.Of(w.Logger).Warn("the master refused this worker's serverId or password, which it accepted before: trying again "+
+			"(was the master restarted with another servers file?)", zap.String("id", w.ServerID), zap.String("master", w.URL), zap.String("reason", refused.Reason))
 	case refused.InUse() && since.IsZero():
 		w.Logger.Warn("another worker already runs under this id: the master refuses this process while that one shows life; "+
 			"this one tries again, should the other prove to have ended, until the time below, then stops",

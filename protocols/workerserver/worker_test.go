@@ -19,6 +19,7 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -481,4 +482,66 @@ func TestWorkerDrain(t *testing.T) {
 	rec, _ := m.Job("t")
 	assert.Equal(t, JobQueued, rec.Status, "no job taken while draining")
 	require.NoError(t, ex.Cancel(later.ID()))
+}
+
+// A Worker whose password the master refuses at its first request stops
+// at once with ErrPasswordRefused, naming itself and the master (it used
+// to try again for ever); one that the master accepted first tries again,
+// warning, and is back once the master takes its password again.
+func TestWorkerPasswordRefused(t *testing.T) {
+	codes := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(codes, "quick"), []byte("#!/bin/sh\necho '{}'\n"), 0o755))
+	file := filepath.Join(t.TempDir(), "table.db")
+	var current atomic.Pointer[http.Handler]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*current.Load()).ServeHTTP(w, r) }))
+	t.Cleanup(srv.Close)
+	// open opens the table under a master that knows w1 by password, and
+	// serves it.
+	open := func(password string) *Master {
+		m := &Master{Servers: map[string]string{"w1": password}, OutputDir: t.TempDir(), Logger: zaptest.NewLogger(t), Hold: -1}
+		require.NoError(t, m.Open(file))
+		h := m.Handler()
+		current.Store(&h)
+		return m
+	}
+	m := open("pw")
+	newWorker := func(password string, log *zap.Logger) *Worker {
+		return &Worker{URL: srv.URL, ServerID: "w1", Password: password, CodeDir: codes, CacheDir: t.TempDir(), Concurrency: 1,
+			Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond, Reconnect: 50 * time.Millisecond, Logger: log}
+	}
+
+	ran, _ := runWorker(t, newWorker("typo", zaptest.NewLogger(t)))
+	select {
+	case err := <-ran:
+		require.ErrorIs(t, err, ErrPasswordRefused)
+		assert.ErrorContains(t, err, fmt.Sprintf(`the master at %s refused the password of worker "w1"`, srv.URL))
+	case <-time.After(20 * time.Second):
+		t.Fatal("a worker whose password the master refuses did not stop")
+	}
+
+	log, logs := observed(t)
+	ran, _ = runWorker(t, newWorker("pw", log))
+	require.Eventually(t, func() bool { rec, _ := m.Server("w1"); return rec.Status == ServerOnline }, 20*time.Second, time.Millisecond)
+	// The master restarted with another password for w1, then with its own.
+	require.NoError(t, m.Close())
+	m = open("another")
+	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("which it accepted before: trying again").Len() > 0 },
+		20*time.Second, time.Millisecond)
+	require.NoError(t, m.Close())
+	m = open("pw")
+	t.Cleanup(func() { m.Close() })
+	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("accepts this worker's password again").Len() > 0 },
+		20*time.Second, time.Millisecond)
+	ex, err := laboro.New(laboro.WithRunner(m))
+	require.NoError(t, err)
+	t.Cleanup(func() { ex.Close() })
+	h, err := ex.Submit(t.Context(), NewJob("1", "quick", nil))
+	require.NoError(t, err)
+	res := wait(t, h)
+	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
+	select {
+	case err := <-ran:
+		t.Fatalf("the worker stopped: %v", err)
+	default:
+	}
 }
