@@ -131,12 +131,14 @@ echo "== 1. jobs with master-chosen ids run to Done"
 start_master
 start_worker
 until_ok 20 server_online || fail "the reference worker never came Online"
-out=$("$master" submit -url "$url" -worker sum -params '{"a": 2, "b": 3}' -wait 2>/dev/null) || fail "sum: $out"
-[ "$(echo "$out" | tail -n 1)" = '{"sum":5}' ] || fail "sum: $out"
-id1=$(echo "$out" | head -n 1)
-echo "job $id1 (sum): Done, {\"sum\":5}"
-out=$("$master" submit -url "$url" -worker echo -params '{"ms": 200}' -wait 2>/dev/null) || fail "echo: $out"
-echo "job $(echo "$out" | head -n 1) (echo, a module with version: 2): Done, $(echo "$out" | tail -n 1)"
+# With -wait, submit prints the result on stdout and "job ID" on stderr.
+out=$("$master" submit -url "$url" -worker sum -params '{"a": 2, "b": 3}' -wait 2>"$work/submit.err") || fail "sum: $out"
+[ "$out" = '{"sum":5}' ] || fail "sum: $out"
+id1=$(sed -n 's/^job \([0-9][0-9]*\)$/\1/p' "$work/submit.err")
+[ -n "$id1" ] || fail "no job id on submit's standard error: $(cat "$work/submit.err")"
+echo "job $id1 (sum): Done, $out"
+out=$("$master" submit -url "$url" -worker echo -params '{"ms": 200}' -wait 2>"$work/submit.err") || fail "echo: $out"
+echo "job $(sed -n 's/^job //p' "$work/submit.err") (echo, a module with version: 2): Done, $out"
 
 echo "== 2. the master killed mid-job; the job's Done crosses the restart in the worker's cache"
 id2=$("$master" submit -url "$url" -worker echo -params '{"ms": 3000}')
