@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,7 +23,6 @@ import (
 	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { e2e.Main(m) }
@@ -416,22 +414,6 @@ func TestSilentPeerDoesNotDelayTheEnd(t *testing.T) {
 	assert.Equal(t, 130, controller.Wait(t, 5*time.Second), controller.Log())
 }
 
-// openPTY returns the two ends of a new pseudo-terminal: what is written
-// to tty is read from master.
-func openPTY(t *testing.T) (master, tty *os.File) {
-	t.Helper()
-	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminal here: %v", err)
-	}
-	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
-	require.NoError(t, err)
-	require.NoError(t, unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0))
-	tty, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
-	require.NoError(t, err)
-	return master, tty
-}
-
 // onTerminal is a binary whose standard error is a terminal, as a user
 // who runs it by hand sees it.
 type onTerminal struct {
@@ -447,7 +429,7 @@ type onTerminal struct {
 // startOnTerminal starts bin with stdin as its standard input and a
 // terminal as its standard error; it is killed when the test ends.
 func startOnTerminal(t *testing.T, stdin io.Reader, bin string, args ...string) *onTerminal {
-	master, tty := openPTY(t)
+	master, tty := e2e.OpenPTY(t)
 	p := &onTerminal{cmd: exec.Command(bin, args...), ended: make(chan error, 1), read: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, &p.stdout, tty

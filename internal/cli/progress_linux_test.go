@@ -4,36 +4,18 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 	"testing"
 
+	"github.com/laboro-go/laboro/internal/e2e"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
-
-// openPTY returns the two ends of a new pseudo-terminal: what is written
-// to tty is read from master.
-func openPTY(t *testing.T) (master, tty *os.File) {
-	t.Helper()
-	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminal here: %v", err)
-	}
-	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
-	require.NoError(t, err)
-	require.NoError(t, unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0))
-	tty, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
-	require.NoError(t, err)
-	return master, tty
-}
 
 // On a terminal, what is written Above the bar starts a line of its own,
 // and so does what follows the bar once the batch is done: neither lands
 // on the bar's line.
 func TestProgressBarKeepsItsLine(t *testing.T) {
-	master, tty := openPTY(t)
+	master, tty := e2e.OpenPTY(t)
 	defer master.Close()
 	shown := make(chan []byte)
 	go func() {
