@@ -142,7 +142,11 @@
 //     with the holder's cache folder is its restart, and is taken at once
 //     (a Worker locks its CacheDir: the holder has ended); any other is
 //     taken within a lease of the holder's end, which a Worker refused
-//     waits for, trying again, before it stops with ErrInUse. A restarted
+//     waits for, trying again, before it stops with ErrInUse; it stops
+//     sooner, at the refusal after the holder made a request, which
+//     HeaderHolderRequests counts (an idle holder asks again within a
+//     Hold and its ping interval: 50 s by default), for the holder then
+//     lives. A restarted
 //     master keeps the holder its table names for a lease from Open.
 //     Processes that send no instance (the reference's) are one process
 //     to the master, as before, and other than any that does.

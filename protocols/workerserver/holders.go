@@ -34,6 +34,9 @@ type holder struct {
 	busy      int
 	busyUntil time.Time
 	released  bool // its last request said Stopping or Offline
+	// requests counts the requests accepted under the serverId since the
+	// master started, by this process and those that held it before.
+	requests uint64
 }
 
 // silence returns how long the holder has shown no life at now.
@@ -63,6 +66,9 @@ type inUse struct {
 	silence time.Duration // since the holder last showed life
 	lease   time.Duration // the silence after which another process is accepted
 	retry   time.Duration // see holder.retry
+	// requests is the holder's count (holder.requests): a refused
+	// process that sees it grow knows the holder lives.
+	requests uint64
 }
 
 func (e *inUse) Error() string {
@@ -77,6 +83,7 @@ func (e *inUse) Error() string {
 func (e *inUse) write(w http.ResponseWriter) {
 	w.Header().Set(HeaderRefusal, RefusalInUse)
 	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.retry.Seconds()))))
+	w.Header().Set(HeaderHolderRequests, strconv.FormatUint(e.requests, 10))
 	writeError(w, http.StatusConflict, e.Error())
 }
 
@@ -131,6 +138,10 @@ func (s *session) claim(req *workerRequest, rt route) (refused *inUse, done func
 	}
 	var why string
 	busy, busyUntil := 0, until
+	var requests uint64
+	if h != nil {
+		requests = h.requests
+	}
 	switch silence := h.silence(now); {
 	case h == nil:
 		why = "the first process heard of under it"
@@ -148,7 +159,7 @@ func (s *session) claim(req *workerRequest, rt route) (refused *inUse, done func
 	case rt == routeStatus && req.status == ServerConnecting && me.sameSite(h.proc):
 		why = "a restart: it starts on the host, with the cache folder, of the one that held it, which has ended (the folder is locked while a worker runs)"
 	default:
-		refused := &inUse{server: req.serverID, holder: h.proc, silence: silence, lease: s.claimLease(), retry: h.retry(now, s.claimLease())}
+		refused := &inUse{server: req.serverID, holder: h.proc, silence: silence, lease: s.claimLease(), retry: h.retry(now, s.claimLease()), requests: h.requests}
 		s.refusals.Of(s.log).Warn("worker process refused: another one holds its serverId and shows life; "+
 			"two processes under one serverId: stop one, or give each its own (at most one such line a second)",
 			zap.String("server", req.serverID), zap.Stringer("refused", me), zap.Stringer("holder", h.proc),
@@ -165,7 +176,7 @@ func (s *session) claim(req *workerRequest, rt route) (refused *inUse, done func
 	if s.holders.by == nil {
 		s.holders.by = make(map[string]*holder)
 	}
-	h = &holder{proc: me, life: now, busy: busy + 1, busyUntil: busyUntil, released: leaving}
+	h = &holder{proc: me, life: now, busy: busy + 1, busyUntil: busyUntil, released: leaving, requests: requests + 1}
 	s.holders.by[req.serverID] = h
 	return nil, func() {
 		s.holders.mu.Lock()

@@ -295,6 +295,46 @@ func TestSecondWorkerUnderOneServerID(t *testing.T) {
 	}
 }
 
+// A second process under a serverId whose holder lives stops as soon as
+// it has heard that the holder made a request since it was refused, not
+// after the master's lease (up to a lease and a hold: minutes by default,
+// for nothing); the holder, idle, runs on.
+func TestRefusedWorkerStopsOnceTheHolderShowsLife(t *testing.T) {
+	codes, _, _ := slowCode(t)
+	m := &Master{Servers: map[string]string{"w1": "pw"}, OutputDir: t.TempDir(), Lease: time.Hour, Hold: 100 * time.Millisecond}
+	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(func() { srv.Close(); m.Close() })
+	newWorker := func(log *zap.Logger) *Worker {
+		return &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(), Concurrency: 2,
+			Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond, Reconnect: 50 * time.Millisecond, Logger: log}
+	}
+	firstRan, _ := runWorker(t, newWorker(nil))
+	require.Eventually(t, func() bool {
+		rec, ok := m.Server("w1")
+		return ok && rec.Status == ServerOnline
+	}, 20*time.Second, time.Millisecond)
+
+	wlog, wlogs := observed(t)
+	secondRan, _ := runWorker(t, newWorker(wlog))
+	select {
+	case err := <-secondRan:
+		require.ErrorIs(t, err, ErrInUse)
+		assert.ErrorContains(t, err, "the other process has made requests since, so it runs")
+	case <-time.After(30 * time.Second): // the lease is an hour
+		t.Fatal("the refused process did not stop: it waits for the holder's lease")
+	}
+	assert.Equal(t, 1, wlogs.FilterMessageSnippet("another worker already runs under this id").Len(), "the refused process said why, once")
+	select {
+	case err := <-firstRan:
+		t.Fatalf("the first process stopped: %v", err)
+	default:
+	}
+	rec, ok := m.Server("w1")
+	require.True(t, ok)
+	assert.Equal(t, ServerOnline, rec.Status, "the holder is still the master's server")
+}
+
 // A Worker that crashed (the master heard nothing more of it: no Stopping,
 // no Offline) and is started again with its cache folder is taken at once,
 // refused never, and gets its job again; one started instead with another

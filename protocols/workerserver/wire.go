@@ -70,6 +70,12 @@ const HeaderRefusal = "Workerserver-Refusal"
 // shows life: see Master.Handler.
 const RefusalInUse = "in-use"
 
+// HeaderHolderRequests, in a RefusalInUse, counts the requests the master
+// accepted under the serverId since it started (a decimal number). A
+// refused process that sees it grow has heard that the holder lives: it
+// made a request since.
+const HeaderHolderRequests = "Workerserver-Holder-Requests"
+
 // WorkerProcess is a worker process as the master knows it: its instance
 // (FieldInstance) and what it says of itself (FieldProcess).
 type WorkerProcess struct {
@@ -237,6 +243,9 @@ type RefusedError struct {
 	// RetryAfter its Retry-After (0 when it had none).
 	Refusal    string
 	RetryAfter time.Duration
+	// HolderRequests is a RefusalInUse's HeaderHolderRequests (0 when it
+	// had none).
+	HolderRequests uint64
 }
 
 // InUse reports whether the master refused the request because another

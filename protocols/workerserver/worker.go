@@ -49,7 +49,9 @@ import (
 // Reconnect, for as long as the master says the other process may yet
 // prove to have ended (the master takes a process under a serverId whose
 // process showed no life for a lease; its Retry-After says when): refused
-// still after that, Run returns an error matching ErrInUse. A Worker locks
+// still after that, or refused again after the other process made a
+// request (HeaderHolderRequests: it lives), Run returns an error matching
+// ErrInUse. A Worker locks
 // its CacheDir while it runs: Run fails at once with ErrCacheDirInUse
 // should another process hold it.
 //
@@ -124,6 +126,9 @@ type Worker struct {
 	admitted          bool
 	unauthorized      bool // the master refused the password after it had accepted it
 	inUseSince, inUse time.Time
+	// The holder's count of requests at the last refusal
+	// (RefusedError.HolderRequests).
+	holderRequests uint64
 }
 
 // Errors that end a Worker's Run; match them with errors.Is.
@@ -302,6 +307,10 @@ func (w *Worker) answered(refused *RefusedError) {
 	now := time.Now()
 	w.mu.Lock()
 	admitted, unauthorized, since, until := w.admitted, w.unauthorized, w.inUseSince, w.inUse
+	// The holder made a request since this process was first refused: it
+	// lives, and waiting for its silence is waiting in vain. (A count
+	// that fell is a restarted master's: counted from there.)
+	lives := false
 	switch {
 	case refused == nil:
 		w.admitted, w.unauthorized, w.inUseSince, w.inUse = true, false, time.Time{}, time.Time{}
@@ -315,7 +324,10 @@ func (w *Worker) answered(refused *RefusedError) {
 			// then says that it lives.
 			until = now.Add(refused.RetryAfter)
 			w.inUseSince, w.inUse = now, until
+		} else {
+			lives = refused.HolderRequests > w.holderRequests
 		}
+		w.holderRequests = refused.HolderRequests
 	}
 	w.mu.Unlock()
 	switch {
@@ -336,6 +348,9 @@ func (w *Worker) answered(refused *RefusedError) {
 		w.Logger.Warn("another worker already runs under this id: the master refuses this process while that one shows life; "+
 			"this one tries again, should the other prove to have ended, until the time below, then stops",
 			zap.String("id", w.ServerID), zap.String("master", w.URL), zap.Time("until", until), zap.String("reason", refused.Reason))
+	case refused.InUse() && lives:
+		w.fail(fmt.Errorf("%w: the master at %s has refused worker %q since %s, and the other process has made requests since, "+
+			"so it runs: %s", ErrInUse, w.URL, w.ServerID, since.Format(time.RFC3339), refused.Reason))
 	case refused.InUse() && !now.Before(until):
 		w.fail(fmt.Errorf("%w: the master at %s has refused worker %q since %s: %s",
 			ErrInUse, w.URL, w.ServerID, since.Format(time.RFC3339), refused.Reason))
@@ -653,6 +668,7 @@ func (w *Worker) post(ctx context.Context, path string, form url.Values, out any
 			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 {
 				re.RetryAfter = time.Duration(min(secs, 1<<20)) * time.Second
 			}
+			re.HolderRequests, _ = strconv.ParseUint(resp.Header.Get(HeaderHolderRequests), 10, 64)
 			w.answered(re)
 		}
 		return err
