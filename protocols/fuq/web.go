@@ -620,7 +620,12 @@ func makeCookie(secret []byte, name string, expires time.Time) string {
 // checkCookie returns the worker's name in cookie, and whether the cookie
 // is one of makeCookie's for this secret that has not expired at now.
 func checkCookie(secret []byte, cookie string, now time.Time) (string, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(cookie)
+	// Strict: a cookie has one spelling (the bits past its last byte
+	// are zero), and it is no longer than makeCookie's.
+	if len(cookie) > maxCookieLen {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(cookie)
 	if err != nil || len(b) < 32 || len(b) > 32+maxNameInCookie {
 		return "", false
 	}

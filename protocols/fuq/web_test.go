@@ -468,6 +468,16 @@ func TestWebCookieOutlivesTheForeman(t *testing.T) {
 	b[len(b)-1] ^= 1
 	_, ok = checkCookie([]byte(testSecret), string(b), time.Now())
 	assert.False(t, ok, "altered")
+	// One cookie has one spelling: the bits past the last byte (46
+	// bytes: 4 of the last character's 6) must be zero, not whatever a
+	// client put there.
+	require.Equal(t, 1, (32+len(name))%3)
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, cookie[len(cookie)-1])
+	require.Zero(t, last&15, "a cookie as made has zeros past its last byte")
+	respelt := cookie[:len(cookie)-1] + string(alphabet[last|1])
+	_, ok = checkCookie([]byte(testSecret), respelt, time.Now())
+	assert.False(t, ok, "the same bytes spelt otherwise")
 	long := makeCookie([]byte(testSecret), strings.Repeat("n", 500), time.Now().Add(time.Hour))
 	assert.LessOrEqual(t, len(long), maxCookieLen)
 	name, ok = checkCookie([]byte(testSecret), long, time.Now())
