@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/md5"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -508,28 +507,39 @@ func TestOneTaskShowsProgress(t *testing.T) {
 }
 
 // With -log-format json, every line on standard error is a JSON object,
-// on a terminal too: no bar, no line of counts among them.
+// on a terminal as on a pipe: no bar, no line of counts among them; how
+// the batch ended is a record of the logger "progress".
 func TestJSONLogHasOnlyJSON(t *testing.T) {
 	controllerBin, workerBin := build(t)
-	dir := socketDir(t)
-	base := t.TempDir()
-	sums := writeTasks(t, filepath.Join(base, "in"), []int{10, 20})
-	gate := filepath.Join(base, "gate")
-	controller := startOnTerminal(t, nil, controllerBin, "-dir", dir, "-log-format", "json",
-		"-in", filepath.Join(base, "in"), "-out", filepath.Join(base, "out"))
-	awaitSocket(t, dir)
-	e2e.Start(t, nil, workerBin, append([]string{"-dir", dir}, gated(filepath.Join(base, "runs"), gate)...)...)
-	controller.await(t, `"msg":"worker registered"`, time.Minute)
-	require.NoError(t, os.WriteFile(gate, nil, 0o600))
-	require.Equal(t, 0, controller.wait(t, time.Minute), controller.show())
-	checkResults(t, filepath.Join(base, "out"), sums)
-	n := 0
-	for line := range strings.Lines(controller.show()) {
-		if line = strings.TrimRight(line, "\r\n"); line != "" {
-			n++
-			assert.True(t, json.Valid([]byte(line)), "not JSON: %q", line)
-		}
+	for _, where := range []string{"terminal", "pipe"} {
+		t.Run(where, func(t *testing.T) {
+			dir := socketDir(t)
+			base := t.TempDir()
+			sums := writeTasks(t, filepath.Join(base, "in"), []int{10, 20})
+			gate := filepath.Join(base, "gate")
+			start := e2e.StartOnTerminal
+			if where == "pipe" {
+				start = e2e.StartInput
+			}
+			controller := start(t, nil, nil, controllerBin, "-dir", dir, "-log-format", "json",
+				"-in", filepath.Join(base, "in"), "-out", filepath.Join(base, "out"))
+			awaitSocket(t, dir)
+			e2e.Start(t, nil, workerBin, append([]string{"-dir", dir}, gated(filepath.Join(base, "runs"), gate)...)...)
+			controller.Await(t, regexp.MustCompile(`"msg":"worker registered"`), time.Minute)
+			require.NoError(t, os.WriteFile(gate, nil, 0o600))
+			require.Equal(t, 0, controller.Wait(t, time.Minute), controller.Log())
+			checkResults(t, filepath.Join(base, "out"), sums)
+			var last map[string]any
+			for _, r := range e2e.JSONRecords(t, controller.Log()) {
+				if r["logger"] == "progress" {
+					last = r
+				}
+			}
+			require.NotNil(t, last, "no progress record:\n%s", controller.Log())
+			for field, want := range map[string]float64{"done": 2, "total": 2, "failed": 0} {
+				assert.Equal(t, want, last[field], "%s in %v", field, last)
+			}
+			assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", controller.Stdout.String())
+		})
 	}
-	assert.Positive(t, n)
-	assert.Equal(t, "2 jobs: 2 succeeded, 0 failed\n", controller.stdout.String())
 }

@@ -9,7 +9,8 @@
 // RESULTS under the same name; without it, standard input is one task and
 // its result goes to standard output. Progress goes to standard error, for
 // one task as for many: a bar on a terminal, a line of counts every 10 s
-// otherwise, log records with -log-format json. The controller ends when
+// otherwise, log records (every 10 s and as the batch ends) with
+// -log-format json. The controller ends when
 // every task has its result: status 0 when all succeeded, 1 otherwise, 2
 // for a usage error. It ends at once with status 1 when it cannot serve on
 // DIR (the directory cannot be created, the socket cannot be bound, or
@@ -73,7 +74,6 @@ func main() {
 			ctl.Codec.Numbering = pulse.LaterNumbering
 		}
 		ctl.Logger = logFlag.Logger()
-		json := c.Flags.Lookup("log-format").Value.String() == "json"
-		return run(ctx, ctl, *in, *out, newProgress(ctl.Logger, json, noWorker(ctl.Dir)))
+		return run(ctx, ctl, *in, *out, logFlag.Progress(progressEvery))
 	})
 }

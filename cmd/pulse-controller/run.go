@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/laboro-go/laboro"
@@ -18,36 +17,6 @@ import (
 // progressEvery is the period of the lines of counts when standard error
 // is not a terminal (or of the log records, with a JSON log).
 const progressEvery = 10 * time.Second
-
-// newProgress returns the progress of the tasks: a bar on a terminal, a
-// line of counts every progressEvery otherwise, or, when the log is JSON,
-// a log record every progressEvery (a bar or a plain line would break
-// the log's one object a line).
-func newProgress(log *zap.Logger, json bool, noWorker string) *cli.Progress {
-	if json {
-		return cli.NewProgress(logLines{log: log.Named("progress"), warn: noWorker}, progressEvery)
-	}
-	return cli.NewProgress(os.Stderr, progressEvery)
-}
-
-// logLines makes each line written to it a log record: the progress,
-// with a JSON log. The line warn is a warning.
-type logLines struct {
-	log  *zap.Logger
-	warn string
-}
-
-func (l logLines) Write(p []byte) (int, error) {
-	for line := range strings.Lines(string(p)) {
-		line = strings.TrimSuffix(line, "\n")
-		if line == l.warn {
-			l.log.Warn(line)
-		} else {
-			l.log.Info(line)
-		}
-	}
-	return len(p), nil
-}
 
 // noWorker is said when tasks have waited cli.NoWorkerAfter with no
 // worker registered.

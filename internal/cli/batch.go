@@ -15,6 +15,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"github.com/schollz/progressbar/v3"
+	"go.uber.org/zap"
 	"golang.org/x/term"
 )
 
@@ -25,6 +26,9 @@ type Counts struct {
 	Running   int // running
 	Succeeded int
 	Failed    int // ended otherwise: failed, killed, timed out, cancelled, …
+	// Cancelled is how many of Failed were cancelled: the progress shows
+	// them apart from those that failed, as the summaries do.
+	Cancelled int
 	Workers   int // workers serving the batch, when the command knows; 0 otherwise
 }
 
@@ -33,10 +37,12 @@ func (c Counts) Done() int { return c.Succeeded + c.Failed }
 
 // Progress shows how a batch goes, on standard error: a bar with the
 // counts and the time left on a terminal, or, when standard error is not a
-// terminal, a line of counts every Every (none when Every is 0). It is
-// safe for concurrent use.
+// terminal, a line of counts every Every (none when Every is 0); or, made
+// by NewLogProgress, log records instead of either. It is safe for
+// concurrent use.
 type Progress struct {
 	w     io.Writer
+	log   *zap.Logger // records rather than lines, when not nil
 	every time.Duration
 	tty   bool
 
@@ -45,6 +51,9 @@ type Progress struct {
 	last  time.Time
 	start time.Time
 	ended bool
+	// With log: the last counts given, and whether they were recorded.
+	counts   Counts
+	recorded bool
 }
 
 // NewProgress returns a Progress on w (usually os.Stderr). every is the
@@ -53,6 +62,19 @@ func NewProgress(w io.Writer, every time.Duration) *Progress {
 	f, ok := w.(*os.File)
 	now := time.Now() // the first line of counts comes after every
 	return &Progress{w: w, every: every, tty: ok && term.IsTerminal(int(f.Fd())), start: now, last: now}
+}
+
+// NewLogProgress returns a Progress that makes log records on log where
+// NewProgress writes lines, for a command whose log is JSON (a bar or a
+// plain line would break its one object a line): every every (none when
+// it is 0), an info record whose message is the line of counts and whose
+// fields are the counts (done, total, running, queued, failed, cancelled,
+// workers when known, eta_seconds when known); once more as it is closed,
+// with the last counts, unless they were recorded already; and a warning
+// for each Note. It never draws a bar, on a terminal or not.
+func NewLogProgress(log *zap.Logger, every time.Duration) *Progress {
+	now := time.Now()
+	return &Progress{log: log, w: io.Discard, every: every, start: now, last: now}
 }
 
 // Terminal reports whether the progress goes to a terminal (as a bar).
@@ -65,10 +87,6 @@ func (p *Progress) Update(c Counts) {
 	if p.ended {
 		return
 	}
-	desc := fmt.Sprintf("running %d, queued %d, failed %d", c.Running, c.Queued, c.Failed)
-	if c.Workers > 0 {
-		desc += fmt.Sprintf(", workers %d", c.Workers)
-	}
 	if p.tty {
 		if p.bar == nil && c.Total > 0 {
 			p.bar = progressbar.NewOptions(c.Total, progressbar.OptionSetWriter(p.w),
@@ -79,20 +97,60 @@ func (p *Progress) Update(c Counts) {
 		// that follows would land on its line.
 		if p.bar != nil && !p.bar.IsFinished() {
 			p.bar.ChangeMax(max(c.Total, c.Done()))
-			p.bar.Describe(desc)
+			p.bar.Describe(describe(c))
 			p.bar.Set(c.Done())
 		}
 		return
+	}
+	if p.log != nil && c != p.counts {
+		p.counts, p.recorded = c, false
 	}
 	if p.every <= 0 || time.Since(p.last) < p.every {
 		return
 	}
 	p.last = time.Now()
-	line := fmt.Sprintf("%d of %d done (%s)", c.Done(), c.Total, desc)
+	if p.log != nil {
+		p.record()
+		return
+	}
+	fmt.Fprintln(p.w, p.line(c))
+}
+
+// describe is the bar's description of c: the counts beside the bar.
+func describe(c Counts) string {
+	desc := fmt.Sprintf("running %d, queued %d, failed %d", c.Running, c.Queued, c.Failed-c.Cancelled)
+	if c.Cancelled > 0 {
+		desc += fmt.Sprintf(", cancelled %d", c.Cancelled)
+	}
+	if c.Workers > 0 {
+		desc += fmt.Sprintf(", workers %d", c.Workers)
+	}
+	return desc
+}
+
+// line is the plain line of c: "3 of 10 done (running 2, …), about 1m0s
+// left".
+func (p *Progress) line(c Counts) string {
+	line := fmt.Sprintf("%d of %d done (%s)", c.Done(), c.Total, describe(c))
 	if eta, ok := p.eta(c); ok {
 		line += ", about " + eta.Round(time.Second).String() + " left"
 	}
-	fmt.Fprintln(p.w, line)
+	return line
+}
+
+// record logs the last counts; p.mu is held.
+func (p *Progress) record() {
+	c := p.counts
+	fields := []zap.Field{zap.Int("done", c.Done()), zap.Int("total", c.Total), zap.Int("running", c.Running),
+		zap.Int("queued", c.Queued), zap.Int("failed", c.Failed-c.Cancelled), zap.Int("cancelled", c.Cancelled)}
+	if c.Workers > 0 {
+		fields = append(fields, zap.Int("workers", c.Workers))
+	}
+	if eta, ok := p.eta(c); ok {
+		fields = append(fields, zap.Int64("eta_seconds", int64(eta.Round(time.Second)/time.Second)))
+	}
+	p.log.Info(p.line(c), fields...)
+	p.recorded = true
 }
 
 // eta guesses the time left from the pace so far.
@@ -105,8 +163,12 @@ func (p *Progress) eta(c Counts) (time.Duration, bool) {
 }
 
 // Note writes a line of text above the bar (or among the lines of
-// counts).
+// counts); with NewLogProgress, it is a warning record.
 func (p *Progress) Note(text string) {
+	if p.log != nil {
+		p.log.Warn(text)
+		return
+	}
 	p.Above(func() { fmt.Fprintln(p.w, text) })
 }
 
@@ -126,12 +188,17 @@ func (p *Progress) Above(write func()) {
 	}
 }
 
-// Close ends the display.
+// Close ends the display. With NewLogProgress, it records the last counts
+// given, unless they were already: the log tells how the batch ended,
+// not how it stood up to every before.
 func (p *Progress) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.bar != nil && !p.ended {
 		p.bar.Finish()
+	}
+	if p.log != nil && !p.ended && !p.recorded && p.counts != (Counts{}) {
+		p.record()
 	}
 	p.ended = true
 }
@@ -267,6 +334,9 @@ func (s *Summary) CountFailed(status string, n int) {
 		return
 	}
 	s.Failed += n
+	if status == laboro.StatusCancelled.String() {
+		s.Cancelled += n
+	}
 	if s.ended == nil {
 		s.ended = map[string]int{}
 	}
@@ -276,6 +346,9 @@ func (s *Summary) CountFailed(status string, n int) {
 // fail counts f, listing it if there is room.
 func (s *Summary) fail(f Failure) {
 	s.Failed++
+	if f.Status == laboro.StatusCancelled.String() {
+		s.Cancelled++
+	}
 	if s.ended == nil {
 		s.ended = map[string]int{}
 	}

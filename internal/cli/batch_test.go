@@ -449,6 +449,7 @@ func TestSummarySaysHowJobsEnded(t *testing.T) {
 	b.Reset()
 	s.Write(&b)
 	assert.True(t, strings.HasPrefix(b.String(), "7 jobs: 2 succeeded, 2 failed, 1 timed out, 1 killed, 1 cancelled\n"), b.String())
+	assert.Equal(t, Counts{Total: 7, Succeeded: 2, Failed: 5, Cancelled: 1}, s.Counts, "the progress's counts, cancelled apart")
 }
 
 // A batch counted elsewhere (a service's) is said the same way, its
@@ -463,5 +464,6 @@ func TestSummaryCountFailed(t *testing.T) {
 	var b strings.Builder
 	s.Write(&b)
 	assert.Equal(t, "5 jobs: 2 succeeded, 1 failed, 2 cancelled\n", b.String())
+	assert.Equal(t, Counts{Total: 5, Succeeded: 2, Failed: 3, Cancelled: 2}, s.Counts)
 	assert.Equal(t, ExitFailed, s.Code())
 }

@@ -428,6 +428,33 @@ func (c *Command) LogFlag(def zapcore.Level) *Log {
 // format chosen, without stack traces or the places in the source.
 func (l *Log) Logger() *zap.Logger { return Logger(l.level, l.format) }
 
+// Format returns the format chosen, console or json.
+func (l *Log) Format() LogFormat { return l.format }
+
+// Records returns a logger for what a command shows on standard error
+// beside its log (its progress, a summary) when the log is JSON, so that
+// standard error stays one object a line: in the format chosen, at info
+// whatever -log says, as a bar and a summary are shown whatever it says.
+func (l *Log) Records() *zap.Logger { return Logger(zapcore.InfoLevel, l.format) }
+
+// Progress returns the progress of a batch, on standard error, in the
+// format chosen: with console, NewProgress(os.Stderr, every), a bar on a
+// terminal and a line of counts every every otherwise; with json, never a
+// bar nor a line but log records of the logger "progress" (see
+// NewLogProgress and Records), every every and once as it closes.
+func (l *Log) Progress(every time.Duration) *Progress {
+	if l.format == "json" {
+		return NewLogProgress(l.Records().Named("progress"), every)
+	}
+	return NewProgress(os.Stderr, every)
+}
+
+// NewLog returns the Log of a command whose -log and -log-format were
+// parsed some other way (level and format; "" is console).
+func NewLog(level zapcore.Level, format LogFormat) *Log {
+	return &Log{level: level, format: cmp.Or(format, "console")}
+}
+
 // LogFormat is the format of the log lines: "console" or "json".
 type LogFormat string
 

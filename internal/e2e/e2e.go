@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -133,6 +134,39 @@ func StartInput(t testing.TB, stdin io.Reader, env []string, bin string, args ..
 	return p
 }
 
+// StartOnTerminal is StartInput with a terminal (a pseudo-terminal's) as
+// the process's standard error, where a command shows a bar rather than
+// lines: Log returns what the terminal showed, as it showed it (its lines
+// end in "\r\n", a bar is drawn with "\r"). It skips the test where no
+// pseudo-terminal can be made.
+func StartOnTerminal(t testing.TB, stdin io.Reader, env []string, bin string, args ...string) *Process {
+	t.Helper()
+	master, tty := OpenPTY(t)
+	p := &Process{Cmd: exec.Command(bin, args...), eof: make(chan struct{}), TempDir: t.TempDir()}
+	p.Cmd.Env = append(append(os.Environ(), "TMPDIR="+p.TempDir), env...)
+	p.Cmd.Stdin, p.Cmd.Stdout, p.Cmd.Stderr = stdin, &p.Stdout, tty
+	p.Cmd.SysProcAttr = sysProcAttr()
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close() // the process has its own: the terminal closes with it
+	go func() {
+		defer close(p.eof)
+		b := make([]byte, 4096)
+		for {
+			n, err := master.Read(b) // EIO once the process has closed the terminal
+			p.mu.Lock()
+			p.logs.Write(b[:n])
+			p.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(p.Kill)
+	return p
+}
+
 // Log returns what the process wrote to standard error so far.
 func (p *Process) Log() string {
 	p.mu.Lock()
@@ -200,6 +234,27 @@ func (p *Process) Await(t testing.TB, re *regexp.Regexp, within time.Duration) s
 			t.Fatalf("%s: no line matching %v:\n%s", path.Base(p.Cmd.Path), re, p.Log())
 		}
 	}
+}
+
+// JSONRecords returns the records of log, what a process run with
+// -log-format json wrote to standard error (on a terminal or not), failing
+// t for each line that is not a JSON object: a line a log collector would
+// refuse.
+func JSONRecords(t testing.TB, log string) []map[string]any {
+	t.Helper()
+	var records []map[string]any
+	for line := range strings.Lines(log) {
+		if line = strings.TrimRight(line, "\r\n"); line == "" {
+			continue
+		}
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Errorf("not a JSON object: %q", line)
+			continue
+		}
+		records = append(records, r)
+	}
+	return records
 }
 
 // Token returns the token a server started by the test keeps in the
