@@ -265,3 +265,44 @@ func TestSilentRunnerLetGo(t *testing.T) {
 	_, err = silent.Read(buf)
 	assert.ErrorIs(t, err, io.EOF, "the silent runner's connection is closed")
 }
+
+// With -log-format json, every line the manager writes to standard error
+// is a JSON object, on a terminal as on a pipe: no bar, no line of
+// counts; how the batch ended is a record of the logger "progress".
+func TestJSONLogHasOnlyJSON(t *testing.T) {
+	managerBin, _ := build(t)
+	for _, where := range []string{"terminal", "pipe"} {
+		t.Run(where, func(t *testing.T) {
+			base := t.TempDir()
+			writeJobs(t, base, 3, func(i int) string {
+				if i == 1 {
+					return "echo RES:failed\n"
+				}
+				return "echo RES:ok\n"
+			})
+			start := e2e.StartOnTerminal
+			if where == "pipe" {
+				start = e2e.StartInput
+			}
+			// At -log info: on a terminal the manager logs only warnings
+			// by default, and its address is said at info.
+			manager := start(t, nil, nil, managerBin, "-p", "0", "-listen", "127.0.0.1", "-log", "info",
+				"-log-format", "json", base)
+			addr := manager.Await(t, regexp.MustCompile(`"msg":"serving".*"addr":"([^"]+)"`), 20*time.Second)
+			startRunner(t, addr, "r1", 2)
+			require.Equal(t, 1, manager.Wait(t, 60*time.Second), manager.Log())
+			assert.True(t, strings.HasPrefix(manager.Stdout.String(), "3 jobs: 2 succeeded, 1 failed\n"), manager.Stdout.String())
+			var last map[string]any
+			for _, r := range e2e.JSONRecords(t, manager.Log()) {
+				if r["logger"] == "progress" {
+					last = r
+				}
+			}
+			require.NotNil(t, last, "no progress record:\n%s", manager.Log())
+			assert.Equal(t, "info", last["level"])
+			for field, want := range map[string]float64{"done": 3, "total": 3, "failed": 1, "cancelled": 0} {
+				assert.Equal(t, want, last[field], "%s in %v", field, last)
+			}
+		})
+	}
+}

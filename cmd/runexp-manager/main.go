@@ -35,6 +35,7 @@ import (
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/protocols/runexp"
 	"go.uber.org/zap"
+	"golang.org/x/term"
 )
 
 func main() {
@@ -67,10 +68,9 @@ func main() {
 	goodbye := c.Flags.Duration("goodbye", 30*time.Second, "how long runners left with nothing to run may take to say goodbye once every job has ended; then they are let go")
 	c.Positive("goodbye")
 	allowFlag := c.Flags.String("allow", "", "addresses or networks runners may connect from, comma-separated (10.0.0.0/24,192.168.1.7); loopback always may")
-	progress := cli.NewProgress(os.Stderr, 0)
 	level := zap.InfoLevel
-	if progress.Terminal() {
-		level = zap.WarnLevel // the progress bar tells the rest
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		level = zap.WarnLevel // the progress tells the rest
 	}
 	logFlag := c.LogFlag(level)
 	c.Main(os.Args[1:], func(ctx context.Context, args []string) error {
@@ -115,6 +115,9 @@ func main() {
 			m.Policy = runexp.BanPolicy{}
 		}
 		host := strings.TrimSuffix(strings.TrimPrefix(*listen, "["), "]") // [::1] as ::1
+		// A bar on a terminal and no line of counts off one; with a JSON
+		// log, one record of the counts as the batch ends.
+		progress := logFlag.Progress(0)
 		return serve(ctx, m, folder, net.JoinHostPort(host, strconv.Itoa(port)), *sorted, *goodbye, progress)
 	})
 }
