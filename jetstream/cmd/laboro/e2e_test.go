@@ -1777,3 +1777,97 @@ func TestConsoleStopOutlivesARestart(t *testing.T) {
 	_, err := os.Stat(ran)
 	assert.ErrorIs(t, err, os.ErrNotExist, "the job stopped from the console ran after the restart")
 }
+
+// starters run a command with its standard error on a terminal (where a
+// bar would be drawn) or on a pipe (where lines of counts would be).
+var starters = []struct {
+	where string
+	start func(t testing.TB, stdin io.Reader, env []string, bin string, args ...string) *e2e.Process
+}{{"terminal", e2e.StartOnTerminal}, {"pipe", e2e.StartInput}}
+
+// lastRecord returns the last record of logger in a JSON log, failing t if
+// a line of it is not JSON, or if there is none.
+func lastRecord(t *testing.T, log, logger string) map[string]any {
+	t.Helper()
+	var last map[string]any
+	for _, r := range e2e.JSONRecords(t, log) {
+		if r["logger"] == logger {
+			last = r
+		}
+	}
+	require.NotNil(t, last, "no record of %q:\n%s", logger, log)
+	return last
+}
+
+// assertCounts asserts the counts of a record.
+func assertCounts(t *testing.T, r map[string]any, want map[string]float64) {
+	t.Helper()
+	for field, n := range want {
+		assert.Equal(t, n, r[field], "%s in %v", field, r)
+	}
+}
+
+// With -log-format json, laboro run writes only JSON objects on standard
+// error, on a terminal as on a pipe: its progress is records of the logger
+// "progress" (no bar, no line of counts), its summary records of the
+// logger "summary"; the jobs' outputs are on standard output as ever.
+func TestRunJSONLogHasOnlyJSON(t *testing.T) {
+	bin := build(t)
+	jobs := filepath.Join(t.TempDir(), "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte("echo one\necho broken >&2; exit 4\necho three\n"), 0o600))
+	for _, s := range starters {
+		t.Run(s.where, func(t *testing.T) {
+			p := s.start(t, nil, nil, bin, "run", "-workers", "1", "-log-format", "json", "-f", jobs)
+			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
+			assert.Equal(t, "one\nthree\n", p.Stdout.String())
+			progress := lastRecord(t, p.Log(), "progress")
+			assertCounts(t, progress, map[string]float64{"done": 3, "total": 3, "failed": 1, "cancelled": 0})
+			summary := lastRecord(t, p.Log(), "summary")
+			assert.Equal(t, "warn", summary["level"], "the last: the job that failed")
+			assert.Equal(t, "2", summary["id"])
+			assert.Equal(t, "echo broken >&2; exit 4", summary["command"])
+			assert.EqualValues(t, 4, summary["exit"])
+			assert.Equal(t, "broken\n", summary["stderr"])
+			assert.Contains(t, p.Log(), `"msg":"3 jobs: 2 succeeded, 1 failed","total":3,"succeeded":2,"failed":1,"cancelled":0`)
+		})
+	}
+}
+
+// With -log-format json, submit -wait and status -watch write only JSON
+// objects on standard error, on a terminal as on a pipe: their progress is
+// records of the logger "progress".
+func TestSubmitAndWatchJSONLogHasOnlyJSON(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "2")
+	env := []string{"LABORO_NATS=" + s.url}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte(fmt.Sprintf("echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 300\n"+
+		"echo ok\nexit 3\n", pidFile)), 0o600))
+	_, errText, code := s.run("submit", "-batch", "mixed", "-f", jobs)
+	require.Equal(t, 0, code, errText)
+	require.Eventually(t, func() bool { _, err := os.Stat(pidFile); return err == nil }, 20*time.Second, 5*time.Millisecond,
+		"the long job runs")
+	_, errText, code = s.run("cancel", "mixed-1")
+	require.Equal(t, 0, code, errText)
+
+	short := filepath.Join(dir, "short.txt")
+	require.NoError(t, os.WriteFile(short, []byte("echo a\nexit 2\n"), 0o600))
+	for _, st := range starters {
+		t.Run("status -watch on a "+st.where, func(t *testing.T) {
+			p := st.start(t, nil, env, s.bin, "status", "-watch", "-log-format", "json", "mixed")
+			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
+			assert.True(t, strings.HasPrefix(p.Stdout.String(), "batch mixed: 3 jobs, 1 succeeded, 1 failed, 1 cancelled\n"),
+				p.Stdout.String())
+			assertCounts(t, lastRecord(t, p.Log(), "progress"), map[string]float64{"done": 3, "total": 3})
+		})
+		t.Run("submit -wait on a "+st.where, func(t *testing.T) {
+			p := st.start(t, nil, env, s.bin, "submit", "-wait", "-log-format", "json", "-f", short)
+			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
+			assert.Contains(t, p.Stdout.String(), ": 2 jobs, 1 succeeded, 1 failed\n")
+			assertCounts(t, lastRecord(t, p.Log(), "progress"),
+				map[string]float64{"done": 2, "total": 2, "failed": 1, "cancelled": 0})
+		})
+	}
+}

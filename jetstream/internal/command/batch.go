@@ -53,19 +53,22 @@ func (w *noWorker) onWorkers(n int) {
 	}
 }
 
-// noService says at once when no service answers req: the jobs wait for
-// one.
-func noService(ctx context.Context, cl *jetstream.Client, req jetstream.StatusRequest) {
+// noService says at once, with say, when no service answers req: the
+// jobs wait for one.
+func noService(ctx context.Context, cl *jetstream.Client, req jetstream.StatusRequest, say func(text string)) {
 	if _, err := cl.Status(ctx, req); errors.Is(err, jetstream.ErrNoService) {
-		fmt.Fprintln(os.Stderr, "laboro: no service is running; the jobs wait for `laboro serve`")
+		say("laboro: no service is running; the jobs wait for `laboro serve`")
 	}
 }
 
-// watch follows batch until n of its jobs (all, for n ≤ 0) ended, with a
-// progress bar on a terminal, then prints a summary and the jobs that did
-// not succeed. It returns exitFailed if any did not.
-func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
-	var bar progress
+// sayOnStderr writes text as a line of standard error.
+func sayOnStderr(text string) { fmt.Fprintln(os.Stderr, text) }
+
+// watch follows batch until n of its jobs (all, for n ≤ 0) ended, with
+// its progress on standard error (see progress), then prints a summary and
+// the jobs that did not succeed. It returns exitFailed if any did not.
+func (c *common) watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
+	bar := progress{logs: c.logs}
 	defer bar.close()
 	idle := newNoWorker(bar.note)
 	show := func(b jetstream.BatchStatus) {
@@ -78,7 +81,7 @@ func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 			idle.onWorkers(reply.OnWorkers)
 		}
 	}
-	noService(ctx, cl, jetstream.StatusRequest{Batches: []string{batch}})
+	noService(ctx, cl, jetstream.StatusRequest{Batches: []string{batch}}, bar.note)
 	b, err := cl.Wait(ctx, batch, n, watchInterval, show)
 	if err != nil {
 		return failed(ctx, "wait", err)
@@ -100,13 +103,13 @@ func watch(ctx context.Context, cl *jetstream.Client, batch string, n int) int {
 // runs, or that no worker has taken the job.
 func result(ctx context.Context, cl *jetstream.Client, id string) (laboro.Result, error) {
 	req := jetstream.StatusRequest{IDs: []string{id}}
-	noService(ctx, cl, req)
+	noService(ctx, cl, req, sayOnStderr)
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	asked := make(chan struct{})
 	go func() {
 		defer close(asked)
-		idle := newNoWorker(func(text string) { fmt.Fprintln(os.Stderr, text) })
+		idle := newNoWorker(sayOnStderr)
 		tick := time.NewTicker(watchInterval)
 		defer tick.Stop()
 		for !idle.said {

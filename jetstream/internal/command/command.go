@@ -1,10 +1,10 @@
 // Package command is the laboro command (jetstream/cmd/laboro): one file
 // per subcommand (run, serve, worker, submit, status, output, cancel,
 // token), and
-// apart from them what they share: their flags (flags.go), the connection
-// to NATS (nats.go), the batch driver that follows jobs to their end
-// (batch.go, progress.go), and the set-up of logging (logging.go), signals
-// (signals.go) and exit statuses (exit.go).
+// apart from them what they share: their flags and their logger
+// (flags.go), the connection to NATS (nats.go), the batch driver that
+// follows jobs to their end (batch.go, progress.go), and the set-up of
+// signals (signals.go) and exit statuses (exit.go).
 //
 //	func main() { os.Exit(command.Main(os.Args[1:])) }
 package command

@@ -18,7 +18,6 @@ import (
 	"github.com/laboro-go/laboro/jetstream"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // common holds the flags every command has, and what they set up.
@@ -45,8 +44,7 @@ type common struct {
 	// tokenProven is set when connect connected proving laboro's token:
 	// the server is serve's, whose service can prove itself in turn.
 	tokenProven bool
-	level       zapcore.Level
-	format      cli.LogFormat
+	logs        *cli.Log // -log and -log-format
 	log         *zap.Logger
 }
 
@@ -56,12 +54,7 @@ type common struct {
 // and its flag errors read as those of the project's other commands.
 func newCommon(name, synopsis, doc string) *common {
 	cmd := cli.New("laboro "+name, synopsis, doc)
-	c := &common{name: name, cmd: cmd, fs: cmd.Flags, level: zap.InfoLevel, format: "console", stream: jetstream.DefaultStream}
-	if name == "run" {
-		// Its summary tells what went wrong; the log, what else is
-		// wrong. Set before -log is, whose help shows it.
-		c.level = zap.WarnLevel
-	}
+	c := &common{name: name, cmd: cmd, fs: cmd.Flags, stream: jetstream.DefaultStream}
 	nats := natsEnv() // scrubbed for every command: each may start jobs
 	switch name {
 	case "run", "token": // neither needs a server
@@ -79,9 +72,15 @@ func newCommon(name, synopsis, doc string) *common {
 	if name != "run" { // run's jobs go through no stream
 		c.fs.StringVar(&c.stream, "stream", jetstream.DefaultStream, "name of the streams to use")
 	}
-	if name != "token" { // token prints its token, and logs nothing
-		c.fs.Var(&c.level, "log", "log `level`: debug, info, warn or error")
-		c.fs.Var(&c.format, "log-format", "log `format`: console (lines for people) or json (one object per line)")
+	switch name {
+	case "token": // it prints its token, and logs nothing
+		c.logs = cli.NewLog(zap.InfoLevel, "console")
+	case "run":
+		// Its summary tells what went wrong; the log, what else is
+		// wrong.
+		c.logs = cmd.LogFlag(zap.WarnLevel)
+	default:
+		c.logs = cmd.LogFlag(zap.InfoLevel)
 	}
 	return c
 }
@@ -131,12 +130,7 @@ func (c *common) parse(args []string) (int, bool) {
 	case c.maxDeliver < 0:
 		return c.usageError("-max-deliver %d: must not be negative", c.maxDeliver), false
 	}
-	log, err := newLogger(c.level, c.format)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro:", err)
-		return exitFailed, false
-	}
-	c.log = log
+	c.log = c.logs.Logger().Named("laboro")
 	return 0, true
 }
 

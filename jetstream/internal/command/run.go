@@ -32,7 +32,8 @@ const runDoc = "Runs the jobs on this machine, -workers at a time, and waits for
 	"Each job's output goes to standard output, whole, as the job ends (a single COMMAND's as it is). " +
 	"On standard error a batch shows its progress, then a summary line and the jobs that did not succeed, " +
 	"in the order of the file, with the end of their standard error; the standard error of a job that " +
-	"succeeded is not shown (-results keeps every job's). Ctrl-C kills the running jobs and stops.\n\n" +
+	"succeeded is not shown (-results keeps every job's); with -log-format json, the progress and the summary " +
+	"are log records. Ctrl-C kills the running jobs and stops.\n\n" +
 	"Exit status: for a single COMMAND, its own (1 when it did not exit by itself: timed out, killed, " +
 	"not started); for a batch, 0 when every job succeeded, 1 when one did not; 1 when the jobs cannot be " +
 	"run (a file that cannot be read); 2 for a usage error; 130 when interrupted."
@@ -249,7 +250,7 @@ func runJobs(args []string) int {
 		}
 	}
 
-	progress := cli.NewProgress(os.Stderr, summaryEvery)
+	progress := c.logs.Progress(summaryEvery)
 	batch := cli.Batch{
 		Stop: halted.stop,
 		Ends: ends,
@@ -271,7 +272,7 @@ func runJobs(args []string) int {
 	tidyFailures(&sum, *jf.timeout)
 	if err != nil {
 		if sum.Done() > 0 {
-			writeSummary(os.Stderr, sum, "not done", "") // what ran before the error
+			c.sumUp(sum, "not done", "") // what ran before the error
 		}
 		return failed(ctx, "run", err)
 	}
@@ -292,8 +293,43 @@ func runJobs(args []string) int {
 		}
 		why += ")"
 	}
-	writeSummary(os.Stderr, sum, "not run", why)
+	c.sumUp(sum, "not run", why)
 	return sum.Code()
+}
+
+// sumUp writes the report of a batch on standard error, as
+// writeSummary does; with a JSON log, as records of the logger "summary"
+// (standard error stays one object a line): the line of counts at info,
+// with the counts as fields, then a warning for each job that did not
+// succeed, with its id, command, status, exit code, error and the end of
+// its standard error.
+func (c *common) sumUp(sum cli.Summary, left, why string) {
+	if c.logs.Format() != "json" {
+		writeSummary(os.Stderr, sum, left, why)
+		return
+	}
+	log := c.logs.Records().Named("summary")
+	var line strings.Builder
+	writeCounts(&line, sum, left, why)
+	log.Info(strings.TrimSuffix(line.String(), "\n"), zap.Int("total", sum.Total), zap.Int("succeeded", sum.Succeeded),
+		zap.Int("failed", sum.Failed-sum.Cancelled), zap.Int("cancelled", sum.Cancelled),
+		zap.Int(strings.ReplaceAll(left, " ", "_"), sum.Total-sum.Succeeded-sum.Failed))
+	for _, f := range sum.Failures {
+		fields := []zap.Field{zap.String("id", f.ID), zap.String("command", f.Command), zap.String("status", f.Status)}
+		if f.ExitCode >= 0 {
+			fields = append(fields, zap.Int("exit", f.ExitCode))
+		}
+		if f.Err != "" {
+			fields = append(fields, zap.String("error", f.Err))
+		}
+		if len(f.Stderr) > 0 {
+			fields = append(fields, zap.ByteString("stderr", f.Stderr))
+		}
+		log.Warn("job "+f.ID+" "+f.Status, fields...)
+	}
+	if sum.Unlisted > 0 {
+		log.Warn(fmt.Sprintf("%d more jobs did not succeed, not listed (the first %d are)", sum.Unlisted, cli.MaxFailures))
+	}
 }
 
 // writeSummary writes the report of a batch: a line of counts ("12 jobs:
@@ -302,13 +338,18 @@ func runJobs(args []string) int {
 // succeed.
 func writeSummary(out io.Writer, sum cli.Summary, left, why string) {
 	w := bufio.NewWriter(out)
+	writeCounts(w, sum, left, why)
+	sum.WriteFailures(w)
+	w.Flush()
+}
+
+// writeCounts writes writeSummary's line of counts.
+func writeCounts(w io.Writer, sum cli.Summary, left, why string) {
 	fmt.Fprintf(w, "%s: %d succeeded, %s", plural(sum.Total, "job"), sum.Succeeded, sum.FailedText())
 	if n := sum.Total - sum.Succeeded - sum.Failed; n > 0 {
 		fmt.Fprintf(w, ", %d %s", n, left)
 	}
 	fmt.Fprintln(w, why)
-	sum.WriteFailures(w)
-	w.Flush()
 }
 
 // tidyFailures puts sum's failures in job order (the Batch lists them as

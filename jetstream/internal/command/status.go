@@ -48,7 +48,7 @@ func status(args []string) int {
 				fmt.Fprintf(os.Stderr, "laboro status: no batch %s (laboro status lists them)\n", c.fs.Arg(0))
 				return exitFailed
 			}
-			return watch(ctx, cl, c.fs.Arg(0), 0)
+			return c.watch(ctx, cl, c.fs.Arg(0), 0)
 		}
 		req := jetstream.StatusRequest{Batches: c.fs.Args(), Unsuccessful: *unsuccessful}
 		if !*unsuccessful && !*asJSON {

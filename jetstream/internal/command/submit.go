@@ -119,7 +119,7 @@ func (c *common) submitFile(jf jobFlags, batch string, wait bool) int {
 			fmt.Println(batch)
 			return 0
 		}
-		code := watch(ctx, cl, batch, n)
+		code := c.watch(ctx, cl, batch, n)
 		if ctx.Err() != nil {
 			fmt.Fprintf(os.Stderr, "laboro: batch %s runs on (laboro status -watch %s follows it)\n", batch, batch)
 		}
