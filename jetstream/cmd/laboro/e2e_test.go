@@ -1835,11 +1835,40 @@ func TestRunJSONLogHasOnlyJSON(t *testing.T) {
 
 // With -log-format json, submit -wait and status -watch write only JSON
 // objects on standard error, on a terminal as on a pipe: their progress is
-// records of the logger "progress".
+// records of the logger "progress", which count the cancelled jobs apart
+// from those that failed, as the summary does.
 func TestSubmitAndWatchJSONLogHasOnlyJSON(t *testing.T) {
 	s := newSystem(t)
 	s.start("-workers", "2")
 	env := []string{"LABORO_NATS=" + s.url}
+	mixedBatch(t, s)
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short.txt")
+	require.NoError(t, os.WriteFile(short, []byte("echo a\nexit 2\n"), 0o600))
+	for _, st := range starters {
+		t.Run("status -watch on a "+st.where, func(t *testing.T) {
+			p := st.start(t, nil, env, s.bin, "status", "-watch", "-log-format", "json", "mixed")
+			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
+			assert.True(t, strings.HasPrefix(p.Stdout.String(), "batch mixed: 3 jobs, 1 succeeded, 1 failed, 1 cancelled\n"),
+				p.Stdout.String())
+			assertCounts(t, lastRecord(t, p.Log(), "progress"),
+				map[string]float64{"done": 3, "total": 3, "failed": 1, "cancelled": 1})
+		})
+		t.Run("submit -wait on a "+st.where, func(t *testing.T) {
+			p := st.start(t, nil, env, s.bin, "submit", "-wait", "-log-format", "json", "-f", short)
+			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
+			assert.Contains(t, p.Stdout.String(), ": 2 jobs, 1 succeeded, 1 failed\n")
+			assertCounts(t, lastRecord(t, p.Log(), "progress"),
+				map[string]float64{"done": 2, "total": 2, "failed": 1, "cancelled": 0})
+		})
+	}
+}
+
+// mixedBatch submits the batch "mixed" to s and cancels its first job as
+// it runs: once they end, mixed-1 is cancelled, mixed-2 succeeded and
+// mixed-3 failed.
+func mixedBatch(t *testing.T, s *system) {
+	t.Helper()
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	jobs := filepath.Join(dir, "jobs.txt")
@@ -1851,23 +1880,18 @@ func TestSubmitAndWatchJSONLogHasOnlyJSON(t *testing.T) {
 		"the long job runs")
 	_, errText, code = s.run("cancel", "mixed-1")
 	require.Equal(t, 0, code, errText)
+}
 
-	short := filepath.Join(dir, "short.txt")
-	require.NoError(t, os.WriteFile(short, []byte("echo a\nexit 2\n"), 0o600))
-	for _, st := range starters {
-		t.Run("status -watch on a "+st.where, func(t *testing.T) {
-			p := st.start(t, nil, env, s.bin, "status", "-watch", "-log-format", "json", "mixed")
-			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
-			assert.True(t, strings.HasPrefix(p.Stdout.String(), "batch mixed: 3 jobs, 1 succeeded, 1 failed, 1 cancelled\n"),
-				p.Stdout.String())
-			assertCounts(t, lastRecord(t, p.Log(), "progress"), map[string]float64{"done": 3, "total": 3})
-		})
-		t.Run("submit -wait on a "+st.where, func(t *testing.T) {
-			p := st.start(t, nil, env, s.bin, "submit", "-wait", "-log-format", "json", "-f", short)
-			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
-			assert.Contains(t, p.Stdout.String(), ": 2 jobs, 1 succeeded, 1 failed\n")
-			assertCounts(t, lastRecord(t, p.Log(), "progress"),
-				map[string]float64{"done": 2, "total": 2, "failed": 1, "cancelled": 0})
-		})
-	}
+// status -watch's bar counts the cancelled jobs apart from those that
+// failed, as its summary does, rather than among them.
+func TestWatchCountsCancelledApart(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "2")
+	mixedBatch(t, s)
+	p := e2e.StartOnTerminal(t, nil, []string{"LABORO_NATS=" + s.url}, s.bin, "status", "-watch", "mixed")
+	require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
+	assert.True(t, strings.HasPrefix(p.Stdout.String(), "batch mixed: 3 jobs, 1 succeeded, 1 failed, 1 cancelled\n"),
+		p.Stdout.String())
+	assert.Contains(t, p.Log(), "failed 1, cancelled 1", "the bar counts the cancelled job apart")
+	assert.NotContains(t, p.Log(), "failed 2", "the cancelled job is not counted as failed")
 }

@@ -72,8 +72,10 @@ func (c *common) watch(ctx context.Context, cl *jetstream.Client, batch string, 
 	defer bar.close()
 	idle := newNoWorker(bar.note)
 	show := func(b jetstream.BatchStatus) {
+		// Failed counts the cancelled jobs too: shown apart, as the
+		// summary shows them.
 		bar.show(cli.Counts{Total: max(n, b.Jobs+b.Unread), Queued: b.Waiting + b.Unread, Running: b.Dispatched,
-			Succeeded: b.Succeeded, Failed: b.Failed})
+			Succeeded: b.Succeeded, Failed: b.Failed, Cancelled: b.Cancelled})
 		if !idle.due(b.Done() > 0) {
 			return
 		}
