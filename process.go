@@ -85,6 +85,13 @@ type ProcessRunner struct {
 	WaitDelay time.Duration
 	// Logger receives debug lines about each process; nil means none.
 	Logger *zap.Logger
+	// Named, when set, is told the path of each output file as soon as the
+	// file has its name, while its job runs; the function it returns, if
+	// not nil, is called once Output.Close has removed the file. A program
+	// keeps with it a record of its outputs on disk, for example to find
+	// those it left behind when it was killed. It is called from the jobs'
+	// goroutines at once, so it must be safe for concurrent use.
+	Named func(path string) (removed func())
 
 	// held, when set, counts the outputs left in an Executor's own run
 	// directory, so that the directory goes with the last of them.
@@ -197,8 +204,12 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		tail.start(res.PID)
 	}
 	path, nameErr := r.nameOutput(out, tmp, dir, res.PID)
+	var removed func()
 	if nameErr == nil {
 		ReportProcess(ctx, res.PID, path)
+		if r.Named != nil {
+			removed = r.Named(path)
+		}
 	}
 
 	if tail != nil {
@@ -217,9 +228,13 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		if fi, statErr := out.Stat(); statErr == nil {
 			res.Output.size = fi.Size()
 		}
+		res.Output.release = removed
 		if r.held != nil {
 			r.held.hold()
 			res.Output.release = r.held.release
+			if removed != nil {
+				res.Output.release = func() { removed(); r.held.release() }
+			}
 		}
 	}
 	if tail != nil {

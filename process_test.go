@@ -41,6 +41,31 @@ func TestOutputFileIsNamedAfterThePID(t *testing.T) {
 	assert.Empty(t, entries, "no temporary file is left behind")
 }
 
+func TestNamedIsToldOfEachOutputWhileItsJobRuns(t *testing.T) {
+	dir := t.TempDir()
+	named, removed := make(chan string, 1), make(chan string, 1)
+	r := &laboro.ProcessRunner{Dir: dir, Named: func(path string) func() {
+		named <- path
+		return func() { removed <- path }
+	}}
+	ex := newExecutor(t, laboro.WithRunner(r))
+	h := submit(t, ex, laboro.Job{Args: []string{"sh", "-c", "echo $$; read line"}, Stdin: strings.NewReader("")})
+	var path string
+	select {
+	case path = <-named:
+	case <-h.Done():
+		t.Fatal("the job ended before Named was told of its output")
+	}
+	res := wait(t, h)
+	require.Equal(t, res.Output.Path(), path)
+	assert.FileExists(t, path, "named once the file has its name")
+	assert.Empty(t, removed, "not removed before Close")
+	require.NoError(t, res.Output.Close())
+	require.Equal(t, path, <-removed)
+	require.NoError(t, res.Output.Close(), "twice")
+	assert.Empty(t, removed, "told once")
+}
+
 func TestRunDirectoryIsRemovedAtShutdown(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
 	ex, err := laboro.New()
