@@ -49,8 +49,14 @@ type server struct {
 // system) in a fresh working directory, and waits until it serves.
 func startServer(t testing.TB, args ...string) *server {
 	t.Helper()
+	return startServerIn(t, t.TempDir(), args...)
+}
+
+// startServerIn is startServer with work as its working directory.
+func startServerIn(t testing.TB, work string, args ...string) *server {
+	t.Helper()
 	bin, commander := build(t)
-	s := &server{commander: commander, work: t.TempDir(), eof: make(chan struct{})}
+	s := &server{commander: commander, work: work, eof: make(chan struct{})}
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Dir = s.work
 	stderr, err := s.cmd.StderrPipe()
@@ -245,6 +251,56 @@ func (s *server) outputsLeft(t testing.TB) []string {
 		}
 	}
 	return left
+}
+
+// startNamed starts a commander's job that writes "partial" to its output,
+// and returns once the output file has its name (the job sees it, and says
+// so through a fifo): the file a server killed now leaves behind. Where
+// servers note their outputs, the job waits for its own to be noted too.
+func (s *server) startNamed(t testing.TB) (output string) {
+	t.Helper()
+	fifo := filepath.Join(t.TempDir(), "named")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	// Opened for reading and writing, a fifo does not block its opener;
+	// the read below waits for the job's line, with a deadline.
+	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	s.start(t, "issueJob", "sh", "-c",
+		`echo partial; o=$$.output
+		until [ -e $o ] && { ! ls .jobExecutorServer-*.outputs >/dev/null 2>&1 || grep -qx "+ $o" .jobExecutorServer-*.outputs; }; do sleep 0.01; done
+		echo $o >`+fifo+`; exec sleep 1000`)
+	require.NoError(t, f.SetReadDeadline(time.Now().Add(30*time.Second)))
+	name, err := bufio.NewReader(f).ReadString('\n')
+	require.NoError(t, err, "the job did not start")
+	return strings.TrimSpace(name)
+}
+
+// A server killed with SIGKILL leaves the outputs of its running jobs; the
+// next server started on the same directory removes them, and touches
+// neither a live server's outputs nor a user's own file of that form.
+func TestRestartRemovesAKilledServersOutputs(t *testing.T) {
+	work := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(work, "42.output"), []byte("mine\n"), 0o644))
+	live := startServerIn(t, work, "0", "4", "2")
+	liveOut := live.startNamed(t)
+	killed := startServerIn(t, work, "0", "4", "2")
+	left := killed.startNamed(t)
+	require.NoError(t, killed.cmd.Process.Kill())
+	require.Error(t, killed.wait(t))
+	require.FileExists(t, filepath.Join(work, left), "left behind by the killed server")
+
+	next := startServerIn(t, work, "0", "4", "2")
+	assert.NoFileExists(t, filepath.Join(work, left), "removed by the next server")
+	assert.Contains(t, next.log(), "removed the outputs a killed server left")
+	assert.Contains(t, next.log(), left)
+	assert.FileExists(t, filepath.Join(work, liveOut), "a live server's output is not touched")
+	mine, err := os.ReadFile(filepath.Join(work, "42.output"))
+	require.NoError(t, err, "a user's file is not touched")
+	assert.Equal(t, "mine\n", string(mine))
+	stdout, _, code := next.run(t, "issueJob", "echo", "served")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, stdout, "served")
 }
 
 // The example session of the specification, on local files and commands.

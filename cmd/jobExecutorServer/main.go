@@ -9,7 +9,11 @@
 // reads the same file, so on the same account nothing is to be done; on
 // another machine, copy the file there or set LABORO_TOKEN. Jobs do not
 // see the token. The server keeps nothing on disk but the outputs: a
-// restart loses its queue, as the specification has it.
+// restart loses its queue, as the specification has it. Each output is
+// removed once delivered; a server killed with SIGKILL leaves those of its
+// running jobs, which the next server started on the same -dir removes (a
+// hidden .jobExecutorServer-*.outputs file there notes each server's
+// outputs; a live server's and files it did not make are left alone).
 //
 // A first Ctrl-C or SIGTERM does what an exit command does: queued jobs
 // end as terminated before execution, the running ones finish and reach
@@ -45,7 +49,7 @@ func main() {
 			"Every commander must send the server's token: $LABORO_TOKEN, else the token in jobexec.token in the user's "+
 			"state directory (~/.local/state/laboro), created at the first start; jobCommander on the same account "+
 			"reads it, and on another machine needs a copy of the file or LABORO_TOKEN. "+
-			"Nothing but the outputs is kept on disk: a restart loses the queue. "+
+			"Nothing but the outputs is kept on disk: a restart loses the queue; the outputs a killed server left are removed by the next started on the same -dir. "+
 			"A first Ctrl-C or SIGTERM drains as exit does; a second kills the running jobs. "+
 			"-http serves a live web console and /metrics behind the same token (http://ADDR/?token=TOKEN).")
 	listen := c.Flags.String("listen", "127.0.0.1", "address to listen on")
@@ -128,8 +132,14 @@ func serve(ctx, drain context.Context, host string, nums []int, dir string, time
 	} else if !fi.IsDir() {
 		return cli.Usagef("-dir %q: not a directory", dir)
 	}
+	outputs, err := openLedger(dir, log)
+	if err != nil {
+		return err
+	}
+	defer outputs.close()
+	runner := &laboro.ProcessRunner{Dir: dir, Logger: log, Named: outputs.named}
 	opts := []laboro.Option{laboro.WithBufferSize(nums[1]), laboro.WithPoolSize(nums[2]),
-		laboro.WithOutputDir(dir), laboro.WithLogger(log)}
+		laboro.WithRunner(runner), laboro.WithLogger(log)}
 	var console *web.Web
 	var consoleLn net.Listener
 	if httpAddr != "" {
