@@ -253,6 +253,20 @@ func (s *server) outputsLeft(t testing.TB) []string {
 	return left
 }
 
+// A server whose port the system chose says which at every log level, or
+// no commander could reach it.
+func TestServingAddressIsSaidAtEveryLogLevel(t *testing.T) {
+	for _, level := range []string{"warn", "error"} {
+		t.Run(level, func(t *testing.T) {
+			s := startServer(t, "0", "4", "2", "-log", level)
+			assert.NotEqual(t, "0", s.port)
+			stdout, _, code := s.run(t, "issueJob", "echo", "reached")
+			assert.Equal(t, 0, code)
+			assert.Contains(t, stdout, "reached")
+		})
+	}
+}
+
 // startNamed starts a commander's job that writes "partial" to its output,
 // and returns once the output file has its name (the job sees it, and says
 // so through a fifo): the file a server killed now leaves behind. Where

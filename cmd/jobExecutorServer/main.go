@@ -95,7 +95,9 @@ func main() {
 			log.Warn("interrupted: draining as exit does (interrupt again to kill the running jobs)")
 		}, nil)
 		defer stop()
-		err := serve(kill, drain, *listen, nums, *dir, *timeout, *maxConns, *httpAddr, log)
+		// The address is said whatever -log says: with port 0 it is the
+		// only way to reach the server.
+		err := serve(kill, drain, *listen, nums, *dir, *timeout, *maxConns, *httpAddr, log, logFlag.Records())
 		switch {
 		case errors.Is(err, jobexec.ErrServerTerminated):
 			log.Info("drained and terminated")
@@ -110,7 +112,8 @@ func main() {
 
 // serve serves until an exit command or drain has been drained, or until
 // ctx ends, which kills the running jobs.
-func serve(ctx, drain context.Context, host string, nums []int, dir string, timeout time.Duration, maxConns int, httpAddr string, log *zap.Logger) error {
+// The serving record goes to always, written at every level.
+func serve(ctx, drain context.Context, host string, nums []int, dir string, timeout time.Duration, maxConns int, httpAddr string, log, always *zap.Logger) error {
 	// Read first, so that LABORO_TOKEN leaves the environment before any
 	// job could inherit it.
 	token, path, err := secret.Ensure("jobexec", "LABORO_TOKEN")
@@ -159,7 +162,7 @@ func serve(ctx, drain context.Context, host string, nums []int, dir string, time
 	if err != nil {
 		return err
 	}
-	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("token", from))
+	always.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("token", from))
 	srv := &jobexec.Server{Executor: ex, Token: token, Logger: log, RequestTimeout: timeout, MaxConns: maxConns}
 	context.AfterFunc(ctx, func() { ex.Close() })
 	context.AfterFunc(drain, func() {

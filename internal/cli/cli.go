@@ -432,9 +432,11 @@ func (l *Log) Logger() *zap.Logger { return Logger(l.level, l.format) }
 func (l *Log) Format() LogFormat { return l.format }
 
 // Records returns a logger for what a command shows on standard error
-// beside its log (its progress, a summary) when the log is JSON, so that
-// standard error stays one object a line: in the format chosen, at info
-// whatever -log says, as a bar and a summary are shown whatever it says.
+// whatever -log says: beside its log, its progress and a summary when the
+// log is JSON (so that standard error stays one object a line), and the
+// few records a user cannot do without, such as the address a server
+// listens on when the system chose its port. In the format chosen, at
+// info.
 func (l *Log) Records() *zap.Logger { return Logger(zapcore.InfoLevel, l.format) }
 
 // Progress returns the progress of a batch, on standard error, in the
