@@ -3,6 +3,7 @@ package laboro_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -48,6 +49,37 @@ func TestFailedJobLoggedOnce(t *testing.T) {
 	assert.EqualValues(t, 3, fields["exit"])
 	assert.Equal(t, "exit status 3", fields["error"])
 	assert.Equal(t, "no such input\n", fields["stderr"])
+}
+
+// source names a script job by its origin, as a protocol's Payload does.
+type source string
+
+func (s source) String() string { return string(s) }
+
+// A failed script whose Payload has a String (a job made from a file) is
+// logged by it, not by its text; a script without one, by its text.
+func TestFailedScriptLoggedByItsPayload(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	ex := newExecutor(t, laboro.WithLogger(zap.New(core)))
+	ctx := testCtx(t)
+	long := "#!/bin/sh\n# a long header of comments\n" + strings.Repeat("# and more\n", 40) + "exit 3\n"
+	for _, job := range []laboro.Job{
+		{ID: "from-file", Script: long, Payload: source("runs/a/one.sh")},
+		{ID: "inline", Script: "exit 4"},
+	} {
+		h, err := ex.Submit(ctx, job)
+		require.NoError(t, err)
+		res, err := h.Wait(ctx)
+		require.NoError(t, err)
+		res.Output.Close()
+	}
+	failed := logs.FilterMessage("job failed").AllUntimed()
+	require.Len(t, failed, 2)
+	commands := map[any]any{}
+	for _, e := range failed {
+		commands[e.ContextMap()["job"]] = e.ContextMap()["command"]
+	}
+	assert.Equal(t, map[any]any{"from-file": "runs/a/one.sh", "inline": "exit 4"}, commands)
 }
 
 // A job running when its Executor is closed is logged once as killed,

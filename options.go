@@ -91,7 +91,9 @@ func WithQueue(q Queue) Option { return func(c *config) { c.queue = q } }
 // WithLogger sets the logger. Default: zap.NewNop(). Each job that fails
 // or times out is logged once ("job failed"), and each job whose process
 // Close killed ("job killed"), at Warn, with its id, command, status, exit status, error
-// and the end of its standard error.
+// and the end of its standard error. A script's command is its Payload's
+// String when it has one (a protocol's job made from a file: the file),
+// else its text, cut at 256 bytes.
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithOutputDir sets the directory, which must exist, where the default

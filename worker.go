@@ -2,6 +2,7 @@ package laboro
 
 import (
 	"context"
+	"fmt"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -224,12 +225,16 @@ func (e *Executor) run(jc *jobContext, h *Handle, started time.Time) (res Result
 	return e.runner.Run(ctx, h.j.job())
 }
 
-// logLine is a job as a log line shows it: its String, or a script's
-// text, at most 256 bytes of it.
+// logLine is a job as a log line shows it: its String, or for a script
+// the String of its Payload when it has one (a protocol's job made from a
+// file: the file), else the script's text; at most 256 bytes of it.
 func logLine(j Job) string {
 	s := j.String()
 	if j.Func == nil && j.Script != "" {
 		s = j.Script
+		if p, ok := j.Payload.(fmt.Stringer); ok {
+			s = p.String()
+		}
 	}
 	if len(s) > 256 {
 		s = strings.ToValidUTF8(s[:256], "") + "…"
