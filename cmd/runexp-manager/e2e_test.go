@@ -179,6 +179,21 @@ func TestFailureAndResume(t *testing.T) {
 	assert.Contains(t, results(t, base)["batch-2/job-002.res"], "fixed")
 }
 
+// The manager's log line for a failed job names the job's file, not its
+// script.
+func TestFailureLoggedByItsFile(t *testing.T) {
+	base := t.TempDir()
+	writeJobs(t, base, 1, func(int) string {
+		return "#!/bin/sh\n# the setup of a long experiment\necho RES:failed\n"
+	})
+	manager, addr := startManager(t, base)
+	startRunner(t, addr, "r1", 1)
+	assert.Equal(t, 1, manager.Wait(t, 60*time.Second), manager.Log())
+	file := filepath.Join(base, "runs", "batch-0", "job-000.sh")
+	assert.Regexp(t, `job failed.*"job": "batch-0/job-000", "command": "`+regexp.QuoteMeta(file)+`"`, manager.Log())
+	assert.NotContains(t, manager.Log(), "the setup of a long experiment", "the script is not dumped")
+}
+
 func TestUsage(t *testing.T) {
 	manager, runner := build(t)
 	for _, args := range [][]string{{"-p", "x"}, {"a", "b"}, {"-bogus"}, {"-listen", "0.0.0.0", t.TempDir()},

@@ -11,7 +11,8 @@
 // jobs waiting for a runner, the jobs out at each runner, the requeue of a
 // lost runner's jobs at the front of the line, and the dropping of results
 // that come too late. A job's name is its Job.ID and its type (JobType)
-// travels in Job.Payload (see NewJob); Job.Meta is the caller's. Folder is
+// travels in Job.Payload (see NewJob), or its FolderJob does, which names
+// its file in log lines (Folder.Load); Job.Meta is the caller's. Folder is
 // a job folder as the reference manager serves it (its job files, and a
 // result file per job). Runner is the runner
 // side; it runs each job through a local Executor as a process. The

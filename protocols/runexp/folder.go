@@ -38,6 +38,10 @@ type FolderJob struct {
 	Path string  // the file
 }
 
+// String returns the job's file: what names the job in a log line, where
+// its Payload (see Folder.Load) stands for it.
+func (j FolderJob) String() string { return j.Path }
+
 // Jobs lists the job files not yet done, in lexical order, and how many are
 // done already. Files without an extension, or whose name could not be sent
 // (a newline in it), are skipped with an error in skipped; so is a file whose
@@ -100,8 +104,10 @@ func (f Folder) Done(name string) (bool, error) {
 	return strings.TrimRight(line, "\r\n") == summarySuccess, nil
 }
 
-// Load reads a job file into a job for the Manager. A file over
-// DefaultMaxSize, more than a runner takes, is refused unread.
+// Load reads a job file into a job for the Manager: NewJob's, with j as its
+// Payload (which gives the Manager its type, and names its file in the
+// Executor's log lines instead of its script). A file over DefaultMaxSize,
+// more than a runner takes, is refused unread.
 func (f Folder) Load(j FolderJob) (laboro.Job, error) {
 	file, err := os.Open(j.Path)
 	if err != nil {
@@ -123,7 +129,9 @@ func (f Folder) Load(j FolderJob) (laboro.Job, error) {
 	case fi.Size() > DefaultMaxSize || len(b) > DefaultMaxSize:
 		return laboro.Job{}, fmt.Errorf("runexp: %s: a job file over %d bytes, more than a runner takes", j.Path, DefaultMaxSize)
 	}
-	return NewJob(j.Name, j.Type, string(b)), nil
+	job := NewJob(j.Name, j.Type, string(b))
+	job.Payload = j
+	return job, nil
 }
 
 // Save writes a job's output as its result file, atomically: a crash

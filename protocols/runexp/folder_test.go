@@ -35,7 +35,11 @@ func TestFolderLoad(t *testing.T) {
 	job, err := f.Load(byName["sweep/a"])
 	require.NoError(t, err)
 	assert.Equal(t, "sweep/a", job.ID)
-	assert.Equal(t, NewJob("sweep/a", ".sh", "echo a\n"), job)
+	want := NewJob("sweep/a", ".sh", "echo a\n")
+	want.Payload = byName["sweep/a"] // its type, and its file for log lines
+	assert.Equal(t, want, job)
+	assert.Equal(t, byName["sweep/a"].Path, job.Payload.(fmt.Stringer).String())
+	require.NoError(t, (&Manager{}).Validate(job))
 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

@@ -187,8 +187,9 @@ func (m *Manager) broadcast() {
 }
 
 // Validate refuses a job that cannot be sent: its ID is the job's name and
-// must be a non-empty line; its type (Payload, a JobType; ".sh" when nil)
-// must be a dot and at least one character, without spaces.
+// must be a non-empty line; its type (Payload, a JobType or a FolderJob's
+// Type; ".sh" when nil) must be a dot and at least one character, without
+// spaces.
 func (m *Manager) Validate(job laboro.Job) error {
 	if job.ID == "" || strings.ContainsAny(job.ID, "\r\n") || strings.HasSuffix(job.ID, " ") {
 		return fmt.Errorf("runexp: job name %q: a job needs its name as ID, one line", job.ID)
@@ -198,7 +199,7 @@ func (m *Manager) Validate(job laboro.Job) error {
 	}
 	typ, ok := jobType(job)
 	if !ok {
-		return fmt.Errorf("runexp: Job.Payload holds a %T: a runexp job's Payload is its JobType, see NewJob", job.Payload)
+		return fmt.Errorf("runexp: Job.Payload holds a %T: a runexp job's Payload is its JobType or its FolderJob, see NewJob", job.Payload)
 	}
 	if !validType(string(typ)) {
 		return fmt.Errorf("runexp: job type %q is not an extension like .sh", typ)
@@ -206,14 +207,16 @@ func (m *Manager) Validate(job laboro.Job) error {
 	return nil
 }
 
-// jobType is the job's type: its Payload, or ".sh" without one; false
-// when the Payload is of another type.
+// jobType is the job's type: its Payload, a FolderJob's Type, or ".sh"
+// without one; false when the Payload is of another type.
 func jobType(job laboro.Job) (JobType, bool) {
 	switch p := job.Payload.(type) {
 	case nil:
 		return ".sh", true
 	case JobType:
 		return p, true
+	case FolderJob:
+		return p.Type, true
 	}
 	return "", false
 }
