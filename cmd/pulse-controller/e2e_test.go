@@ -132,6 +132,25 @@ func TestStdin(t *testing.T) {
 	assert.Equal(t, "HELLO, PULSE\n", out.String())
 }
 
+// Interrupted while its standard input is still open with nothing more
+// written (cat | pulse-controller), the one-task controller stops at once,
+// with the interrupt's status.
+func TestStdinStillOpenInterrupted(t *testing.T) {
+	controllerBin, _ := build(t)
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer w.Close() // held open until the controller has ended
+	controller := e2e.StartInput(t, r, nil, controllerBin, "-dir", socketDir(t))
+	r.Close()
+	_, err = w.WriteString("part of a task")
+	require.NoError(t, err)
+	controller.Await(t, regexp.MustCompile(`serving`), time.Minute)
+	require.NoError(t, controller.Cmd.Process.Signal(os.Interrupt))
+	assert.Equal(t, 130, controller.Wait(t, 20*time.Second), controller.Log())
+	assert.Contains(t, controller.Log(), "pulse-controller: interrupted")
+	assert.Empty(t, controller.Stdout.String())
+}
+
 // 20 workers and 1,000 tasks of random sizes up to 8 MiB: every result
 // arrives exactly once and is correct.
 func TestTwentyWorkersThousandTasks(t *testing.T) {

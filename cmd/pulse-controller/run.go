@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -125,7 +124,8 @@ func one(ctx context.Context, ex *laboro.Executor, batch cli.Batch) error {
 		return err
 	}
 	defer os.Remove(f.Name())
-	_, err = io.Copy(f, os.Stdin)
+	// An interrupt stops the copy at once, however long stdin stays open.
+	err = copyInput(ctx, f, os.Stdin)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
