@@ -194,6 +194,22 @@ func TestFailureLoggedByItsFile(t *testing.T) {
 	assert.NotContains(t, manager.Log(), "the setup of a long experiment", "the script is not dumped")
 }
 
+// A manager on a port of the system's choice says where it serves
+// whatever -log says (warn is its default on a terminal): a runner reaches
+// it, and the batch runs.
+func TestServingAddressIsSaidAtEveryLogLevel(t *testing.T) {
+	for _, level := range []string{"warn", "error"} {
+		t.Run(level, func(t *testing.T) {
+			base := t.TempDir()
+			writeJobs(t, base, 1, func(int) string { return "#!/bin/sh\necho RES:ok\n" })
+			manager, addr := startManager(t, base, "-log", level)
+			startRunner(t, addr, "r1", 1)
+			assert.Equal(t, 0, manager.Wait(t, 60*time.Second), manager.Log())
+			assert.Len(t, results(t, base), 1, manager.Log())
+		})
+	}
+}
+
 func TestUsage(t *testing.T) {
 	manager, runner := build(t)
 	for _, args := range [][]string{{"-p", "x"}, {"a", "b"}, {"-bogus"}, {"-listen", "0.0.0.0", t.TempDir()},

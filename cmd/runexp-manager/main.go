@@ -118,7 +118,7 @@ func main() {
 		// A bar on a terminal and no line of counts off one; with a JSON
 		// log, one record of the counts as the batch ends.
 		progress := logFlag.Progress(0)
-		return serve(ctx, m, folder, net.JoinHostPort(host, strconv.Itoa(port)), *sorted, *goodbye, progress)
+		return serve(ctx, m, folder, net.JoinHostPort(host, strconv.Itoa(port)), *sorted, *goodbye, progress, logFlag.Records())
 	})
 }
 

@@ -27,7 +27,9 @@ const (
 	maxQueued = 1024
 )
 
-func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr string, sorted bool, goodbye time.Duration, progress *cli.Progress) error {
+// The serving record goes to serving, which writes it whatever -log says:
+// with a port of the system's choice, it is how the user learns the port.
+func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr string, sorted bool, goodbye time.Duration, progress *cli.Progress, serving *zap.Logger) error {
 	log := m.Logger
 	unlock, err := folder.Lock()
 	if err != nil {
@@ -56,7 +58,7 @@ func serve(ctx context.Context, m *runexp.Manager, folder runexp.Folder, addr st
 	if err != nil {
 		return err
 	}
-	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("runs", folder.Runs))
+	serving.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("runs", folder.Runs))
 	// Up to maxOut jobs are with the Manager at once (handed to runners,
 	// or in line for the next PETO), each a goroutine's wait; up to
 	// maxQueued more wait in the Executor's buffer, and the batch driver

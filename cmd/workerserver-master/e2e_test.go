@@ -466,6 +466,20 @@ func TestAPITokenAndSecrets(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 }
 
+// A master on a port of the system's choice says where it serves
+// whatever -log says: the user API answers at the address it names.
+func TestServingAddressIsSaidAtEveryLogLevel(t *testing.T) {
+	s := newSystem(t)
+	masterBin, _ := build(t)
+	master := e2e.Start(t, nil, masterBin, "-listen", "127.0.0.1:0", "-db", filepath.Join(s.dir, "table.db"), "-servers",
+		filepath.Join(s.dir, "servers"), "-log", "error")
+	addr := master.Await(t, e2e.ServingAddr, 20*time.Second)
+	resp, err := apiGet(t, "http://"+addr+"/api/jobs")
+	require.NoError(t, err, master.Log())
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
 // With -tls-cert and -tls-key the master serves HTTPS: a worker trusting
 // its CA (-ca) runs its jobs, the user commands trust it through
 // SSL_CERT_FILE, and plain HTTP gets nothing.

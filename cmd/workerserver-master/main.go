@@ -115,7 +115,7 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 			}
 		}
 		return serve(ctx, config{listen: *listen, db: *db, servers: *servers, lease: *lease, hosts: names, maxConns: *maxConns, keepEnded: *keepEnded,
-			tlsCert: *tlsCert, tlsKey: *tlsKey},
+			tlsCert: *tlsCert, tlsKey: *tlsKey, serving: logFlag.Records()},
 			logFlag.Logger())
 	}
 }

@@ -41,6 +41,10 @@ type config struct {
 	// read and idle replace the HTTP server's read timeouts and idle
 	// timeout when not 0 (tests).
 	read, idle time.Duration
+	// serving, if not nil, writes the serving record whatever -log says:
+	// with a port of the system's choice, it is how the user learns the
+	// port. Without it, the serving record goes to the log.
+	serving *zap.Logger
 }
 
 // serve runs the master until ctx ends. Jobs left unfinished by an
@@ -128,7 +132,7 @@ func serve(ctx context.Context, cfg config, log *zap.Logger) error {
 		return err
 	}
 	ln = netutil.LimitListener(ln, cfg.maxConns)
-	log.Info("serving", zap.String("addr", ln.Addr().String()), zap.String("db", db), zap.String("api token", tokenFile),
+	cmp.Or(cfg.serving, log).Info("serving", zap.String("addr", ln.Addr().String()), zap.String("db", db), zap.String("api token", tokenFile),
 		zap.Int("unfinished jobs", len(m.Unfinished())))
 	hs := web.Server(m.Handler(), log.Named("http"))
 	hs.ReadHeaderTimeout = cmp.Or(cfg.read, hs.ReadHeaderTimeout)
