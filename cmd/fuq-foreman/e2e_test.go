@@ -545,3 +545,20 @@ func TestSubmitWaitSaysNoWorker(t *testing.T) {
 	require.NoError(t, exec.Command(foremanBin, "stop", "-control", control, "0").Run())
 	assert.Equal(t, 0, worker.Wait(t, 30*time.Second), worker.Log())
 }
+
+// A job of more tasks than -max-tasks is refused, in words that give the
+// limit and the flag that sets it, not the library's field.
+func TestSubmitOverMaxTasks(t *testing.T) {
+	foremanBin, _ := build(t)
+	dir := t.TempDir()
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"),
+		"-max-tasks", "5")
+	foreman.Await(t, e2e.ServingAddr, 20*time.Second)
+
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-name", "big", "-command", "/bin/true", "-tasks", "6")
+	assert.Equal(t, 1, submit.Wait(t, time.Minute))
+	assert.Empty(t, submit.Stdout.String(), "no job id")
+	assert.Contains(t, submit.Log(), "a job of 6 tasks is over the foreman's limit of 5 tasks a job (fuq-foreman serve -max-tasks)\n")
+	assert.NotContains(t, submit.Log(), "MaxTasks")
+}

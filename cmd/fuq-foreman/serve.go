@@ -111,7 +111,7 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 	// The journal closes first: the Runs that ex.Close ends are not
 	// recorded as cancelled, and the next start resumes their jobs.
 	defer jn.Close()
-	ctl := &fuq.Control{Foreman: f, Executor: ex, Journal: jn}
+	ctl := &fuq.Control{Foreman: f, Executor: ex, Journal: jn, Explain: explain}
 	if err := ctl.Resume(jobs); err != nil {
 		return err
 	}
@@ -164,6 +164,15 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 		return nil
 	}
 	return err
+}
+
+// explain words a refused submission for the user of submit: a limit's
+// error names the flag that sets it.
+func explain(err error) string {
+	if errors.Is(err, fuq.ErrTooManyTasks) {
+		return err.Error() + " (fuq-foreman serve -max-tasks)"
+	}
+	return err.Error()
 }
 
 // listenControl listens on the control socket, readable by this user only;

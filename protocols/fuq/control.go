@@ -74,6 +74,11 @@ type Control struct {
 	// again. It must stay under the HTTP server's write timeout, which
 	// would cut the answer. 0 means DefaultMaxWait.
 	MaxWait time.Duration
+	// Explain, when set, words a refused submission's error (from
+	// Foreman.Validate or Executor.Submit) for the user who submitted it:
+	// a program that sets a limit by a flag adds the flag's name (see
+	// TaskLimitError). nil means the error's own text.
+	Explain func(error) string
 
 	mu      sync.Mutex
 	handles map[string]*laboro.Handle
@@ -182,7 +187,7 @@ func (c *Control) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	job := NewJob(s.Name, s.Command, s.Tasks, s.WorkingDir, s.LoggingDir)
 	if err := c.Foreman.Validate(job); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		http.Error(w, c.explain(err), http.StatusBadRequest)
 		return
 	}
 	c.mu.Lock()
@@ -196,11 +201,19 @@ func (c *Control) submit(w http.ResponseWriter, r *http.Request) {
 	h, err := c.Executor.Submit(r.Context(), job)
 	if err != nil {
 		c.Journal.Ended(job.ID, laboro.Result{Status: laboro.StatusStopped, Err: err})
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		http.Error(w, c.explain(err), http.StatusBadRequest)
 		return
 	}
 	c.track(h)
 	writeJSON(w, map[string]string{"id": h.ID()})
+}
+
+// explain is err as the user who submitted a job is told it.
+func (c *Control) explain(err error) string {
+	if c.Explain != nil {
+		return c.Explain(err)
+	}
+	return err.Error()
 }
 
 // MaxListedTasks bounds the tasks of a job that the control API lists
@@ -431,7 +444,7 @@ func (c ControlClient) Do(ctx context.Context, method, path string, body, out an
 	answer := &io.LimitedReader{R: resp.Body, N: limit + 1}
 	if err := json.NewDecoder(answer).Decode(out); err != nil {
 		if answer.N <= 0 {
-			return fmt.Errorf("fuq: %s %s: the foreman's answer is over %d bytes (ControlClient.MaxAnswer)", method, path, limit)
+			return fmt.Errorf("fuq: %s %s: the foreman's answer is over %d bytes, the most this client reads", method, path, limit)
 		}
 		return errors.Join(errors.New("fuq: bad answer from the foreman"), err)
 	}

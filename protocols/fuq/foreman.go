@@ -27,6 +27,26 @@ const DefaultGrace = 10 * time.Second
 // ErrJobCancelled is the error of a job cancelled with Foreman.Cancel.
 var ErrJobCancelled = errors.New("fuq: job cancelled")
 
+// ErrTooManyTasks is matched (errors.Is) by the error of a job of more
+// tasks than the Foreman takes (Foreman.MaxTasks); errors.As finds its
+// *TaskLimitError, which carries both numbers.
+var ErrTooManyTasks = errors.New("fuq: a job of too many tasks")
+
+// TaskLimitError refuses a job of more tasks than a Foreman takes. Its
+// text names the limit in words, not the field that sets it: a program
+// that has a flag for it adds the flag's name.
+type TaskLimitError struct {
+	Tasks int // the job's
+	Max   int // the most the Foreman takes (Foreman.MaxTasks, or its default)
+}
+
+func (e *TaskLimitError) Error() string {
+	return fmt.Sprintf("fuq: a job of %d tasks is over the foreman's limit of %d tasks a job", e.Tasks, e.Max)
+}
+
+// Is reports whether target is ErrTooManyTasks.
+func (e *TaskLimitError) Is(target error) bool { return target == ErrTooManyTasks }
+
 // TaskState is where a task of a job stands.
 type TaskState uint8
 
@@ -259,7 +279,7 @@ func (f *Foreman) Validate(job laboro.Job) error {
 	case d.NumTasks < 1:
 		return errors.New("fuq: a job needs at least one task")
 	case d.NumTasks > cmp.Or(f.MaxTasks, DefaultMaxTasks):
-		return fmt.Errorf("fuq: a job of %d tasks is over the limit of %d (Foreman.MaxTasks)", d.NumTasks, cmp.Or(f.MaxTasks, DefaultMaxTasks))
+		return &TaskLimitError{Tasks: d.NumTasks, Max: cmp.Or(f.MaxTasks, DefaultMaxTasks)}
 	case d.Command == "":
 		return errors.New("fuq: a job needs a command")
 	}

@@ -113,8 +113,8 @@ func (f *Foreman) admit() bool {
 // serveConn serves a worker on a plain TCP connection.
 func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
 	if !f.admit() {
-		f.refusals.Of(f.Logger).Warn("connection refused: too many connections (Foreman.MaxConns; at most one such line a second)",
-			zap.String("addr", conn.RemoteAddr().String()))
+		f.refusals.Of(f.Logger).Warn("connection refused: too many connections, the foreman serves no more workers' connections at once (at most one such line a second)",
+			zap.String("addr", conn.RemoteAddr().String()), zap.Int("at most", cmp.Or(f.MaxConns, DefaultMaxConns)))
 		conn.Close()
 		return
 	}
@@ -122,8 +122,8 @@ func (f *Foreman) serveConn(ctx context.Context, conn net.Conn) {
 	if len(f.Secret) > 0 {
 		release, ok := f.unproven.Acquire(conn.RemoteAddr())
 		if !ok {
-			f.refusals.Of(f.Logger).Warn("connection refused: too many connections from its address still to prove the secret (Foreman.MaxUnproven; at most one such line a second)",
-				zap.String("addr", conn.RemoteAddr().String()))
+			f.refusals.Of(f.Logger).Warn("connection refused: too many connections from its address still to prove the secret, the most one address may hold (at most one such line a second)",
+				zap.String("addr", conn.RemoteAddr().String()), zap.Int("at most", cmp.Or(f.MaxUnproven, DefaultMaxUnproven)))
 			conn.Close()
 			return
 		}

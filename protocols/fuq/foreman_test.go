@@ -415,7 +415,12 @@ func TestForemanMaxTasks(t *testing.T) {
 	s := startSystem(t, &Foreman{MaxTasks: 10})
 	_, err := s.ex.Submit(context.Background(), NewJob("big", "/bin/true", 11, s.dir, s.dir))
 	require.ErrorIs(t, err, laboro.ErrInvalidJob)
-	assert.ErrorContains(t, err, "a job of 11 tasks is over the limit of 10")
+	require.ErrorIs(t, err, ErrTooManyTasks)
+	var limit *TaskLimitError
+	require.ErrorAs(t, err, &limit)
+	assert.Equal(t, TaskLimitError{Tasks: 11, Max: 10}, *limit)
+	assert.ErrorContains(t, err, "a job of 11 tasks is over the foreman's limit of 10 tasks a job")
+	assert.NotContains(t, err.Error(), "MaxTasks")
 	h, _ := s.submit("fits", s.script("true\n"), 10)
 	s.worker(s.addr, 4)
 	require.NoError(t, wait(t, h).Err)

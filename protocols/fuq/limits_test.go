@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // A peer that starts a message and then sends a byte now and then, each
@@ -57,12 +58,22 @@ func TestForemanMaxConns(t *testing.T) {
 	second.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err = second.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF, "the connection over the limit was not closed")
-	assert.Equal(t, 1, s.logs.FilterMessageSnippet("too many connections").Len())
+	refused := s.logs.FilterMessageSnippet("too many connections").All()
+	require.Len(t, refused, 1)
+	assertSaysLimit(t, refused[0], 1)
 	first.Close()
 	require.Eventually(t, func() bool { return s.f.conns.Load() == 0 }, 10*time.Second, time.Millisecond)
 	h, _ := s.submit("after", s.script("true\n"), 1)
 	s.worker(s.addr, 1)
 	require.NoError(t, wait(t, h).Err)
+}
+
+// assertSaysLimit checks that a refusal's log line gives the limit, max,
+// in words an operator reads, not by the name of a Go field.
+func assertSaysLimit(t *testing.T, e observer.LoggedEntry, max int) {
+	t.Helper()
+	assert.NotRegexp(t, `Foreman\.|Max[A-Z]`, e.Message)
+	assert.EqualValues(t, max, e.ContextMap()["at most"], "%s", e.Message)
 }
 
 func isTimeout(err error) bool {
@@ -95,7 +106,9 @@ func TestForemanMaxUnproven(t *testing.T) {
 	}
 	assert.Equal(t, 2, held, "MaxUnproven from one address")
 	assert.Equal(t, 4, closed)
-	assert.Equal(t, 1, s.logs.FilterMessageSnippet("too many connections from its address still to prove the secret").Len(), "once a second at most")
+	refused := s.logs.FilterMessageSnippet("too many connections from its address still to prove the secret").All()
+	require.Len(t, refused, 1, "once a second at most")
+	assertSaysLimit(t, refused[0], 2)
 
 	h, _ := s.submit("through", s.script("true\n"), 1)
 	s.workerWith(s.addr, 1, secret)

@@ -582,7 +582,8 @@ func (s *webServer) persistent(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.conns.Done()
 	if !s.f.admit() {
-		log.Warn("websocket refused: too many connections (Foreman.MaxConns)")
+		log.Warn("websocket refused: too many connections, the foreman serves no more workers' connections at once",
+			zap.Int("at most", cmp.Or(s.f.MaxConns, DefaultMaxConns)))
 		http.Error(w, "too many connections", http.StatusServiceUnavailable)
 		return
 	}

@@ -854,3 +854,27 @@ func TestWebBoundsConnections(t *testing.T) {
 		t.Fatal("no handshake once a place was free")
 	}
 }
+
+// A websocket over the foreman's MaxConns, counted with the TCP workers',
+// is refused, and the log line gives the limit in words.
+func TestWebRefusalNamesTheLimit(t *testing.T) {
+	pki := fuqtest.NewPKI(t)
+	s := startSystem(t, &Foreman{MaxConns: 2, Timeout: time.Minute})
+	base := s.serveWeb(pki, 0)
+	for range 2 { // the TCP workers' connections take every place
+		c, err := net.Dial("tcp", s.addr)
+		require.NoError(t, err)
+		defer c.Close()
+	}
+	require.Eventually(t, func() bool { return s.f.conns.Load() == 2 }, 10*time.Second, time.Millisecond)
+	r := newRefWorker(t, base, pki)
+	resp, _ := r.login(testSecret)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, resp, err := r.dial(nil)
+	require.Error(t, err)
+	require.NotNil(t, resp)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	refused := s.logs.FilterMessageSnippet("websocket refused").All()
+	require.Len(t, refused, 1)
+	assertSaysLimit(t, refused[0], 2)
+}
