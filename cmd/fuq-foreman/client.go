@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -163,9 +162,9 @@ func printStatus(st fuq.JobReport, tasks bool) {
 
 // printFailedTasks says why each task of a job that failed did not
 // succeed (with all, each task that did not, cancelled ones too): how it
-// ended in the worker's words, and for a failed one its command line and
-// the end of its log (its standard output and error) when the log is
-// readable from here.
+// ended in the worker's words, and for a failed one its command line,
+// where its standard output and error are, and their end when that log
+// is readable from here (fuq.TaskLog: MaxLogTail bytes at most).
 func printFailedTasks(st fuq.JobReport, all bool) {
 	if st.Job == nil {
 		return
@@ -179,47 +178,20 @@ func printFailedTasks(st fuq.JobReport, all bool) {
 			continue
 		}
 		fmt.Printf("\t  command: %s %d\n", st.Job.Command, t.Task)
-		if log, tail := taskLog(st.Job.JobDescription, t.Task); log != "" {
-			fmt.Printf("\t  log %s (its end):\n", log)
-			for _, l := range tail {
-				fmt.Printf("\t  | %s\n", l)
-			}
+		log, tail := fuq.TaskLog(st.Job.JobDescription, t.Task)
+		if log == "" {
+			fmt.Printf("\t  its standard output and error, %s on the worker's host (not readable here)\n",
+				filepath.Join(st.Job.LoggingDir, fmt.Sprintf("%s_%d.log", st.Job.Name, t.Task)))
+			continue
+		}
+		fmt.Printf("\t  its standard output and error, %s (its end):\n", log)
+		for _, l := range strings.Split(string(tail), "\n") {
+			fmt.Printf("\t  | %s\n", l)
 		}
 	}
 	if st.Job.Omitted > 0 {
 		fmt.Printf("\t%d more tasks did not succeed (status -tasks %s lists every task)\n", st.Job.Omitted, st.ID)
 	}
-}
-
-// taskLog returns the newest log of a task (<name>_<task>.log, or
-// <name>_<task>-N.log for a later run) and its last lines, or "" when
-// there is none here.
-func taskLog(d fuq.JobDescription, task int) (string, []string) {
-	base := filepath.Join(d.LoggingDir, fmt.Sprintf("%s_%d", d.Name, task))
-	names, _ := filepath.Glob(base + "-*.log")
-	names = append(names, base+".log")
-	var newest string
-	var when time.Time
-	for _, n := range names {
-		if fi, err := os.Stat(n); err == nil && (newest == "" || fi.ModTime().After(when)) {
-			newest, when = n, fi.ModTime()
-		}
-	}
-	if newest == "" {
-		return "", nil
-	}
-	f, err := os.Open(newest)
-	if err != nil {
-		return "", nil
-	}
-	defer f.Close()
-	const tailBytes = 2048
-	if fi, err := f.Stat(); err == nil && fi.Size() > tailBytes {
-		f.Seek(fi.Size()-tailBytes, io.SeekStart)
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, tailBytes))
-	lines := strings.Split(strings.TrimRight(strings.ToValidUTF8(string(b), ""), "\n"), "\n")
-	return newest, lines[max(0, len(lines)-5):]
 }
 
 func or(s, def string) string {

@@ -380,9 +380,14 @@ func TestFailedTaskShowsWhy(t *testing.T) {
 	require.Equal(t, 1, submit.Wait(t, time.Minute), submit.Log())
 	why := "\ttask 2 failed on worker-1: error encountered: exit status 3\n" +
 		"\t  command: " + task + " 2\n" +
-		"\t  log " + filepath.Join(dir, "f_2.log") + " (its end):\n" +
+		"\t  its standard output and error, " + filepath.Join(dir, "f_2.log") + " (its end):\n" +
 		"\t  | no input for task 2\n"
 	assert.Equal(t, "job_1\njob_1\tf\tfailed\tdone 2/3\tfailed 1\trunning 0\tpending 0\tcancelled 0\n"+why, submit.Stdout.String())
+	// The foreman's line says it too: the task, its command, where its
+	// standard error is and its end.
+	foreman.Await(t, regexp.MustCompile(`WARN\tjob failed\t.*"error": "fuq: 1 of 3 tasks of job 1 failed; the first, task 2 \(`+regexp.QuoteMeta(task)+
+		` 2\): error encountered: exit status 3 \(its standard output and error: `+regexp.QuoteMeta(filepath.Join(dir, "f_2.log"))+
+		`\)", "stderr": "no input for task 2"}`), 10*time.Second)
 
 	// Cancelling a job that ended says so.
 	cancel := exec.Command(foremanBin, "cancel", "-control", control, "job_1")
@@ -403,6 +408,12 @@ func TestFailedTaskShowsWhy(t *testing.T) {
 	assert.Equal(t, "failed", jobs[0].State)
 	require.NotNil(t, jobs[0].Job)
 	assert.Equal(t, 1, jobs[0].Job.Failed)
+
+	// A log not readable here (on the worker's host only) is named.
+	require.NoError(t, os.Remove(filepath.Join(dir, "f_2.log")))
+	out, err = exec.Command(foremanBin, "status", "-control", control).Output()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "\t  its standard output and error, "+filepath.Join(dir, "f_2.log")+" on the worker's host (not readable here)\n")
 }
 
 // A foreman remembers the last -keep-jobs jobs that ended: status lists

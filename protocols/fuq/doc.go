@@ -152,7 +152,10 @@
 //     ends, so a task killed with its worker, or cancelled, leaves no log,
 //     and its rerun elsewhere writes the only one.
 //   - UPDATE says Success true with Status "done", or Success false with
-//     "error encountered: …". A CANCEL names {JobId, Task} pairs; a
+//     "error encountered: …"; it carries no standard error (no field of
+//     the reference's holds it, and we add none): the foreman's line on a
+//     failed job and submit -wait name the task's command and log, and
+//     show the log's end (TaskLog) when it is readable on their host. A CANCEL names {JobId, Task} pairs; a
 //     negative Task means every task of the job (the reference foreman
 //     sends only that). The worker kills each named task's process group
 //     and reports it with an UPDATE (Success false), as the reference

@@ -334,7 +334,6 @@ func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	}
 	res.Ended = time.Now()
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	failed, cancelled := 0, 0
 	firstN := 0 // the first task that failed
 	for i, t := range j.tasks {
@@ -356,16 +355,31 @@ func (f *Foreman) Run(ctx context.Context, job laboro.Job) laboro.Result {
 			res.Status, res.Err = st, cause
 		}
 	case failed > 0:
-		// The first failure in the worker's words: what the job's log
-		// line and its Result say of why (status -tasks lists them all),
-		// and where its output is. A job of many processes has no exit
-		// status of its own: ExitCode stays -1.
 		res.Status = laboro.StatusFailed
-		res.Err = fmt.Errorf("fuq: %d of %d tasks of job %d failed; the first, task %d: %s (its log: %s)", failed, len(j.tasks),
-			j.desc.JobId, firstN, cmp.Or(j.tasks[firstN-1].status, "no word from the worker"),
-			filepath.Join(j.desc.LoggingDir, fmt.Sprintf("%s_%d*.log", j.desc.Name, firstN)))
 	default:
 		res.Status, res.ExitCode = laboro.StatusSucceeded, 0
+	}
+	var why string
+	if res.Status == laboro.StatusFailed {
+		why = cmp.Or(j.tasks[firstN-1].status, "no word from the worker")
+	}
+	d = j.desc
+	f.mu.Unlock()
+	if res.Status == laboro.StatusFailed {
+		// The first failure in the worker's words: what the job's log
+		// line and its Result say of why (status -tasks lists them all),
+		// where its standard output and error are, and their end when
+		// the log is readable here (the UPDATE carries none: the
+		// reference's peers know no such field). Read outside f.mu: the
+		// logging directory may be slow to answer. A job of many
+		// processes has no exit status of its own: ExitCode stays -1.
+		log, tail := TaskLog(d, firstN)
+		if log == "" {
+			log = filepath.Join(d.LoggingDir, fmt.Sprintf("%s_%d*.log", d.Name, firstN)) + ", not readable on the foreman's host"
+		}
+		res.Err = fmt.Errorf("fuq: %d of %d tasks of job %d failed; the first, task %d (%s %d): %s (its standard output and error: %s)",
+			failed, len(j.tasks), d.JobId, firstN, d.Command, firstN, why, log)
+		res.Stderr = tail
 	}
 	return res
 }

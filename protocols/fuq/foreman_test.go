@@ -137,20 +137,24 @@ func TestForemanAndWorkers(t *testing.T) {
 func TestForemanFailedTask(t *testing.T) {
 	s := startSystem(t, &Foreman{})
 	s.worker(s.addr, 2)
-	cmd := s.script("echo out $1; [ $1 != 2 ]\n")
+	cmd := s.script("echo out $1; [ $1 != 2 ] || { echo \"no input for task $1\" >&2; exit 1; }\n")
 	h, logDir := s.submit("f", cmd, 3)
 	res := wait(t, h)
 	assert.Equal(t, laboro.StatusFailed, res.Status)
-	// The job's error says why, in the worker's words: what its log line shows.
-	assert.ErrorContains(t, res.Err, "1 of 3 tasks of job 1 failed; the first, task 2: error encountered: exit status 1 (its log: "+
-		filepath.Join(logDir, "f_2*.log")+")")
+	// The job's error says why, in the worker's words, with the task's
+	// command and where its standard error is; the end of that log is the
+	// job's Stderr: what its log line shows.
+	assert.EqualError(t, res.Err, "fuq: 1 of 3 tasks of job 1 failed; the first, task 2 ("+cmd+" 2): error encountered: exit status 1 "+
+		"(its standard output and error: "+filepath.Join(logDir, "f_2.log")+")")
+	assert.Equal(t, "out 2\nno input for task 2", string(res.Stderr))
 	assert.Equal(t, -1, res.ExitCode, "the job has no exit status of its own: its tasks' are their own")
 	info, _ := s.f.JobByRef(h.ID())
 	assert.Equal(t, TaskFailed, info.Tasks[1].State)
 	assert.Contains(t, info.Tasks[1].Status, "error encountered: exit status 1")
 
 	h, _ = s.submit("f", cmd, 3)
-	wait(t, h)
+	res = wait(t, h)
+	assert.ErrorContains(t, res.Err, "(its standard output and error: "+filepath.Join(logDir, "f_2-1.log")+")", "the newest log")
 	assert.ElementsMatch(t, []string{"f_1.log", "f_2.log", "f_3.log", "f_1-1.log", "f_2-1.log", "f_3-1.log"}, logFiles(t, logDir))
 }
 
