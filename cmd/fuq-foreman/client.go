@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -19,6 +22,9 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
 	var s fuq.Submission
 	wait := c.Flags.Bool("wait", false, "wait for the job to end")
+	stall := c.Flags.Duration("stall", time.Minute, "with -wait: after how long without an answer from the foreman submit says so on standard error "+
+		"(it waits on, and says so again every five times as long)")
+	c.Positive("stall")
 	c.Flags.StringVar(&s.Name, "name", "", "job name (names the log files)")
 	c.Flags.StringVar(&s.Command, "command", "", "program run as: COMMAND <task number>")
 	c.Flags.IntVar(&s.Tasks, "tasks", 0, "number of tasks")
@@ -60,7 +66,7 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 			return nil
 		}
 		stop := showProgress(ctx, cl, out.ID, s.Tasks)
-		st, err := waitJob(ctx, cl, out.ID)
+		st, err := waitJob(ctx, cl, out.ID, *stall, os.Stderr)
 		stop()
 		if err != nil {
 			return err
@@ -203,26 +209,84 @@ func or(s, def string) string {
 
 // waitJob waits for a job to end. A foreman that goes away meanwhile (a
 // crash, a restart) is waited for, up to waitForeman: started again, it
-// resumes its jobs from its journal, and the wait goes on.
-func waitJob(ctx context.Context, cl fuq.ControlClient, id string) (fuq.JobReport, error) {
-	away := cli.NewAway("the foreman", waitForeman, os.Stderr)
+// resumes its jobs from its journal, and the wait goes on. A foreman that
+// is there but does not answer (stopped, swapping, stuck on a disk) is
+// waited for as long as it takes: once it has left a request unanswered
+// for stall, that is said on out, then again every stallRepeat times
+// stall, and when it answers again. waitJob returns once the job has
+// ended, when ctx ends, or with the error of a foreman that refuses (an
+// unknown job).
+func waitJob(ctx context.Context, cl fuq.ControlClient, id string, stall time.Duration, out io.Writer) (fuq.JobReport, error) {
+	away := cli.NewAway("the foreman", waitForeman, out)
+	quiet := silence{out: out, repeat: stallRepeat * stall, since: time.Now()}
+	// The foreman answers a wait within a quarter of stall, whether the
+	// job has ended or not: a request it leaves unanswered for stall is
+	// one it is not answering.
+	cl.Timeout = stall
+	path := "/jobs/" + url.PathEscape(id) + "?wait=" + (stall / 4).String()
 	for {
 		var st fuq.JobReport
-		err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(id)+"?wait=1", nil, &st)
+		err := cl.Do(ctx, "GET", path, nil, &st)
 		if err == nil {
 			away.Back()
+			quiet.answered()
 			if st.Ended() {
 				return st, nil
 			}
-			continue // the foreman's wait is bounded (Control.MaxWait): ask again
+			continue // the foreman's wait is bounded: ask again
 		}
-		if ctx.Err() != nil || !fuq.Unreachable(err) {
+		var ne net.Error
+		switch {
+		case ctx.Err() != nil:
+			return st, err
+		case errors.As(err, &ne) && ne.Timeout():
+			quiet.unanswered()
+			continue // at once: the request itself waited stall
+		case !fuq.Unreachable(err):
 			return st, err
 		}
 		if err := away.Lost(ctx, err); err != nil {
 			return st, err
 		}
 	}
+}
+
+// stallRepeat is how many times submit's -stall passes between two
+// reminders that the foreman still does not answer.
+const stallRepeat = 5
+
+// silence says on out how long a foreman that is there has not answered.
+type silence struct {
+	out    io.Writer
+	repeat time.Duration
+	since  time.Time // its last answer
+	said   time.Time // when it was last said; zero while it answers
+}
+
+// unanswered is called after a request that the foreman left unanswered.
+func (s *silence) unanswered() {
+	now := time.Now()
+	switch {
+	case s.said.IsZero():
+		fmt.Fprintf(s.out, "the foreman has not answered since %s (%v); waiting for it (is it stopped, or its machine overloaded?)\n",
+			s.since.Format(time.TimeOnly), now.Sub(s.since).Round(time.Second))
+	case now.Sub(s.said) >= s.repeat:
+		fmt.Fprintf(s.out, "the foreman has still not answered since %s (%v); waiting for it\n",
+			s.since.Format(time.TimeOnly), now.Sub(s.since).Round(time.Second))
+	default:
+		return
+	}
+	s.said = now
+}
+
+// answered is called after each answer of the foreman.
+func (s *silence) answered() {
+	now := time.Now()
+	if !s.said.IsZero() {
+		fmt.Fprintf(s.out, "the foreman answers again, after %v of silence\n", now.Sub(s.since).Round(time.Second))
+		s.said = time.Time{}
+	}
+	s.since = now
 }
 
 // waitsForWorkers reports whether a job that has not ended has tasks to

@@ -573,3 +573,34 @@ func TestSubmitOverMaxTasks(t *testing.T) {
 	assert.Contains(t, submit.Log(), "a job of 6 tasks is over the foreman's limit of 5 tasks a job (fuq-foreman serve -max-tasks)\n")
 	assert.NotContains(t, submit.Log(), "MaxTasks")
 }
+
+// submit -wait waits for a foreman that stops answering (SIGSTOP) for as
+// long as it is stopped: it says so once it has not answered for -stall,
+// again five times as long later, and when it answers again; then it
+// waits on for the job's end.
+func TestSubmitWaitOutlastsAStoppedForeman(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	hold := filepath.Join(dir, "hold")
+	task := filepath.Join(dir, "task.sh")
+	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\nwhile [ ! -e "+hold+" ]; do sleep 0.01; done\n"), 0o755))
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"))
+	addr := foreman.Await(t, e2e.ServingAddr, 20*time.Second)
+	e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "1", "-spool", filepath.Join(dir, "spool"))
+
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-stall", "1s", "-name", "s", "-command", task,
+		"-tasks", "1", "-wd", dir, "-logdir", dir)
+	foreman.Await(t, regexp.MustCompile(`job queued`), 20*time.Second)
+	require.NoError(t, foreman.Cmd.Process.Signal(syscall.SIGSTOP))
+	submit.Await(t, regexp.MustCompile(`the foreman has not answered since \d\d:\d\d:\d\d \(\d+s\); waiting for it`), time.Minute)
+	submit.Await(t, regexp.MustCompile(`the foreman has still not answered since`), time.Minute)
+	require.NoError(t, foreman.Cmd.Process.Signal(syscall.SIGCONT))
+	submit.Await(t, regexp.MustCompile(`the foreman answers again, after \d+s of silence`), time.Minute)
+	require.NoError(t, os.WriteFile(hold, nil, 0o600))
+	require.Equal(t, 0, submit.Wait(t, time.Minute), submit.Log())
+	assert.Equal(t, "job_1\njob_1\ts\tsucceeded\tdone 1/1\tfailed 0\trunning 0\tpending 0\tcancelled 0\n", submit.Stdout.String())
+	assert.Equal(t, 1, submit.Logged("the foreman has not answered since"), "said once:\n%s", submit.Log())
+	assert.Equal(t, 1, submit.Logged("the foreman has still not answered since"), "then five times as long later:\n%s", submit.Log())
+	assert.Equal(t, 1, submit.Logged("the foreman answers again"))
+}

@@ -24,7 +24,7 @@ import (
 //
 //	POST /jobs                           Submission → {"id": "job_1"}
 //	GET  /jobs[?tasks=all]               → [JobReport…]
-//	GET  /jobs/{id}[?wait=1][&tasks=all] → JobReport (with wait: once the job has ended, or after Control.MaxWait)
+//	GET  /jobs/{id}[?wait=1|D][&tasks=all] → JobReport (with wait: once the job has ended, or after Control.MaxWait, or D if shorter)
 //	POST /jobs/{id}/cancel
 //	POST /workers/stop?n=N               STOP(N) to every worker; n=now: STOP(immediate)
 //
@@ -243,8 +243,15 @@ func (c *Control) get(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	h := c.handles[id]
 	c.mu.Unlock()
-	if h != nil && r.URL.Query().Get("wait") != "" {
-		wait := time.NewTimer(cmp.Or(c.MaxWait, DefaultMaxWait))
+	if q := r.URL.Query().Get("wait"); h != nil && q != "" {
+		// A client that bounds its request asks for a shorter wait (a
+		// duration), so that a foreman that answers is told from one that
+		// does not.
+		d := cmp.Or(c.MaxWait, DefaultMaxWait)
+		if asked, err := time.ParseDuration(q); err == nil && asked > 0 {
+			d = min(d, asked)
+		}
+		wait := time.NewTimer(d)
 		defer wait.Stop()
 		select {
 		case <-h.Done():
