@@ -604,3 +604,49 @@ func TestSubmitWaitOutlastsAStoppedForeman(t *testing.T) {
 	assert.Equal(t, 1, submit.Logged("the foreman has still not answered since"), "then five times as long later:\n%s", submit.Log())
 	assert.Equal(t, 1, submit.Logged("the foreman answers again"))
 }
+
+// A worker killed with SIGKILL while its tasks run leaves nothing in the
+// logging directory: their outputs were in a directory of its own there,
+// which its reaper removes. The tasks run again on another worker, and
+// the directory ends with their logs alone.
+func TestKilledWorkerLeavesNoOutputs(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	logDir := filepath.Join(dir, "logs")
+	hold := filepath.Join(dir, "hold")
+	task := filepath.Join(dir, "task.sh")
+	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\necho task $1\ntouch "+hold+".$1\n"+
+		"while [ ! -e "+hold+" ]; do sleep 0.01; done\n"), 0o755))
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"),
+		"-grace", "100ms")
+	addr := foreman.Await(t, e2e.ServingAddr, 20*time.Second)
+	killed := e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "2", "-spool", filepath.Join(dir, "spool-killed"))
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-name", "k", "-command", task,
+		"-tasks", "2", "-wd", dir, "-logdir", logDir)
+	require.Eventually(t, func() bool {
+		started, err := filepath.Glob(hold + ".*")
+		return err == nil && len(started) == 2
+	}, time.Minute, 10*time.Millisecond, "both tasks run on the worker to be killed")
+	require.NoError(t, killed.Cmd.Process.Signal(syscall.SIGKILL))
+	killed.Wait(t, 10*time.Second)
+	entries := func() []string {
+		des, err := os.ReadDir(logDir)
+		require.NoError(t, err)
+		var names []string
+		for _, e := range des {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	if !assert.Eventually(t, func() bool { return len(entries()) == 0 }, 20*time.Second, 10*time.Millisecond) {
+		t.Fatalf("the killed worker's outputs are left in the logging directory: %v", entries())
+	}
+
+	other := e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "2", "-spool", filepath.Join(dir, "spool-other"))
+	require.NoError(t, os.WriteFile(hold, nil, 0o600))
+	require.Equal(t, 0, submit.Wait(t, time.Minute), submit.Log())
+	require.NoError(t, exec.Command(foremanBin, "stop", "-control", control, "0").Run())
+	require.Equal(t, 0, other.Wait(t, 30*time.Second), other.Log())
+	assert.ElementsMatch(t, []string{"k_1.log", "k_2.log"}, entries(), "the other worker's directory went with it")
+}

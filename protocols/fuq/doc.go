@@ -148,9 +148,13 @@
 //     standard output and error in LoggingDir/<Name>_<Task>.log
 //     (<Name>_<Task>-<i>.log when that exists), of mode 0666 less the
 //     umask, as the reference's. The output is written to a <pid>.output
-//     file in LoggingDir while the task runs and becomes the log when it
-//     ends, so a task killed with its worker, or cancelled, leaves no log,
-//     and its rerun elsewhere writes the only one.
+//     file while the task runs and becomes the log when it ends, so a task
+//     killed with its worker, or cancelled, leaves no log, and its rerun
+//     elsewhere writes the only one. That file is in a directory of the
+//     worker's own in LoggingDir, .fuq-running-<random>, which goes with
+//     the worker however it ends: removed by the worker, or by its reaper
+//     when it is killed, or else by the next worker that uses LoggingDir,
+//     on any host, once no live worker holds its lock (outputdir.go).
 //   - UPDATE says Success true with Status "done", or Success false with
 //     "error encountered: …"; it carries no standard error (no field of
 //     the reference's holds it, and we add none): the foreman's line on a

@@ -38,6 +38,10 @@ var ErrStopped = errors.New("fuq: worker stopped by the foreman")
 // job's WorkingDir, standard output and error to
 // LoggingDir/<Name>_<Task>.log (<Name>_<Task>-<i>.log when that exists),
 // created with mode 0666 less the umask, as the reference creates it.
+// While a task runs, its output is in a directory of the worker's own in
+// LoggingDir (.fuq-running-<random>), removed with the worker, even one
+// killed with SIGKILL; the directories of dead workers are removed by the
+// next worker that runs a task there (see outputdir.go).
 //
 // A CANCEL kills the named tasks' process groups (a negative Task names
 // every task of the job, as the reference foreman sends it); each cancelled
@@ -157,7 +161,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// The worker never has more than procs tasks submitted and not yet
 	// reported, so that Submit never waits for room.
-	ex, err := laboro.New(laboro.WithRunner(taskRunner{}), laboro.WithPoolSize(procs),
+	outputs := &outputDirs{log: log}
+	ex, err := laboro.New(laboro.WithRunner(taskRunner{outputs}), laboro.WithPoolSize(procs),
 		laboro.WithConcurrency(procs), laboro.WithBufferSize(procs), laboro.WithLogger(log))
 	if err != nil {
 		return err
@@ -173,6 +178,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			delete(s.running, f.pair)
 		}
 		s.tasks.Wait()
+		outputs.close() // every output is closed: the tasks have ended
 	}()
 	if err := s.loadSpool(); err != nil {
 		return err
@@ -615,12 +621,13 @@ func (s *workerState) loadSpool() error {
 }
 
 // taskRunner runs a task's process (its Job.Payload is its Task) with its
-// output in the job's LoggingDir (made if missing), so that the log is made
-// by a link in one directory. A CANCEL ends it through Executor.Cancel,
-// which kills its process group.
-type taskRunner struct{}
+// output in the worker's own directory inside the job's LoggingDir (made
+// if missing; see outputdir.go), so that the log is made by a link in one
+// file system and nothing is left in LoggingDir should the worker die. A
+// CANCEL ends it through Executor.Cancel, which kills its process group.
+type taskRunner struct{ outputs *outputDirs }
 
-func (taskRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
+func (r taskRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	t, ok := job.Payload.(Task)
 	if !ok {
 		return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1,
@@ -628,12 +635,18 @@ func (taskRunner) Run(ctx context.Context, job laboro.Job) laboro.Result {
 	}
 	// The logging directory is made if it is not there yet, as a user who
 	// names a new one on submit expects.
-	if dir := t.JobDescription.LoggingDir; dir != "" {
+	dir := t.JobDescription.LoggingDir
+	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1,
 				Err: fmt.Errorf("the job's logging directory: %w", err)}
 		}
+		var err error
+		if dir, err = r.outputs.dir(dir); err != nil {
+			return laboro.Result{ID: job.ID, Status: laboro.StatusFailed, ExitCode: -1,
+				Err: fmt.Errorf("the worker's directory in the job's logging directory: %w", err)}
+		}
 	}
-	pr := &laboro.ProcessRunner{Dir: t.JobDescription.LoggingDir, Stderr: laboro.StderrToOutput}
+	pr := &laboro.ProcessRunner{Dir: dir, Stderr: laboro.StderrToOutput}
 	return pr.Run(ctx, job)
 }
