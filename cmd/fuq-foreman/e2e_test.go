@@ -163,6 +163,21 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// A foreman on a port of the system's choice says where it serves
+// whatever -log says: a worker reaches it there, and a job runs.
+func TestServingAddressIsSaidAtEveryLogLevel(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"),
+		"-log", "error")
+	addr := foreman.Await(t, regexp.MustCompile(`serving.*"addr": "([^"]+)"`), 20*time.Second)
+	e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "1", "-spool", filepath.Join(dir, "spool"))
+	out, err := exec.Command(foremanBin, "submit", "-control", control, "-wait", "-name", "s", "-command", "/bin/true",
+		"-tasks", "1", "-wd", dir, "-logdir", dir).CombinedOutput()
+	require.NoError(t, err, "%s\nforeman:\n%s", out, foreman.Log())
+}
+
 // "fuq-foreman cancel" ends a running job: its task in line is dropped,
 // its running tasks' processes are killed on the worker, and the job ends
 // cancelled; the worker is free for the next job.

@@ -27,7 +27,7 @@ func TestControlLimits(t *testing.T) {
 	served := make(chan error, 1)
 	go func() {
 		served <- serve(ctx, "127.0.0.1:0", control, filepath.Join(dir, "journal"), time.Second,
-			limits{tasks: 10, endedTasks: 10, endedJobs: 10, control: time.Second}, webFlags{}, zap.NewNop())
+			limits{tasks: 10, endedTasks: 10, endedJobs: 10, control: time.Second}, webFlags{}, zap.NewNop(), zap.NewNop())
 	}()
 	defer func() { cancel(); require.NoError(t, <-served) }()
 	dial := func() net.Conn {

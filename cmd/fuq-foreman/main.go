@@ -122,6 +122,6 @@ func serveCommand(c *cli.Command) func(context.Context, []string) error {
 		if err := lim.check(); err != nil {
 			return err
 		}
-		return serve(ctx, *listen, *control, *journal, *grace, lim, web, logFlag.Logger())
+		return serve(ctx, *listen, *control, *journal, *grace, lim, web, logFlag.Logger(), logFlag.Records())
 	}
 }

@@ -69,7 +69,9 @@ func (w webFlags) config(auth []byte) (fuq.WebConfig, error) {
 const maxControlConns = 64
 
 // serve runs the foreman until ctx ends.
-func serve(ctx context.Context, listen, control, journal string, grace time.Duration, lim limits, wf webFlags, log *zap.Logger) error {
+// The serving record goes to serving, which writes it whatever -log says:
+// with a port of the system's choice, it is how the user learns the port.
+func serve(ctx context.Context, listen, control, journal string, grace time.Duration, lim limits, wf webFlags, log, serving *zap.Logger) error {
 	auth, authFrom, err := wf.secret()
 	if err != nil {
 		return fmt.Errorf("the workers' shared secret: %w", err)
@@ -140,7 +142,7 @@ func serve(ctx context.Context, listen, control, journal string, grace time.Dura
 	if wln != nil {
 		fields = append(fields, zap.String("web", "https://"+wln.Addr().String()))
 	}
-	log.Info("serving", fields...)
+	serving.Info("serving", fields...)
 	hs := web.Server(ctl.Handler(), log.Named("control"))
 	if lim.control != 0 {
 		hs.ReadHeaderTimeout, hs.ReadTimeout, hs.IdleTimeout, hs.WriteTimeout = lim.control, lim.control, lim.control, lim.control
