@@ -19,6 +19,11 @@ type Output struct {
 	path    string
 	size    int64
 	release func() // called once the file is gone; may be nil
+	// removing, if not nil, is called just before the file is removed
+	// (ProcessRunner.Named's): a record of the outputs on disk that drops
+	// the file first never names a file that is gone, whose name another
+	// process's output may take.
+	removing func()
 
 	mu     sync.Mutex
 	closed bool
@@ -80,6 +85,9 @@ func (o *Output) Close() error {
 		return nil
 	}
 	o.closed = true
+	if o.removing != nil {
+		o.removing()
+	}
 	err := os.Remove(o.path)
 	if o.release != nil {
 		o.release()

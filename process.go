@@ -87,11 +87,13 @@ type ProcessRunner struct {
 	Logger *zap.Logger
 	// Named, when set, is told the path of each output file as soon as the
 	// file has its name, while its job runs; the function it returns, if
-	// not nil, is called once Output.Close has removed the file. A program
+	// not nil, is called once, as Output.Close removes the file, just
+	// before (so that a record kept of the files on disk never names one
+	// that is gone, whose name a later process's output may take). A program
 	// keeps with it a record of its outputs on disk, for example to find
 	// those it left behind when it was killed. It is called from the jobs'
 	// goroutines at once, so it must be safe for concurrent use.
-	Named func(path string) (removed func())
+	Named func(path string) (removing func())
 
 	// held, when set, counts the outputs left in an Executor's own run
 	// directory, so that the directory goes with the last of them.
@@ -204,11 +206,11 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		tail.start(res.PID)
 	}
 	path, nameErr := r.nameOutput(out, tmp, dir, res.PID)
-	var removed func()
+	var removing func()
 	if nameErr == nil {
 		ReportProcess(ctx, res.PID, path)
 		if r.Named != nil {
-			removed = r.Named(path)
+			removing = r.Named(path)
 		}
 	}
 
@@ -228,13 +230,10 @@ func (r *ProcessRunner) Run(ctx context.Context, job Job) Result {
 		if fi, statErr := out.Stat(); statErr == nil {
 			res.Output.size = fi.Size()
 		}
-		res.Output.release = removed
+		res.Output.removing = removing
 		if r.held != nil {
 			r.held.hold()
 			res.Output.release = r.held.release
-			if removed != nil {
-				res.Output.release = func() { removed(); r.held.release() }
-			}
 		}
 	}
 	if tail != nil {

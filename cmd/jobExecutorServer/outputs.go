@@ -20,15 +20,17 @@ import (
 // SIGKILL (or by the OOM killer, or with its whole cgroup) leaves those of
 // its running and undelivered jobs behind, <pid>.output files nobody will
 // ask for. So each server keeps a ledger of its outputs in their directory,
-// .jobExecutorServer-*.outputs: "+ NAME" as an output gets its name, "- NAME"
-// once it is removed. A server holds an exclusive flock on its ledger for
-// as long as it lives, which the kernel drops however it dies; at start, a
-// server takes each ledger it can lock as a dead server's, removes the
-// outputs noted there and still there, and then the ledger. A live server's
-// ledger cannot be locked, so its outputs are never touched; and a file the
-// ledgers do not name (a user's own 42.output) is never touched either.
-// What it cannot cover: an output named in the microseconds before it is
-// noted, should the server be killed then.
+// .jobExecutorServer-*.outputs: "+ NAME" as an output gets its name,
+// "- NAME" just before it is removed (so that a ledger never names a file
+// that is gone, whose name a later job's output may take). A server holds
+// an exclusive flock on its ledger for as long as it lives, which the
+// kernel drops however it dies; at start, a server takes each ledger it
+// can lock as a dead server's, removes the outputs noted there and still
+// there, and then the ledger. A live server's ledger cannot be locked, so
+// its outputs are never touched; and a file the ledgers do not name (a
+// user's own 42.output) is never touched either. What it cannot cover: an
+// output named in the microseconds before it is noted, should the server
+// be killed then (it is left behind).
 
 // ledgerPattern matches the ledgers of a directory.
 const ledgerPattern = ".jobExecutorServer-*.outputs"
@@ -67,7 +69,7 @@ func openLedger(dir string, log *zap.Logger) (*ledger, error) {
 }
 
 // named notes an output as it gets its name; it is ProcessRunner.Named.
-func (l *ledger) named(path string) (removed func()) {
+func (l *ledger) named(path string) (removing func()) {
 	name := filepath.Base(path)
 	if strings.ContainsAny(name, "\n") {
 		return nil
