@@ -3,9 +3,7 @@ package main
 import (
 	"crypto/md5"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -14,7 +12,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -432,82 +429,6 @@ func TestSilentPeerDoesNotDelayTheEnd(t *testing.T) {
 	assert.Equal(t, 130, controller.Wait(t, 5*time.Second), controller.Log())
 }
 
-// onTerminal is a binary whose standard error is a terminal, as a user
-// who runs it by hand sees it.
-type onTerminal struct {
-	cmd    *exec.Cmd
-	stdout strings.Builder // read it after wait
-	ended  chan error
-	read   chan struct{} // closed once the terminal has no more to show
-
-	mu    sync.Mutex
-	shown strings.Builder
-}
-
-// startOnTerminal starts bin with stdin as its standard input and a
-// terminal as its standard error; it is killed when the test ends.
-func startOnTerminal(t *testing.T, stdin io.Reader, bin string, args ...string) *onTerminal {
-	master, tty := e2e.OpenPTY(t)
-	p := &onTerminal{cmd: exec.Command(bin, args...), ended: make(chan error, 1), read: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
-	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, &p.stdout, tty
-	require.NoError(t, p.cmd.Start())
-	tty.Close() // the process has its own
-	go func() {
-		defer close(p.read)
-		b := make([]byte, 4096)
-		for {
-			n, err := master.Read(b) // EIO once the process has closed the terminal
-			p.mu.Lock()
-			p.shown.Write(b[:n])
-			p.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	go func() { p.ended <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.read
-		master.Close()
-	})
-	return p
-}
-
-// show returns what the terminal has shown so far.
-func (p *onTerminal) show() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.shown.String()
-}
-
-// await waits at most within for the terminal to show text.
-func (p *onTerminal) await(t *testing.T, text string, within time.Duration) {
-	t.Helper()
-	require.Eventually(t, func() bool { return strings.Contains(p.show(), text) }, within, 10*time.Millisecond,
-		"%q not shown:\n%q", text, p.show())
-}
-
-// wait waits at most within for the process to end, and for the terminal
-// to show all it wrote; it returns the exit status.
-func (p *onTerminal) wait(t *testing.T, within time.Duration) int {
-	t.Helper()
-	select {
-	case err := <-p.ended:
-		<-p.read
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		require.NoError(t, err)
-		return 0
-	case <-time.After(within):
-		t.Fatalf("%s did not end:\n%s", filepath.Base(p.cmd.Path), p.show())
-		return -1
-	}
-}
-
 // A single task (on standard input) shows how it goes while it runs, as a
 // batch does: on a terminal, a bar that says it runs on a worker.
 func TestOneTaskShowsProgress(t *testing.T) {
@@ -515,14 +436,14 @@ func TestOneTaskShowsProgress(t *testing.T) {
 	dir := socketDir(t)
 	base := t.TempDir()
 	gate := filepath.Join(base, "gate")
-	controller := startOnTerminal(t, strings.NewReader("hello, pulse\n"), controllerBin, "-dir", dir)
+	controller := e2e.StartOnTerminal(t, strings.NewReader("hello, pulse\n"), nil, controllerBin, "-dir", dir)
 	awaitSocket(t, dir)
 	e2e.Start(t, nil, workerBin, append([]string{"-dir", dir}, gated(filepath.Join(base, "runs"), gate)...)...)
-	controller.await(t, "running 1, queued 0, failed 0, workers 1", time.Minute)
+	controller.Await(t, regexp.MustCompile(regexp.QuoteMeta("running 1, queued 0, failed 0, workers 1")), time.Minute)
 	require.NoError(t, os.WriteFile(gate, nil, 0o600))
-	require.Equal(t, 0, controller.wait(t, time.Minute), controller.show())
+	require.Equal(t, 0, controller.Wait(t, time.Minute), controller.Log())
 	sum := md5.Sum([]byte("hello, pulse\n"))
-	assert.Equal(t, hex.EncodeToString(sum[:])+"  -\n", controller.stdout.String())
+	assert.Equal(t, hex.EncodeToString(sum[:])+"  -\n", controller.Stdout.String())
 }
 
 // With -log-format json, every line on standard error is a JSON object,
