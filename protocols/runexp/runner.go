@@ -19,6 +19,7 @@ import (
 
 	"github.com/laboro-go/laboro"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // DefaultHoldWait is how long a runner waits after ATENDI before it asks
@@ -334,7 +335,11 @@ func newRunnerSession(ctx context.Context, cfg Runner) (*runnerSession, error) {
 	exec, err := laboro.New(
 		laboro.WithRunner(&laboro.ProcessRunner{Dir: s.dir, Stderr: laboro.StderrToOutput, Logger: s.log}),
 		laboro.WithPoolSize(n), laboro.WithConcurrency(n), laboro.WithBufferSize(n),
-		laboro.WithLogger(s.log))
+		// The job's verdict is runexp's (its output's RES: lines, or its
+		// exit status with UseExitStatus), which judge logs, failures
+		// with why: the Executor's own line of a job that exited non-zero
+		// would contradict a job the rules say succeeded.
+		laboro.WithLogger(s.log.WithOptions(zap.IncreaseLevel(zapcore.ErrorLevel))))
 	if err != nil {
 		s.removeDir()
 		return nil, err
@@ -810,6 +815,7 @@ func (s *runnerSession) judge(name string, argv []string, res laboro.Result) *ru
 		}
 		o.file = f
 	}
+	why := res.Err // of a failure, for the log
 	switch {
 	case o.file == nil:
 		o.status, o.note = Failure, fmt.Sprintf("runexp: %v\n", res.Err)
@@ -829,11 +835,30 @@ func (s *runnerSession) judge(name string, argv []string, res laboro.Result) *ru
 			o.file, o.status, o.note = nil, Failure, fmt.Sprintf("runexp: output lost: %v\n", err)
 		} else {
 			o.status = Status(!failed)
+			if failed {
+				why = errors.New("its output reports a failure (RES:failed)")
+			}
 		}
 	}
 	o.header = appendHeader(nil, o.status, argv, res)
-	s.log.Info("job finished", zap.String("job", name), zap.Stringer("status", o.status),
-		zap.Stringer("ended", res.Status), zap.Int("exit", res.ExitCode), zap.Duration("took", res.Duration()))
+	fields := []zap.Field{zap.String("job", name), zap.Stringer("status", o.status),
+		zap.Stringer("ended", res.Status), zap.Int("exit", res.ExitCode), zap.Duration("took", res.Duration())}
+	if o.status == Failure {
+		// Once per job, with why, as the Executor's line would say it;
+		// the end of its output (standard error goes there too) when it
+		// exited 0.
+		tail := res.Stderr
+		if len(tail) == 0 && o.file != nil {
+			tail = fileEnd(o.file, o.out.Size(), 512)
+		}
+		fields = append(fields, zap.Strings("command", argv), zap.Error(why), zap.ByteString("stderr", tailOf(tail, 512)))
+		if o.note != "" {
+			fields = append(fields, zap.String("note", strings.TrimSpace(o.note)))
+		}
+		s.log.Warn("job failed", fields...)
+		return o
+	}
+	s.log.Info("job finished", fields...)
 	return o
 }
 
@@ -982,4 +1007,21 @@ func (s *runnerSession) sendResult(o *runnerOutcome) error {
 	}
 	_, err := s.c.expect(KindRicevis)
 	return err
+}
+
+// tailOf returns the last n bytes of b at most.
+func tailOf(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// fileEnd returns the last n bytes at most of f, of size bytes, without
+// moving its offset.
+func fileEnd(f io.ReaderAt, size int64, n int64) []byte {
+	off := max(size-n, 0)
+	b := make([]byte, size-off)
+	k, _ := f.ReadAt(b, off)
+	return b[:k]
 }

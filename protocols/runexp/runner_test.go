@@ -394,6 +394,40 @@ func TestRunnerLogsNameTheJob(t *testing.T) {
 	}
 }
 
+// The runner's log gives one verdict a job, runexp's: under the
+// reference's rule a job that exits 1 without a RES:failed line
+// succeeded, and no line says it failed (the local Executor's own line
+// did); one whose output says RES:failed, exiting 0, failed, and its line
+// says why and shows the end of its output.
+func TestRunnerLogsOneVerdict(t *testing.T) {
+	m := newFakeManager(t)
+	r := testRunner(t, m)
+	core, logs := observer.New(zap.DebugLevel)
+	r.Logger = zap.New(core)
+	x := launchRunner(t, r)
+	p := m.accept(t)
+	p.handshake()
+	p.give("b/exits-1", ".sh", "echo doing things\nexit 1\n")
+	status, _ := p.collect("b/exits-1")
+	assert.Equal(t, "success", status)
+	p.give("b/says-failed", ".sh", "echo RES:failed\necho the disk is full >&2\n")
+	status, _ = p.collect("b/says-failed")
+	assert.Equal(t, "failure", status)
+	p.finish()
+	require.NoError(t, x.wait(t))
+
+	failed := logs.FilterMessage("job failed").All()
+	require.Len(t, failed, 1, "one failure line, the failed job's")
+	fields := failed[0].ContextMap()
+	assert.Equal(t, "b/says-failed", fields["job"])
+	assert.Equal(t, "its output reports a failure (RES:failed)", fields["error"])
+	assert.Contains(t, fields["stderr"], "the disk is full")
+	finished := logs.FilterMessage("job finished").All()
+	require.Len(t, finished, 1)
+	assert.Equal(t, "b/exits-1", finished[0].ContextMap()["job"])
+	assert.EqualValues(t, 1, finished[0].ContextMap()["exit"])
+}
+
 func TestRunnerUnknownType(t *testing.T) {
 	m := newFakeManager(t)
 	r := testRunner(t, m)
