@@ -113,6 +113,7 @@ type Command struct {
 
 	version *bool
 	bounds  []bound // checked by Parse
+	logs    *Log    // set by LogFlag: Report writes in its format
 }
 
 // bound is a flag whose value Parse checks: more than 0, or 0 or more.
@@ -327,8 +328,7 @@ func CheckAddr(name, addr string) error {
 // Main parses args and runs main with a context that ends on the first
 // SIGINT or SIGTERM, and with the arguments left after the flags; then it
 // exits with the status main's error gives (see Code), printing the error,
-// if any, as "NAME: error" on Stderr (and the synopsis after a usage
-// error). It does not return.
+// if any, as Report does. It does not return.
 func (c *Command) Main(args []string, main func(ctx context.Context, args []string) error) {
 	os.Exit(c.Run(args, main))
 }
@@ -344,18 +344,30 @@ func (c *Command) Run(args []string, main func(ctx context.Context, args []strin
 	return c.Report(err)
 }
 
-// Report prints err for the user and returns its exit status (Code).
+// Report prints err for the user on Stderr and returns its exit status
+// (Code): as "NAME: error" (and the synopsis after a usage error), or,
+// when the command's -log-format (LogFlag) is json, as one record at error
+// level of the logger NAME whose message is the error's text (with the
+// synopsis as the field "usage" after a usage error), so that standard
+// error stays one object a line.
 func (c *Command) Report(err error) int {
 	code := Code(err)
 	var ue *UsageError
 	var ee *ExitError
+	json := c.logs != nil && c.logs.format == "json"
 	switch {
 	case errors.Is(err, errHelp), errors.Is(err, errVersion), err == nil:
+	case errors.As(err, &ue) && json:
+		record(c.Stderr, zapcore.ErrorLevel, c.Name, ue.Msg, zap.String("usage", c.Usage()))
 	case errors.As(err, &ue):
 		fmt.Fprintf(c.Stderr, "%s: %s\n%s\nRun '%s --help' for every flag.\n", c.Name, ue.Msg, c.Usage(), c.Name)
 	case errors.As(err, &ee) && ee.Err == nil:
+	case code == ExitInterrupted && json:
+		record(c.Stderr, zapcore.ErrorLevel, c.Name, "interrupted")
 	case code == ExitInterrupted:
 		fmt.Fprintf(c.Stderr, "%s: interrupted\n", c.Name)
+	case json:
+		record(c.Stderr, zapcore.ErrorLevel, c.Name, err.Error())
 	default:
 		fmt.Fprintf(c.Stderr, "%s: %s\n", c.Name, err)
 	}
@@ -418,6 +430,7 @@ type Log struct {
 // and -log-format (console or json).
 func (c *Command) LogFlag(def zapcore.Level) *Log {
 	l := &Log{level: def, format: "console"}
+	c.logs = l
 	c.Flags.Var(&l.level, "log", "log `level`: debug, info, warn or error")
 	c.Flags.Var(&l.format, "log-format", "log `format`: console (lines for people) or json (one object per line)")
 	return l
@@ -438,6 +451,43 @@ func (l *Log) Format() LogFormat { return l.format }
 // listens on when the system chose its port. In the format chosen, at
 // info.
 func (l *Log) Records() *zap.Logger { return Logger(zapcore.InfoLevel, l.format) }
+
+// Tell writes on standard error what a command tells its user beside its
+// log, whatever -log says: with console, the line "name: text" (text
+// alone when name is ""), fields left out; with json, one record at level
+// of the logger name, whose message is text, with fields. For the lines
+// that must stay lines for people under console (errors, notes), and be
+// records a log collector takes under json.
+func (l *Log) Tell(level zapcore.Level, name, text string, fields ...zap.Field) {
+	switch {
+	case l.format == "json":
+		record(os.Stderr, level, name, text, fields...)
+	case name == "":
+		fmt.Fprintln(os.Stderr, text)
+	default:
+		fmt.Fprintf(os.Stderr, "%s: %s\n", name, text)
+	}
+}
+
+// record writes to w one JSON record at level, of the logger name, as
+// Logger's records are written.
+func record(w io.Writer, level zapcore.Level, name, msg string, fields ...zap.Field) {
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(jsonEncoderConfig()), zapcore.Lock(zapcore.AddSync(w)), level)
+	log := zap.New(core)
+	if name != "" {
+		log = log.Named(name)
+	}
+	if ce := log.Check(level, msg); ce != nil {
+		ce.Write(fields...)
+	}
+}
+
+// jsonEncoderConfig is how the records of a JSON log are written.
+func jsonEncoderConfig() zapcore.EncoderConfig {
+	cfg := zap.NewProductionEncoderConfig()
+	cfg.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	return cfg
+}
 
 // Progress returns the progress of a batch, on standard error, in the
 // format chosen: with console, NewProgress(os.Stderr, every), a bar on a
@@ -478,7 +528,7 @@ func Logger(level zapcore.Level, format LogFormat) *zap.Logger {
 	if format == "json" {
 		cfg = zap.NewProductionConfig()
 		cfg.Sampling = nil // every failed job is logged
-		cfg.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+		cfg.EncoderConfig = jsonEncoderConfig()
 	}
 	cfg.Level = zap.NewAtomicLevelAt(level)
 	cfg.DisableStacktrace, cfg.DisableCaller = true, true

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -166,6 +167,44 @@ func TestExitStatuses(t *testing.T) {
 		c, _, errOut, _ := command()
 		assert.Equal(t, tc.code, c.Run(nil, func(context.Context, []string) error { return tc.err }), "%v", tc.err)
 		assert.Equal(t, tc.says, errOut.String(), "%v", tc.err)
+	}
+}
+
+// With -log-format json, a command's error at exit is one JSON record at
+// error level of the logger NAME, its text the message (the synopsis a
+// field, after a usage error): standard error stays one object a line.
+func TestJSONLogReportsAsARecord(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		err   error
+		code  int
+		msg   string
+		usage string
+	}{
+		{nil, errors.New("disk full"), ExitFailed, "disk full", ""},
+		{nil, &ExitError{Code: 3, Err: errors.New("banned")}, 3, "banned", ""},
+		{nil, ErrInterrupted, ExitInterrupted, "interrupted", ""},
+		{nil, Usagef("-n 0: must be at least 1"), ExitUsage, "-n 0: must be at least 1", "usage: tool [-n N] FILE"},
+		{[]string{"-nope"}, nil, ExitUsage, "flag provided but not defined: -nope", "usage: tool [-n N] FILE"},
+		{nil, &ExitError{Code: 7}, 7, "", ""},
+	} {
+		c, _, errOut, _ := command()
+		c.LogFlag(zap.InfoLevel)
+		args := append([]string{"-log-format", "json"}, tc.args...)
+		assert.Equal(t, tc.code, c.Run(args, func(context.Context, []string) error { return tc.err }), "%v", tc.err)
+		if tc.msg == "" {
+			assert.Empty(t, errOut.String(), "%v", tc.err)
+			continue
+		}
+		require.Equal(t, 1, strings.Count(errOut.String(), "\n"), "one line: %q", errOut.String())
+		var r map[string]any
+		require.NoError(t, json.Unmarshal(errOut.Bytes(), &r), errOut.String())
+		assert.Equal(t, "error", r["level"], "%v", r)
+		assert.Equal(t, "tool", r["logger"], "%v", r)
+		assert.Equal(t, tc.msg, r["msg"], "%v", r)
+		if tc.usage != "" {
+			assert.Equal(t, tc.usage, r["usage"], "%v", r)
+		}
 	}
 }
 
