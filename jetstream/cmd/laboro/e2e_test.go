@@ -1864,6 +1864,158 @@ func TestSubmitAndWatchJSONLogHasOnlyJSON(t *testing.T) {
 	}
 }
 
+// jsonRecord returns the record of a JSON log whose message contains msg,
+// failing t if a line of the log is not JSON, or if there is none.
+func jsonRecord(t *testing.T, log, msg string) map[string]any {
+	t.Helper()
+	for _, r := range e2e.JSONRecords(t, log) {
+		if m, _ := r["msg"].(string); strings.Contains(m, msg) {
+			return r
+		}
+	}
+	require.Fail(t, "no record", "no record saying %q:\n%s", msg, log)
+	return nil
+}
+
+// With -log-format json, what laboro run says beside its summary is JSON
+// too: that a file holds no jobs, that the job log has them all, how a
+// single job failed, where the console is, a usage error.
+func TestRunJSONLogSaysAllInJSON(t *testing.T) {
+	bin := build(t)
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.txt")
+	require.NoError(t, os.WriteFile(empty, []byte("# no job\n"), 0o600))
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte("true\n"), 0o600))
+	run := func(args ...string) (string, string, int) {
+		return runLaboro(t, bin, dir, append([]string{"run", "-log-format", "json"}, args...)...)
+	}
+
+	_, log, code := run("-f", empty)
+	assert.Equal(t, 1, code, log)
+	r := jsonRecord(t, log, "no jobs in "+empty)
+	assert.Equal(t, "error", r["level"])
+	assert.Equal(t, "laboro run", r["logger"])
+
+	_, log, code = run("-joblog", "log.tsv", "-f", jobs)
+	require.Equal(t, 0, code, log)
+	_, log, code = run("-joblog", "log.tsv", "-resume", "-f", jobs)
+	assert.Equal(t, 0, code, log)
+	jsonRecord(t, log, "every job is in the job log already")
+
+	out, log, code := run("echo out; echo why >&2; exit 3")
+	assert.Equal(t, 3, code, log)
+	assert.Equal(t, "out\n", out, "the job's output stays on standard output")
+	r = jsonRecord(t, log, "job 1 failed")
+	assert.Equal(t, "warn", r["level"])
+	assert.Equal(t, "summary", r["logger"])
+	assert.Equal(t, "echo out; echo why >&2; exit 3", r["command"])
+	assert.EqualValues(t, 3, r["exit"])
+	assert.Equal(t, "why\n", r["stderr"])
+
+	_, log, code = run("-http", "127.0.0.1:0", "-f", jobs)
+	assert.Equal(t, 0, code, log)
+	r = jsonRecord(t, log, "console at http://")
+	assert.Regexp(t, `^http://127\.0\.0\.1:\d+/\?token=…$`, r["url"])
+	assert.NotContains(t, log, e2e.Token(t, "laboro"))
+
+	_, log, code = run("-workers", "0", "true")
+	assert.Equal(t, 2, code, log)
+	r = jsonRecord(t, log, "-workers 0: must be from 1 to")
+	assert.Equal(t, "error", r["level"])
+	assert.Contains(t, r["usage"], "usage: laboro run")
+}
+
+// With -log-format json, submit -wait, status, output and the errors of
+// every command are JSON records: a single job's notes (no worker, no
+// service), its failure, an interrupt and what runs on after it, a batch
+// or a job unknown, NATS out of reach.
+func TestSubmitJSONLogSaysAllInJSON(t *testing.T) {
+	s := newSystem(t)
+	s.start("-workers", "0") // no worker yet
+	env := []string{"LABORO_NATS=" + s.url}
+	dir := t.TempDir()
+	jobs := filepath.Join(dir, "jobs.txt")
+	require.NoError(t, os.WriteFile(jobs, []byte("true\ntrue\n"), 0o600))
+	empty := filepath.Join(dir, "empty.txt")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+
+	t.Run("a single job no worker takes, interrupted", func(t *testing.T) {
+		p := e2e.Start(t, env, s.bin, "submit", "-wait", "-log-format", "json", "-id", "lone", "true")
+		p.Await(t, regexp.MustCompile(`no worker has taken a job`), 2*time.Minute)
+		require.NoError(t, p.Cmd.Process.Signal(os.Interrupt))
+		assert.Equal(t, 130, p.Wait(t, 30*time.Second), p.Log())
+		assert.Equal(t, "warn", jsonRecord(t, p.Log(), "laboro: no worker has taken a job")["level"])
+		r := jsonRecord(t, p.Log(), "interrupted; job lone runs on")
+		assert.Equal(t, "error", r["level"])
+		assert.Empty(t, p.Stdout.String())
+	})
+	t.Run("a batch interrupted", func(t *testing.T) {
+		p := e2e.Start(t, env, s.bin, "submit", "-wait", "-log-format", "json", "-batch", "cut", "-f", jobs)
+		p.Await(t, regexp.MustCompile(`no worker has taken a job`), 2*time.Minute)
+		require.NoError(t, p.Cmd.Process.Signal(os.Interrupt))
+		assert.Equal(t, 130, p.Wait(t, 30*time.Second), p.Log())
+		jsonRecord(t, p.Log(), "interrupted")
+		assert.Equal(t, "info", jsonRecord(t, p.Log(), "batch cut runs on (laboro status -watch cut follows it)")["level"])
+	})
+	t.Run("unknown and empty", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			says string
+		}{
+			{[]string{"status", "-watch", "nosuch"}, "no batch nosuch"},
+			{[]string{"status", "nosuch"}, "no job nosuch"},
+			{[]string{"output", "nosuch"}, "no job nosuch"},
+			{[]string{"submit", "-f", empty}, "no jobs in " + empty},
+		} {
+			p := e2e.Start(t, env, s.bin, append(tc.args[:1:1], append([]string{"-log-format", "json"}, tc.args[1:]...)...)...)
+			assert.Equal(t, 1, p.Wait(t, time.Minute), "%q: %s", tc.args, p.Log())
+			assert.Equal(t, "error", jsonRecord(t, p.Log(), tc.says)["level"], "%q", tc.args)
+		}
+	})
+	t.Run("a single job that fails", func(t *testing.T) {
+		e2e.Start(t, env, s.bin, "worker", "-c", "1")
+		p := e2e.Start(t, env, s.bin, "submit", "-wait", "-log-format", "json", "-id", "bad", "echo out; echo why >&2; exit 3")
+		assert.Equal(t, 3, p.Wait(t, 2*time.Minute), p.Log())
+		assert.Equal(t, "out\n", p.Stdout.String(), "the job's output stays on standard output")
+		r := jsonRecord(t, p.Log(), "job bad failed")
+		assert.Equal(t, "warn", r["level"])
+		assert.Equal(t, "summary", r["logger"])
+		assert.Equal(t, "echo out; echo why >&2; exit 3", r["command"])
+		assert.EqualValues(t, 3, r["exit"])
+		assert.Equal(t, "why\n", r["stderr"])
+
+		p = e2e.Start(t, env, s.bin, "output", "-log-format", "json", "bad")
+		assert.Equal(t, 3, p.Wait(t, time.Minute), p.Log())
+		jsonRecord(t, p.Log(), "job bad failed")
+	})
+	t.Run("NATS out of reach", func(t *testing.T) {
+		addr := freeport.Addr(t) // nothing listens there
+		p := e2e.Start(t, nil, s.bin, "status", "-log-format", "json", "-nats", "nats://bob:s3cret@"+addr)
+		assert.Equal(t, 1, p.Wait(t, 30*time.Second), p.Log())
+		assert.Equal(t, "warn", jsonRecord(t, p.Log(), "-nats carries credentials")["level"])
+		r := jsonRecord(t, p.Log(), "cannot reach NATS")
+		assert.Equal(t, "error", r["level"])
+		assert.Equal(t, "laboro status", r["logger"])
+		assert.NotContains(t, p.Log(), "s3cret")
+	})
+}
+
+// With -log-format json, submit -wait's note that no service runs is a
+// JSON record.
+func TestSubmitJSONLogSaysNoService(t *testing.T) {
+	bin := build(t)
+	srv, err := jetstream.StartEmbedded(t.TempDir(), "127.0.0.1", -1) // NATS, and no service
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	p := e2e.Start(t, []string{"LABORO_NATS=" + srv.URL()}, bin, "submit", "-wait", "-log-format", "json", "-id", "x", "true")
+	p.Await(t, regexp.MustCompile(`no service is running`), time.Minute)
+	require.NoError(t, p.Cmd.Process.Signal(os.Interrupt))
+	assert.Equal(t, 130, p.Wait(t, 30*time.Second), p.Log())
+	assert.Equal(t, "warn", jsonRecord(t, p.Log(), "laboro: no service is running; the jobs wait for `laboro serve`")["level"])
+	jsonRecord(t, p.Log(), "interrupted; job x runs on")
+}
+
 // mixedBatch submits the batch "mixed" to s and cancels its first job as
 // it runs: once they end, mixed-1 is cancelled, mixed-2 succeeded and
 // mixed-3 failed.

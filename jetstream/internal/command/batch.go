@@ -10,6 +10,8 @@ import (
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // The batch driver of run, submit -wait and status -watch: follow the
@@ -61,8 +63,10 @@ func noService(ctx context.Context, cl *jetstream.Client, req jetstream.StatusRe
 	}
 }
 
-// sayOnStderr writes text as a line of standard error.
-func sayOnStderr(text string) { fmt.Fprintln(os.Stderr, text) }
+// note says text, a note on jobs that wait, on standard error: as a line,
+// or with a JSON log as a warning whose message is text (as the progress
+// of a batch says it: see cli.Progress.Note).
+func (c *common) note(text string) { c.logs.Tell(zapcore.WarnLevel, "", text) }
 
 // watch follows batch until n of its jobs (all, for n ≤ 0) ended, with
 // its progress on standard error (see progress), then prints a summary and
@@ -86,7 +90,7 @@ func (c *common) watch(ctx context.Context, cl *jetstream.Client, batch string, 
 	noService(ctx, cl, jetstream.StatusRequest{Batches: []string{batch}}, bar.note)
 	b, err := cl.Wait(ctx, batch, n, watchInterval, show)
 	if err != nil {
-		return failed(ctx, "wait", err)
+		return c.failed(ctx, "wait", err)
 	}
 	fmt.Printf("batch %s: %s, %d succeeded, %s\n", b.Batch, plural(b.Jobs, "job"), b.Succeeded, batchSummary(b).FailedText())
 	if b.Failed == 0 {
@@ -94,7 +98,7 @@ func (c *common) watch(ctx context.Context, cl *jetstream.Client, batch string, 
 	}
 	reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: []string{batch}, Unsuccessful: true})
 	if err != nil {
-		return failed(ctx, "status", err)
+		return c.failed(ctx, "status", err)
 	}
 	printJobs(os.Stdout, reply.Jobs, reply.Truncated)
 	return exitFailed
@@ -103,15 +107,15 @@ func (c *common) watch(ctx context.Context, cl *jetstream.Client, batch string, 
 // result waits for job id's result (see jetstream.Client.Result), saying
 // meanwhile on standard error what watch says of a batch: that no service
 // runs, or that no worker has taken the job.
-func result(ctx context.Context, cl *jetstream.Client, id string) (laboro.Result, error) {
+func (c *common) result(ctx context.Context, cl *jetstream.Client, id string) (laboro.Result, error) {
 	req := jetstream.StatusRequest{IDs: []string{id}}
-	noService(ctx, cl, req, sayOnStderr)
+	noService(ctx, cl, req, c.note)
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	asked := make(chan struct{})
 	go func() {
 		defer close(asked)
-		idle := newNoWorker(sayOnStderr)
+		idle := newNoWorker(c.note)
 		tick := time.NewTicker(watchInterval)
 		defer tick.Stop()
 		for !idle.said {
@@ -143,19 +147,29 @@ func result(ctx context.Context, cl *jetstream.Client, id string) (laboro.Result
 // printResult writes res's output to standard output and, when it did not
 // succeed, a line to standard error: how it ended (after timeout, its
 // limit, when it timed out and timeout is known), its command, the end of
-// its standard error. It returns the exit status for it: with exitCode,
-// the job's own when it has one, else 0 or exitFailed.
-func printResult(res laboro.Result, exitCode bool, command string, timeout time.Duration) int {
+// its standard error; with a JSON log, a warning of the logger "summary"
+// instead, with the fields of run's summary for a job that failed (id,
+// command, status, exit, error, stderr). It returns the exit status for
+// it: with exitCode, the job's own when it has one, else 0 or exitFailed.
+func (c *common) printResult(res laboro.Result, exitCode bool, command string, timeout time.Duration) int {
 	if res.Output != nil {
 		_, err := res.Output.WriteTo(os.Stdout)
 		res.Output.Close()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "laboro:", err)
+			c.logs.Tell(zapcore.ErrorLevel, "laboro", err.Error())
 			return exitFailed
 		}
 	}
 	if res.Status == laboro.StatusSucceeded {
 		return 0
+	}
+	code := exitFailed
+	if exitCode && res.ExitCode > 0 {
+		code = res.ExitCode
+	}
+	if c.logs.Format() == "json" {
+		c.recordResult(res, command, timeout)
+		return code
 	}
 	if res.Status == laboro.StatusTimedOut && timeout > 0 {
 		fmt.Fprintf(os.Stderr, "laboro: job %s %s\n", res.ID, timedOut(timeout))
@@ -169,8 +183,31 @@ func printResult(res laboro.Result, exitCode bool, command string, timeout time.
 		fmt.Fprintln(os.Stderr, "  standard error (its end):")
 		printIndented(os.Stderr, string(res.Stderr))
 	}
-	if exitCode && res.ExitCode > 0 {
-		return res.ExitCode
+	return code
+}
+
+// recordResult is printResult's report of a job that did not succeed with
+// a JSON log: one record, standard error staying one object a line.
+func (c *common) recordResult(res laboro.Result, command string, timeout time.Duration) {
+	status := res.Status.String()
+	if res.Status == laboro.StatusTimedOut && timeout > 0 {
+		status = timedOut(timeout)
 	}
-	return exitFailed
+	msg := "job " + res.ID + " " + status
+	fields := []zap.Field{zap.String("id", res.ID), zap.String("status", status)}
+	if command != "" {
+		fields = append(fields, zap.String("command", command))
+	}
+	if res.ExitCode >= 0 {
+		fields = append(fields, zap.Int("exit", res.ExitCode))
+	}
+	// A time-out says it all: its error would say it again.
+	if res.Err != nil && !(res.Status == laboro.StatusTimedOut && timeout > 0) {
+		msg += ": " + res.Err.Error()
+		fields = append(fields, zap.String("error", res.Err.Error()))
+	}
+	if len(res.Stderr) > 0 {
+		fields = append(fields, zap.ByteString("stderr", res.Stderr))
+	}
+	c.logs.Records().Named("summary").Warn(msg, fields...)
 }

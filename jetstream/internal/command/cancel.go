@@ -27,8 +27,8 @@ func cancel(args []string) int {
 		reply, err := cl.Cancel(ctx, c.fs.Args()...)
 		printJobs(os.Stdout, reply.Jobs, false)
 		if err != nil {
-			return failed(ctx, "cancel", err)
+			return c.failed(ctx, "cancel", err)
 		}
-		return unknownJobs(reply.Jobs)
+		return c.unknownJobs(reply.Jobs)
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/laboro-go/laboro/jetstream"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // common holds the flags every command has, and what they set up.
@@ -91,11 +92,8 @@ type natsURL string
 
 func (u *natsURL) String() string { return shown(string(*u)) }
 
+// Set takes v as it is; parse warns if it carries credentials.
 func (u *natsURL) Set(v string) error {
-	if shown(v) != v {
-		// Said, not refused: it works, but ps shows it to every user.
-		fmt.Fprintln(os.Stderr, "laboro: -nats carries credentials, which any user sees in ps: set $LABORO_NATS, or give -creds")
-	}
 	*u = natsURL(v)
 	return nil
 }
@@ -121,7 +119,16 @@ func (c *common) deliveryFlags() {
 // status when the command should not go on: -h and -version answered
 // (0), or a usage error said.
 func (c *common) parse(args []string) (int, bool) {
-	if err := c.cmd.Parse(args); err != nil {
+	err := c.cmd.Parse(args)
+	c.fs.Visit(func(f *flag.Flag) {
+		// Said, not refused: it works, but ps shows it to every user.
+		// Said once the flags are parsed, in the -log-format they chose.
+		if f.Name == "nats" && shown(c.url) != c.url {
+			c.logs.Tell(zapcore.WarnLevel, "laboro",
+				"-nats carries credentials, which any user sees in ps: set $LABORO_NATS, or give -creds")
+		}
+	})
+	if err != nil {
 		return c.cmd.Report(err), false
 	}
 	switch { // 0 if deliveryFlags did not add them

@@ -401,13 +401,13 @@ func (h *hidden) Unwrap() error { return h.err }
 func (c *common) client() (cl *jetstream.Client, release func(), ok bool) {
 	nc, err := c.connect(c.url, false)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.name, err)
+		c.sayError(err.Error())
 		return nil, nil, false
 	}
 	dir, err := os.MkdirTemp("", "laboro-"+c.name+"-")
 	if err != nil {
 		nc.Close()
-		fmt.Fprintf(os.Stderr, "laboro %s: %v\n", c.name, err)
+		c.sayError(err.Error())
 		return nil, nil, false
 	}
 	cfg := c.config()

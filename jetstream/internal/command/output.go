@@ -3,7 +3,6 @@ package command
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/laboro-go/laboro/jetstream"
 )
@@ -29,7 +28,7 @@ func output(args []string) int {
 		if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: c.fs.Args()}); err == nil {
 			for _, j := range reply.Jobs {
 				if j.State == jetstream.StateUnknown {
-					fmt.Fprintf(os.Stderr, "laboro output: no job %s\n", j.ID)
+					c.sayError("no job " + j.ID)
 					return exitFailed
 				}
 				commands[j.ID] = j.Command
@@ -39,7 +38,7 @@ func output(args []string) int {
 		for i, id := range c.fs.Args() {
 			res, err := cl.Result(ctx, id)
 			if err != nil {
-				return failed(ctx, "output", err)
+				return c.failed(ctx, "output", err)
 			}
 			if c.fs.NArg() > 1 { // a heading for each, as tail and head print
 				if i > 0 {
@@ -47,7 +46,7 @@ func output(args []string) int {
 				}
 				fmt.Printf("==> %s <==\n", id)
 			}
-			if got := printResult(res, c.fs.NArg() == 1, commands[id], 0); got != 0 {
+			if got := c.printResult(res, c.fs.NArg() == 1, commands[id], 0); got != 0 {
 				code = got // one job's own; for several, 1 (printResult's then)
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/laboro-go/laboro/internal/secret"
 	"github.com/laboro-go/laboro/internal/web"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // runDoc is run's help. Its exit statuses are those runJobs returns:
@@ -100,19 +101,19 @@ func runJobs(args []string) int {
 	if *jf.file != "" {
 		var err error
 		if file, err = openJobFile(*jf.file); err != nil {
-			fmt.Fprintln(os.Stderr, "laboro run:", err)
+			c.sayError(err.Error())
 			return exitFailed
 		}
 		defer file.Close()
 		if file.total == 0 {
-			return nothingToRun(*jf.file, false)
+			return c.nothingToRun(*jf.file, false)
 		}
 	}
 	var done map[string]bool // the jobs the job log lists, by sequence number
 	if o.resume || o.resumeFailed {
 		var err error
 		if done, err = readJobLog(o.joblog, o.resumeFailed); err != nil {
-			fmt.Fprintln(os.Stderr, "laboro run:", err)
+			c.sayError(err.Error())
 			return exitFailed
 		}
 	}
@@ -120,7 +121,7 @@ func runJobs(args []string) int {
 	if file != nil && file.total >= 0 {
 		total = file.total - countDone(done, file.total)
 		if total == 0 {
-			return nothingToRun(*jf.file, true)
+			return c.nothingToRun(*jf.file, true)
 		}
 	}
 	// The user's token leaves the environment: no job sees it. The console
@@ -131,7 +132,7 @@ func runJobs(args []string) int {
 	if *httpAddr != "" {
 		tok, path, err := secret.Ensure("laboro", "LABORO_TOKEN")
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "laboro run: the console's token:", err)
+			c.sayError("the console's token: " + err.Error())
 			return exitFailed
 		}
 		if path != "" {
@@ -139,11 +140,11 @@ func runJobs(args []string) int {
 		}
 		host, _, _ := net.SplitHostPort(*httpAddr) // checked by web.CheckAddr
 		if err := secret.Guard(host, tok, tokenFrom); err != nil {
-			fmt.Fprintln(os.Stderr, "laboro run: the console:", err)
+			c.sayError("the console: " + err.Error())
 			return exitFailed
 		}
 		if consoleLn, err = web.Listen(*httpAddr); err != nil {
-			fmt.Fprintln(os.Stderr, "laboro run:", err)
+			c.sayError(err.Error())
 			return exitFailed
 		}
 		defer consoleLn.Close()
@@ -157,11 +158,11 @@ func runJobs(args []string) int {
 	defer stop()
 	single := file == nil
 	if single && done["1"] {
-		return nothingToRun("", true)
+		return c.nothingToRun("", true)
 	}
 	outDir, err := os.MkdirTemp("", "laboro-run-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		c.sayError(err.Error())
 		return exitFailed
 	}
 	forget := laboro.RemoveAtExit(outDir) // however this process ends
@@ -190,7 +191,7 @@ func runJobs(args []string) int {
 	}
 	ex, err := laboro.New(opts...)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		c.sayError(err.Error())
 		return exitFailed
 	}
 	defer ex.Close()
@@ -202,15 +203,19 @@ func runJobs(args []string) int {
 		go func() {
 			defer close(served)
 			if err := console.Serve(consoleCtx, consoleLn, ex, tokenFrom, c.log); err != nil {
-				fmt.Fprintln(os.Stderr, "laboro run: the console:", err)
+				c.sayError("the console: " + err.Error())
 			}
 		}()
 		defer func() { stopConsole(); <-served }()
-		fmt.Fprintf(os.Stderr, "laboro run: console at http://%s/?token=… (the token of %s)\n", consoleLn.Addr(), tokenFrom)
+		// Whatever -log says: the way to the console (with a JSON log, a
+		// record as serve's).
+		url := "http://" + consoleLn.Addr().String() + "/?token=…"
+		c.logs.Tell(zapcore.InfoLevel, "laboro run", fmt.Sprintf("console at %s (the token of %s)", url, tokenFrom),
+			zap.String("url", url), zap.String("token", tokenFrom))
 	}
 	rec, err := newRecorder(o)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		c.sayError(err.Error())
 		return exitFailed
 	}
 	defer rec.close()
@@ -220,16 +225,16 @@ func runJobs(args []string) int {
 		job.ID = "1" // its sequence number, as in the job log
 		h, err := ex.Submit(ctx, job)
 		if err != nil {
-			return failed(ctx, "run", err)
+			return c.failed(ctx, "run", err)
 		}
 		res, err := h.Wait(ctx)
 		if err != nil {
-			return failed(ctx, "run", err)
+			return c.failed(ctx, "run", err)
 		}
 		if err := rec.record(job, res); err != nil {
-			fmt.Fprintln(os.Stderr, "laboro run:", err)
+			c.sayError(err.Error())
 		}
-		return printResult(res, true, job.Script, job.Timeout)
+		return c.printResult(res, true, job.Script, job.Timeout)
 	}
 	seq, skipped := 0, 0
 	jobs := func(yield func(laboro.Job, error) bool) {
@@ -274,13 +279,13 @@ func runJobs(args []string) int {
 		if sum.Done() > 0 {
 			c.sumUp(sum, "not done", "") // what ran before the error
 		}
-		return failed(ctx, "run", err)
+		return c.failed(ctx, "run", err)
 	}
 	if sum.Total == 0 && !sum.Unread { // a pipe that brought no job to run
-		return nothingToRun(*jf.file, skipped > 0)
+		return c.nothingToRun(*jf.file, skipped > 0)
 	}
 	if err := rec.close(); err != nil {
-		fmt.Fprintln(os.Stderr, "laboro run:", err)
+		c.sayError(err.Error())
 	}
 	// The jobs' outputs went to standard output; the report goes beside
 	// the progress.
@@ -391,12 +396,12 @@ func printOutput(progress *cli.Progress, out *laboro.Output) error {
 
 // nothingToRun says why a run has no job to run, and returns its exit
 // status: every job is in the job log (logged), or file holds none.
-func nothingToRun(file string, logged bool) int {
+func (c *common) nothingToRun(file string, logged bool) int {
 	if logged {
-		fmt.Fprintln(os.Stderr, "laboro run: every job is in the job log already")
+		c.logs.Tell(zapcore.InfoLevel, "laboro run", "every job is in the job log already")
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "laboro run: no jobs in %s\n", file)
+	c.sayError("no jobs in " + file)
 	return exitFailed
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/laboro-go/laboro/jetstream"
+	"go.uber.org/zap/zapcore"
 )
 
 // status prints every batch, or the batches and jobs named, and the first
@@ -42,10 +43,10 @@ func status(args []string) int {
 			// forever; one it knows is followed to its end.
 			reply, err := cl.Status(ctx, jetstream.StatusRequest{Batches: c.fs.Args()})
 			if err != nil {
-				return failed(ctx, "status", err)
+				return c.failed(ctx, "status", err)
 			}
 			if len(reply.Batches) == 0 {
-				fmt.Fprintf(os.Stderr, "laboro status: no batch %s (laboro status lists them)\n", c.fs.Arg(0))
+				c.sayError("no batch " + c.fs.Arg(0) + " (laboro status lists them)")
 				return exitFailed
 			}
 			return c.watch(ctx, cl, c.fs.Arg(0), 0)
@@ -58,7 +59,7 @@ func status(args []string) int {
 		}
 		reply, err := cl.Status(ctx, req)
 		if err != nil {
-			return failed(ctx, "status", err)
+			return c.failed(ctx, "status", err)
 		}
 		// The jobs listed are the failures of the batches, unless -failed:
 		// they are shown apart, printFailures counting those not listed.
@@ -76,7 +77,7 @@ func status(args []string) int {
 		if len(ids) > 0 {
 			jobs, err := cl.Status(ctx, jetstream.StatusRequest{IDs: ids})
 			if err != nil {
-				return failed(ctx, "status", err)
+				return c.failed(ctx, "status", err)
 			}
 			reply.Jobs = append(jobs.Jobs, reply.Jobs...)
 		}
@@ -84,9 +85,9 @@ func status(args []string) int {
 			enc := json.NewEncoder(os.Stdout)
 			enc.SetIndent("", "  ")
 			if err := enc.Encode(reply); err != nil {
-				return failed(ctx, "status", err)
+				return c.failed(ctx, "status", err)
 			}
-			return unknownJobs(reply.Jobs)
+			return c.unknownJobs(reply.Jobs)
 		}
 		if len(reply.Batches) > 0 || c.fs.NArg() == 0 {
 			printBatches(os.Stdout, reply.Batches)
@@ -98,20 +99,20 @@ func status(args []string) int {
 		printJobs(os.Stdout, reply.Jobs, reply.Truncated)
 		printFailures(os.Stdout, reply.Batches, failures, c.fs.NArg() == 0)
 		for _, p := range reply.Problems {
-			fmt.Fprintln(os.Stderr, "laboro status: problem:", p)
+			c.logs.Tell(zapcore.WarnLevel, "laboro status", "problem: "+p)
 		}
-		return unknownJobs(reply.Jobs)
+		return c.unknownJobs(reply.Jobs)
 	})
 }
 
 // unknownJobs returns exitFailed if one of jobs is unknown to the
 // service, else 0, saying on standard error which are (the table on
 // standard output shows them as unknown too).
-func unknownJobs(jobs []jetstream.JobStatus) int {
+func (c *common) unknownJobs(jobs []jetstream.JobStatus) int {
 	code := 0
 	for _, j := range jobs {
 		if j.State == jetstream.StateUnknown {
-			fmt.Fprintf(os.Stderr, "laboro: no job %s (never submitted, or forgotten: serve keeps -keep jobs)\n", j.ID)
+			c.logs.Tell(zapcore.ErrorLevel, "laboro", "no job "+j.ID+" (never submitted, or forgotten: serve keeps -keep jobs)")
 			code = exitFailed
 		}
 	}

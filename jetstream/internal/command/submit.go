@@ -3,13 +3,13 @@ package command
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/laboro-go/laboro"
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/jetstream"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // submit stores jobs for the service and prints the job's id, or the
@@ -62,30 +62,32 @@ func submit(args []string) int {
 			if reply, err := cl.Status(ctx, jetstream.StatusRequest{IDs: []string{*id}}); err == nil &&
 				len(reply.Jobs) == 1 && reply.Jobs[0].State != jetstream.StateUnknown {
 				j := reply.Jobs[0]
-				fmt.Fprintf(os.Stderr, "laboro submit: warning: job %s was submitted before (%s, %s): that submission stands, this one is not run\n",
-					j.ID, oneLine(j.Command, 60), j.State)
+				c.logs.Tell(zapcore.WarnLevel, "laboro submit",
+					fmt.Sprintf("warning: job %s was submitted before (%s, %s): that submission stands, this one is not run",
+						j.ID, oneLine(j.Command, 60), j.State))
 			}
 		}
 		ids, err := cl.Submit(ctx, *batch, []laboro.Job{job})
 		if err != nil {
-			return failed(ctx, "submit", err)
+			return c.failed(ctx, "submit", err)
 		}
 		c.log.Debug("submitted", zap.String("batch", *batch), zap.String("job", ids[0]))
 		if !*wait {
 			fmt.Println(ids[0])
 			return 0
 		}
-		res, err := result(ctx, cl, ids[0])
+		res, err := c.result(ctx, cl, ids[0])
 		if err != nil {
 			if ctx.Err() != nil {
 				// The job is stored: it runs whether we wait or not.
-				fmt.Fprintf(os.Stderr, "laboro: interrupted; job %s runs on (laboro output %s waits for it, laboro cancel %s stops it)\n",
-					ids[0], ids[0], ids[0])
+				c.logs.Tell(zapcore.ErrorLevel, "laboro",
+					fmt.Sprintf("interrupted; job %s runs on (laboro output %s waits for it, laboro cancel %s stops it)",
+						ids[0], ids[0], ids[0]))
 				return exitInterrupted
 			}
-			return failed(ctx, "submit", err)
+			return c.failed(ctx, "submit", err)
 		}
-		return printResult(res, true, job.Script, job.Timeout)
+		return c.printResult(res, true, job.Script, job.Timeout)
 	})
 }
 
@@ -96,12 +98,12 @@ func submit(args []string) int {
 func (c *common) submitFile(jf jobFlags, batch string, wait bool) int {
 	file, err := openJobFile(*jf.file)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "laboro submit:", err)
+		c.sayError(err.Error())
 		return exitFailed
 	}
 	defer file.Close()
 	if file.total == 0 {
-		fmt.Fprintf(os.Stderr, "laboro submit: no jobs in %s\n", *jf.file)
+		c.sayError("no jobs in " + *jf.file)
 		return exitFailed
 	}
 	return c.withClient(func(ctx context.Context, cl *jetstream.Client) int {
@@ -109,9 +111,9 @@ func (c *common) submitFile(jf jobFlags, batch string, wait bool) int {
 		n, err := cl.SubmitAll(ctx, batch, cli.ReadAhead(ctx, file.jobs(jf)))
 		switch {
 		case err != nil:
-			return failed(ctx, "submit", err)
+			return c.failed(ctx, "submit", err)
 		case n == 0: // a pipe that brought none
-			fmt.Fprintf(os.Stderr, "laboro submit: no jobs in %s\n", *jf.file)
+			c.sayError("no jobs in " + *jf.file)
 			return exitFailed
 		}
 		c.log.Debug("submitted", zap.String("batch", batch), zap.Int("jobs", n))
@@ -121,7 +123,7 @@ func (c *common) submitFile(jf jobFlags, batch string, wait bool) int {
 		}
 		code := c.watch(ctx, cl, batch, n)
 		if ctx.Err() != nil {
-			fmt.Fprintf(os.Stderr, "laboro: batch %s runs on (laboro status -watch %s follows it)\n", batch, batch)
+			c.logs.Tell(zapcore.InfoLevel, "laboro", fmt.Sprintf("batch %s runs on (laboro status -watch %s follows it)", batch, batch))
 		}
 		return code
 	})
