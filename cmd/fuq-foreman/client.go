@@ -16,6 +16,8 @@ import (
 
 	"github.com/laboro-go/laboro/internal/cli"
 	"github.com/laboro-go/laboro/protocols/fuq"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapio"
 )
 
 func submitCommand(c *cli.Command) func(context.Context, []string) error {
@@ -30,6 +32,7 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 	c.Flags.IntVar(&s.Tasks, "tasks", 0, "number of tasks")
 	c.Flags.StringVar(&s.WorkingDir, "wd", ".", "working directory of the tasks")
 	c.Flags.StringVar(&s.LoggingDir, "logdir", ".", "directory of the tasks' logs")
+	logFlag := c.LogFlag(zap.InfoLevel)
 	return func(ctx context.Context, args []string) error {
 		switch {
 		case len(args) > 0:
@@ -56,28 +59,63 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 			}
 			*p = abs
 		}
-		cl := fuq.ControlClient{Socket: *control}
-		var out struct{ ID string }
-		if err := cl.Do(ctx, "POST", "/jobs", s, &out); err != nil {
-			return err
-		}
-		fmt.Println(out.ID)
-		if !*wait {
-			return nil
-		}
-		stop := showProgress(ctx, cl, out.ID, s.Tasks)
-		st, err := waitJob(ctx, cl, out.ID, *stall, os.Stderr)
-		stop()
-		if err != nil {
-			return err
-		}
-		printStatus(st, false)
-		if st.State == "succeeded" {
-			return nil
-		}
-		printFailedTasks(st, true)
-		return cli.Exit(cli.ExitFailed)
+		return asRecord(logFlag, submit(ctx, fuq.ControlClient{Socket: *control}, s, *wait, *stall, logFlag))
 	}
+}
+
+// submit submits s and prints its id; with wait, it waits for the job,
+// showing its progress and what keeps it waiting on standard error as
+// logs says (log records with a JSON log), and prints how it ended.
+func submit(ctx context.Context, cl fuq.ControlClient, s fuq.Submission, wait bool, stall time.Duration, logs *cli.Log) error {
+	var out struct{ ID string }
+	if err := cl.Do(ctx, "POST", "/jobs", s, &out); err != nil {
+		return err
+	}
+	fmt.Println(out.ID)
+	if !wait {
+		return nil
+	}
+	var say io.Writer = os.Stderr
+	if logs.Format() == "json" {
+		// Each line said (the foreman went away, does not answer, is
+		// back) is a record: standard error stays one object a line.
+		w := &zapio.Writer{Log: logs.Records(), Level: zap.WarnLevel}
+		defer w.Close()
+		say = w
+	}
+	stop := showProgress(ctx, cl, out.ID, s.Tasks, logs.Progress(progressEvery))
+	st, err := waitJob(ctx, cl, out.ID, stall, say)
+	stop(st)
+	if err != nil {
+		return err
+	}
+	printStatus(st, false)
+	if st.State == "succeeded" {
+		return nil
+	}
+	printFailedTasks(st, true)
+	return cli.Exit(cli.ExitFailed)
+}
+
+// asRecord returns err as cli's Main is to see it. With a JSON log, the
+// error is logged here as a record, and Main is left its exit status
+// alone, which it does not print: standard error stays one object a
+// line. A usage error is left as it is, for Main to say with the
+// synopsis, as it does for a bad flag.
+func asRecord(logs *cli.Log, err error) error {
+	var ue *cli.UsageError
+	var ee *cli.ExitError
+	switch {
+	case err == nil, logs.Format() != "json", errors.As(err, &ue), errors.As(err, &ee) && ee.Err == nil:
+		return err
+	}
+	code := cli.Code(err)
+	msg := err.Error()
+	if code == cli.ExitInterrupted {
+		msg = "interrupted" // as Main says it
+	}
+	logs.Records().Error(msg)
+	return cli.Exit(code)
 }
 
 func statusCommand(c *cli.Command) func(context.Context, []string) error {
@@ -295,12 +333,22 @@ func waitsForWorkers(st fuq.JobReport) bool {
 	return !st.Ended() && st.Workers == 0 && st.Job != nil && st.Job.Pending > 0
 }
 
-// showProgress shows how job id goes, on standard error, until the
-// returned function is called: a bar on a terminal, else a line of counts
-// every 10 s; and, once, that no worker is connected when the job has
-// waited cli.NoWorkerAfter for one.
-func showProgress(ctx context.Context, cl fuq.ControlClient, id string, tasks int) (stop func()) {
-	progress := cli.NewProgress(os.Stderr, 10*time.Second)
+// progressEvery is the period of submit -wait's lines of counts off a
+// terminal (and of its progress records, with a JSON log).
+const progressEvery = 10 * time.Second
+
+// counts are a job's task counts as a progress shows them.
+func counts(j *fuq.JobInfo, tasks int) cli.Counts {
+	return cli.Counts{Total: tasks, Succeeded: j.Done, Failed: j.Failed + j.Cancelled,
+		Running: j.Running, Queued: j.Pending}
+}
+
+// showProgress shows how job id goes on progress (made by cli.Log.Progress:
+// a bar on a terminal, lines of counts, or log records) until the
+// returned function is called with the job's last report, which it shows
+// before it closes progress; and, once, that no worker is connected when
+// the job has waited cli.NoWorkerAfter for one.
+func showProgress(ctx context.Context, cl fuq.ControlClient, id string, tasks int, progress *cli.Progress) (stop func(last fuq.JobReport)) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -311,9 +359,7 @@ func showProgress(ctx context.Context, cl fuq.ControlClient, id string, tasks in
 		for {
 			var st fuq.JobReport
 			if err := cl.Do(ctx, "GET", "/jobs/"+url.PathEscape(id), nil, &st); err == nil && st.Job != nil {
-				j := st.Job
-				progress.Update(cli.Counts{Total: tasks, Succeeded: j.Done, Failed: j.Failed + j.Cancelled,
-					Running: j.Running, Queued: j.Pending})
+				progress.Update(counts(st.Job, tasks))
 				if idle.Due(waitsForWorkers(st)) {
 					progress.Note("fuq-foreman: no worker is connected to the foreman: the job waits for one " +
 						"(start fuq-worker -connect HOST:PORT)")
@@ -326,9 +372,14 @@ func showProgress(ctx context.Context, cl fuq.ControlClient, id string, tasks in
 			}
 		}
 	}()
-	return func() {
+	return func(last fuq.JobReport) {
 		cancel()
 		<-done
+		// The last poll may be older than the job's end: the progress
+		// ends with the counts the summary gives.
+		if last.Job != nil {
+			progress.Update(counts(last.Job, tasks))
+		}
 		progress.Close()
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -664,4 +665,74 @@ func TestKilledWorkerLeavesNoOutputs(t *testing.T) {
 	require.NoError(t, exec.Command(foremanBin, "stop", "-control", control, "0").Run())
 	require.Equal(t, 0, other.Wait(t, 30*time.Second), other.Log())
 	assert.ElementsMatch(t, []string{"k_1.log", "k_2.log"}, entries(), "the other worker's directory went with it")
+}
+
+// starters run a command with its standard error on a terminal (where a
+// bar would be drawn) or on a pipe (where lines of counts would be).
+var starters = []struct {
+	where string
+	start func(t testing.TB, stdin io.Reader, env []string, bin string, args ...string) *e2e.Process
+}{{"terminal", e2e.StartOnTerminal}, {"pipe", e2e.StartInput}}
+
+// lastRecord returns the last record of logger in a JSON log, failing t if
+// a line of it is not JSON, or if there is none.
+func lastRecord(t *testing.T, log, logger string) map[string]any {
+	t.Helper()
+	var last map[string]any
+	for _, r := range e2e.JSONRecords(t, log) {
+		if r["logger"] == logger {
+			last = r
+		}
+	}
+	require.NotNil(t, last, "no record of %q:\n%s", logger, log)
+	return last
+}
+
+// With -log-format json, what submit -wait says of a foreman that does not
+// answer (stopped with SIGSTOP), and answers again, are records: standard
+// error holds nothing but JSON objects.
+func TestSubmitWaitJSONSaysStallsAsRecords(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	hold := filepath.Join(dir, "hold")
+	task := filepath.Join(dir, "task.sh")
+	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\nwhile [ ! -e "+hold+" ]; do sleep 0.01; done\n"), 0o755))
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"))
+	addr := foreman.Await(t, e2e.ServingAddr, 20*time.Second)
+	e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "1", "-spool", filepath.Join(dir, "spool"))
+
+	submit := e2e.Start(t, nil, foremanBin, "submit", "-control", control, "-wait", "-stall", "1s", "-log-format", "json",
+		"-name", "s", "-command", task, "-tasks", "1", "-wd", dir, "-logdir", dir)
+	foreman.Await(t, regexp.MustCompile(`job queued`), 20*time.Second)
+	require.NoError(t, foreman.Cmd.Process.Signal(syscall.SIGSTOP))
+	submit.Await(t, regexp.MustCompile(`"level":"warn",.*"msg":"the foreman has not answered since \d\d:\d\d:\d\d \(\d+s\); waiting for it`), time.Minute)
+	require.NoError(t, foreman.Cmd.Process.Signal(syscall.SIGCONT))
+	submit.Await(t, regexp.MustCompile(`"msg":"the foreman answers again, after \d+s of silence"`), time.Minute)
+	require.NoError(t, os.WriteFile(hold, nil, 0o600))
+	require.Equal(t, 0, submit.Wait(t, time.Minute), submit.Log())
+	assert.Equal(t, "job_1\njob_1\ts\tsucceeded\tdone 1/1\tfailed 0\trunning 0\tpending 0\tcancelled 0\n", submit.Stdout.String())
+	e2e.JSONRecords(t, submit.Log())
+	progress := lastRecord(t, submit.Log(), "progress")
+	assert.Equal(t, float64(1), progress["done"], "%v", progress)
+}
+
+// With -log-format json, the error submit ends with is a record, on a
+// terminal as on a pipe: here, that no foreman answers on its control
+// socket.
+func TestSubmitJSONErrorIsARecord(t *testing.T) {
+	foremanBin, _ := build(t)
+	control := filepath.Join(t.TempDir(), "none.sock")
+	for _, s := range starters {
+		t.Run(s.where, func(t *testing.T) {
+			submit := s.start(t, nil, nil, foremanBin, "submit", "-control", control, "-wait", "-log-format", "json",
+				"-name", "e", "-command", "/bin/true", "-tasks", "1")
+			require.Equal(t, 1, submit.Wait(t, time.Minute), submit.Log())
+			records := e2e.JSONRecords(t, submit.Log())
+			require.Len(t, records, 1, submit.Log())
+			assert.Equal(t, "error", records[0]["level"])
+			assert.Contains(t, records[0]["msg"], "no foreman answers on "+control)
+			assert.Empty(t, submit.Stdout.String())
+		})
+	}
 }

@@ -2,7 +2,7 @@
 // is also how a user submits jobs to it and follows them.
 //
 //	fuq-foreman [serve] [-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-journal FILE] [-grace D] [-max-tasks N] [-keep-tasks N] [-keep-jobs N] [-log LEVEL]
-//	fuq-foreman submit [-wait [-stall D]] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]
+//	fuq-foreman submit [-wait [-stall D]] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR] [-log LEVEL] [-log-format FORMAT]
 //	fuq-foreman status [-tasks] [JOB]
 //	fuq-foreman cancel JOB
 //	fuq-foreman stop N|now                                                   STOP(N) to every worker
@@ -30,7 +30,11 @@
 // succeeded. A foreman that stops answering meanwhile (stopped, overloaded)
 // is waited for as long as it takes, which -wait says on standard error
 // once it has not answered for -stall (a minute), then every five times as
-// long, and when it answers again. Exit status 2 is a usage error.
+// long, and when it answers again. Its progress is a bar on a terminal,
+// else a line of counts every 10 s; with -log-format json, standard error
+// is one JSON object a line: the progress is records of the logger
+// "progress", and what it says, and the error it ends with, are records
+// too. Exit status 2 is a usage error.
 package main
 
 import (
@@ -55,10 +59,10 @@ func main() {
 					"workers over HTTPS and a websocket; and the other commands on -control, until interrupted. Workers " +
 					"must prove they hold the shared secret: from -auth-file, else $" + fuq.AuthEnv + ", else fuq.token " +
 					"in ~/.local/state/laboro, created at the first start (fuq-worker of the same user reads it).", Setup: serveCommand},
-			{Name: "submit", Synopsis: "[-wait [-stall D]] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR]",
+			{Name: "submit", Synopsis: "[-wait [-stall D]] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR] [-log LEVEL] [-log-format FORMAT]",
 				Doc: "Submits a job of N tasks, each running CMD <task number>, and prints its id; with -wait, waits for " +
 					"it and exits 0 only if every task succeeded, however long the foreman takes to answer (said on " +
-					"standard error after -stall).", Setup: submitCommand},
+					"standard error after -stall); with -log-format json, everything on standard error is a log record.", Setup: submitCommand},
 			{Name: "status", Synopsis: "[-tasks] [JOB]", Doc: "Prints every job, or JOB; -tasks lists the tasks.", Setup: statusCommand},
 			{Name: "cancel", Synopsis: "JOB", Doc: "Cancels a job: its pending tasks are dropped and its running ones killed.", Setup: cancelCommand},
 			{Name: "stop", Synopsis: "N|now", Doc: "Sends STOP(N) to every worker: each gives up N processors (0: all, once " +
