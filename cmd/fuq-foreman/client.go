@@ -337,9 +337,11 @@ func waitsForWorkers(st fuq.JobReport) bool {
 // terminal (and of its progress records, with a JSON log).
 const progressEvery = 10 * time.Second
 
-// counts are a job's task counts as a progress shows them.
+// counts are a job's task counts as a progress shows them: cancelled
+// tasks among those that did not succeed, and apart, as printStatus
+// shows them.
 func counts(j *fuq.JobInfo, tasks int) cli.Counts {
-	return cli.Counts{Total: tasks, Succeeded: j.Done, Failed: j.Failed + j.Cancelled,
+	return cli.Counts{Total: tasks, Succeeded: j.Done, Failed: j.Failed + j.Cancelled, Cancelled: j.Cancelled,
 		Running: j.Running, Queued: j.Pending}
 }
 

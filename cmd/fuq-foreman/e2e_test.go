@@ -688,6 +688,82 @@ func lastRecord(t *testing.T, log, logger string) map[string]any {
 	return last
 }
 
+// jobNamed returns the report of the job named name, as status -json gives
+// it, or nil if the foreman has none.
+func jobNamed(t *testing.T, foremanBin, control, name string) *fuq.JobReport {
+	t.Helper()
+	out, err := exec.Command(foremanBin, "status", "-json", "-control", control).Output()
+	require.NoError(t, err)
+	var jobs []fuq.JobReport
+	require.NoError(t, json.Unmarshal(out, &jobs), "%s", out)
+	for _, j := range jobs {
+		if j.Job != nil && j.Job.Name == name {
+			return &j
+		}
+	}
+	return nil
+}
+
+// submit -wait shows a job's cancelled tasks apart from its failed ones,
+// as its summary does: with -log-format json, in the last record of the
+// logger "progress", on a terminal as on a pipe, where standard error
+// holds nothing but JSON objects; on a terminal without it, in the bar.
+// Of the job's three tasks one succeeds, one fails, and one is cancelled
+// while it runs.
+func TestSubmitWaitCountsCancelledApart(t *testing.T) {
+	foremanBin, workerBin := build(t)
+	dir := t.TempDir()
+	task := filepath.Join(dir, "task.sh")
+	require.NoError(t, os.WriteFile(task, []byte("#!/bin/sh\ncase $1 in 1) exit 0;; 2) exit 3;; esac\nexec sleep 300\n"), 0o755))
+	control := filepath.Join(dir, "control.sock")
+	foreman := e2e.Start(t, nil, foremanBin, "-listen", "127.0.0.1:0", "-control", control, "-journal", filepath.Join(dir, "journal"))
+	addr := foreman.Await(t, e2e.ServingAddr, 20*time.Second)
+	worker := e2e.Start(t, nil, workerBin, "-connect", addr, "-np", "3", "-spool", filepath.Join(dir, "spool"))
+
+	// run submits a job of the three tasks named name, cancels it once
+	// its first two tasks have ended and the third runs, and returns
+	// submit -wait once it has ended, with its job's id.
+	run := func(t *testing.T, name string, start func(t testing.TB, stdin io.Reader, env []string, bin string, args ...string) *e2e.Process,
+		flags ...string) (*e2e.Process, string) {
+		args := append([]string{"submit", "-control", control, "-wait", "-name", name, "-command", task, "-tasks", "3",
+			"-wd", dir, "-logdir", dir}, flags...)
+		submit := start(t, nil, nil, foremanBin, args...)
+		var id string
+		require.Eventually(t, func() bool {
+			st := jobNamed(t, foremanBin, control, name)
+			if st == nil || st.Job.Done != 1 || st.Job.Failed != 1 || st.Job.Running != 1 {
+				return false
+			}
+			id = st.ID
+			return true
+		}, time.Minute, 10*time.Millisecond, "tasks 1 and 2 end, task 3 runs:\n%s", submit.Log())
+		out, err := exec.Command(foremanBin, "cancel", "-control", control, id).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, 1, submit.Wait(t, time.Minute), submit.Log())
+		assert.True(t, strings.HasPrefix(submit.Stdout.String(),
+			id+"\n"+id+"\t"+name+"\tcancelled\tdone 1/3\tfailed 1\trunning 0\tpending 0\tcancelled 1\n"), "the summary:\n%s", submit.Stdout.String())
+		return submit, id
+	}
+
+	for i, s := range starters {
+		t.Run("json on a "+s.where, func(t *testing.T) {
+			submit, _ := run(t, fmt.Sprintf("json%d", i), s.start, "-log-format", "json")
+			progress := lastRecord(t, submit.Log(), "progress")
+			for field, n := range map[string]float64{"done": 3, "total": 3, "failed": 1, "cancelled": 1, "running": 0, "queued": 0} {
+				assert.Equal(t, n, progress[field], "%s in %v", field, progress)
+			}
+			assert.Equal(t, "3 of 3 done (running 0, queued 0, failed 1, cancelled 1)", progress["msg"])
+		})
+	}
+	t.Run("bar on a terminal", func(t *testing.T) {
+		submit, _ := run(t, "bar", e2e.StartOnTerminal)
+		assert.Contains(t, submit.Log(), "running 0, queued 0, failed 1, cancelled 1", "the bar as the job ends")
+	})
+
+	require.NoError(t, exec.Command(foremanBin, "stop", "-control", control, "0").Run())
+	assert.Equal(t, 0, worker.Wait(t, 30*time.Second), worker.Log())
+}
+
 // With -log-format json, what submit -wait says of a foreman that does not
 // answer (stopped with SIGSTOP), and answers again, are records: standard
 // error holds nothing but JSON objects.
