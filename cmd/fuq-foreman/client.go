@@ -97,6 +97,11 @@ func submit(ctx context.Context, cl fuq.ControlClient, s fuq.Submission, wait bo
 	return cli.Exit(cli.ExitFailed)
 }
 
+// recorded returns run with its error made a record by asRecord.
+func recorded(logs *cli.Log, run func(context.Context, []string) error) func(context.Context, []string) error {
+	return func(ctx context.Context, args []string) error { return asRecord(logs, run(ctx, args)) }
+}
+
 // asRecord returns err as cli's Main is to see it. With a JSON log, the
 // error is logged here as a record, and Main is left its exit status
 // alone, which it does not print: standard error stays one object a
@@ -122,7 +127,8 @@ func statusCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
 	tasks := c.Flags.Bool("tasks", false, "list every task")
 	asJSON := c.Flags.Bool("json", false, "print the jobs as JSON, for programs")
-	return func(ctx context.Context, args []string) error {
+	logFlag := c.LogFlag(zap.InfoLevel)
+	return recorded(logFlag, func(ctx context.Context, args []string) error {
 		cl := fuq.ControlClient{Socket: *control}
 		var list []fuq.JobReport
 		query := ""
@@ -153,12 +159,13 @@ func statusCommand(c *cli.Command) func(context.Context, []string) error {
 			printFailedTasks(st, false)
 		}
 		return nil
-	}
+	})
 }
 
 func cancelCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
-	return func(ctx context.Context, args []string) error {
+	logFlag := c.LogFlag(zap.InfoLevel)
+	return recorded(logFlag, func(ctx context.Context, args []string) error {
 		if len(args) != 1 {
 			return cli.Usagef("one JOB to cancel")
 		}
@@ -168,12 +175,13 @@ func cancelCommand(c *cli.Command) func(context.Context, []string) error {
 		}
 		fmt.Printf("%s %s\n", got.ID, got.State)
 		return nil
-	}
+	})
 }
 
 func stopCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
-	return func(ctx context.Context, args []string) error {
+	logFlag := c.LogFlag(zap.InfoLevel)
+	return recorded(logFlag, func(ctx context.Context, args []string) error {
 		if len(args) != 1 {
 			return cli.Usagef("N (processors to give up, 0 for all) or now")
 		}
@@ -181,7 +189,7 @@ func stopCommand(c *cli.Command) func(context.Context, []string) error {
 			return cli.Usagef("%q: give N, a number of processors (0 for all), or now", args[0])
 		}
 		return fuq.ControlClient{Socket: *control}.Do(ctx, "POST", "/workers/stop?n="+url.QueryEscape(args[0]), nil, nil)
-	}
+	})
 }
 
 // printStatus prints a job's line: id, name, state and task counts.

@@ -812,3 +812,22 @@ func TestSubmitJSONErrorIsARecord(t *testing.T) {
 		})
 	}
 }
+
+// With -log-format json, the error status, cancel and stop end with is a
+// record: here, that no foreman answers on their control socket. What
+// they print goes to standard output, as ever.
+func TestClientJSONErrorIsARecord(t *testing.T) {
+	foremanBin, _ := build(t)
+	control := filepath.Join(t.TempDir(), "none.sock")
+	for _, args := range [][]string{{"status", "job_1"}, {"cancel", "job_1"}, {"stop", "0"}} {
+		t.Run(args[0], func(t *testing.T) {
+			p := e2e.Start(t, nil, foremanBin, append([]string{args[0], "-control", control, "-log-format", "json"}, args[1:]...)...)
+			require.Equal(t, 1, p.Wait(t, time.Minute), p.Log())
+			records := e2e.JSONRecords(t, p.Log())
+			require.Len(t, records, 1, p.Log())
+			assert.Equal(t, "error", records[0]["level"])
+			assert.Contains(t, records[0]["msg"], "no foreman answers on "+control)
+			assert.Empty(t, p.Stdout.String())
+		})
+	}
+}

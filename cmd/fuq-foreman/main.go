@@ -3,9 +3,9 @@
 //
 //	fuq-foreman [serve] [-listen ADDR] [-web ADDR -tls-cert FILE -tls-key FILE [-auth-file FILE]] [-control SOCKET] [-journal FILE] [-grace D] [-max-tasks N] [-keep-tasks N] [-keep-jobs N] [-log LEVEL]
 //	fuq-foreman submit [-wait [-stall D]] -name NAME -command CMD -tasks N [-wd DIR] [-logdir DIR] [-log LEVEL] [-log-format FORMAT]
-//	fuq-foreman status [-tasks] [JOB]
-//	fuq-foreman cancel JOB
-//	fuq-foreman stop N|now                                                   STOP(N) to every worker
+//	fuq-foreman status [-tasks] [-json] [-log-format FORMAT] [JOB]
+//	fuq-foreman cancel [-log-format FORMAT] JOB
+//	fuq-foreman stop [-log-format FORMAT] N|now                              STOP(N) to every worker
 //
 // serve takes workers of this project on -listen (plain TCP, the spec's
 // conversation; 127.0.0.1:7720 by default), and with -web also the
@@ -34,7 +34,9 @@
 // else a line of counts every 10 s; with -log-format json, standard error
 // is one JSON object a line: the progress is records of the logger
 // "progress", and what it says, and the error it ends with, are records
-// too. Exit status 2 is a usage error.
+// too. status, cancel and stop print what they are asked on standard
+// output; with -log-format json, the error one ends with is a record.
+// Exit status 2 is a usage error.
 package main
 
 import (
@@ -63,9 +65,9 @@ func main() {
 				Doc: "Submits a job of N tasks, each running CMD <task number>, and prints its id; with -wait, waits for " +
 					"it and exits 0 only if every task succeeded, however long the foreman takes to answer (said on " +
 					"standard error after -stall); with -log-format json, everything on standard error is a log record.", Setup: submitCommand},
-			{Name: "status", Synopsis: "[-tasks] [JOB]", Doc: "Prints every job, or JOB; -tasks lists the tasks.", Setup: statusCommand},
-			{Name: "cancel", Synopsis: "JOB", Doc: "Cancels a job: its pending tasks are dropped and its running ones killed.", Setup: cancelCommand},
-			{Name: "stop", Synopsis: "N|now", Doc: "Sends STOP(N) to every worker: each gives up N processors (0: all, once " +
+			{Name: "status", Synopsis: "[-tasks] [-json] [-log-format FORMAT] [JOB]", Doc: "Prints every job, or JOB; -tasks lists the tasks.", Setup: statusCommand},
+			{Name: "cancel", Synopsis: "[-log-format FORMAT] JOB", Doc: "Cancels a job: its pending tasks are dropped and its running ones killed.", Setup: cancelCommand},
+			{Name: "stop", Synopsis: "[-log-format FORMAT] N|now", Doc: "Sends STOP(N) to every worker: each gives up N processors (0: all, once " +
 				"its tasks end); now makes them exit at once.", Setup: stopCommand},
 		},
 	}
