@@ -59,7 +59,7 @@ func submitCommand(c *cli.Command) func(context.Context, []string) error {
 			}
 			*p = abs
 		}
-		return asRecord(logFlag, submit(ctx, fuq.ControlClient{Socket: *control}, s, *wait, *stall, logFlag))
+		return submit(ctx, fuq.ControlClient{Socket: *control}, s, *wait, *stall, logFlag)
 	}
 }
 
@@ -97,38 +97,12 @@ func submit(ctx context.Context, cl fuq.ControlClient, s fuq.Submission, wait bo
 	return cli.Exit(cli.ExitFailed)
 }
 
-// recorded returns run with its error made a record by asRecord.
-func recorded(logs *cli.Log, run func(context.Context, []string) error) func(context.Context, []string) error {
-	return func(ctx context.Context, args []string) error { return asRecord(logs, run(ctx, args)) }
-}
-
-// asRecord returns err as cli's Main is to see it. With a JSON log, the
-// error is logged here as a record, and Main is left its exit status
-// alone, which it does not print: standard error stays one object a
-// line. A usage error is left as it is, for Main to say with the
-// synopsis, as it does for a bad flag.
-func asRecord(logs *cli.Log, err error) error {
-	var ue *cli.UsageError
-	var ee *cli.ExitError
-	switch {
-	case err == nil, logs.Format() != "json", errors.As(err, &ue), errors.As(err, &ee) && ee.Err == nil:
-		return err
-	}
-	code := cli.Code(err)
-	msg := err.Error()
-	if code == cli.ExitInterrupted {
-		msg = "interrupted" // as Main says it
-	}
-	logs.Records().Error(msg)
-	return cli.Exit(code)
-}
-
 func statusCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
 	tasks := c.Flags.Bool("tasks", false, "list every task")
 	asJSON := c.Flags.Bool("json", false, "print the jobs as JSON, for programs")
-	logFlag := c.LogFlag(zap.InfoLevel)
-	return recorded(logFlag, func(ctx context.Context, args []string) error {
+	c.LogFlag(zap.InfoLevel) // -log-format: Main says the error as the format asks
+	return func(ctx context.Context, args []string) error {
 		cl := fuq.ControlClient{Socket: *control}
 		var list []fuq.JobReport
 		query := ""
@@ -159,13 +133,13 @@ func statusCommand(c *cli.Command) func(context.Context, []string) error {
 			printFailedTasks(st, false)
 		}
 		return nil
-	})
+	}
 }
 
 func cancelCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
-	logFlag := c.LogFlag(zap.InfoLevel)
-	return recorded(logFlag, func(ctx context.Context, args []string) error {
+	c.LogFlag(zap.InfoLevel) // -log-format: Main says the error as the format asks
+	return func(ctx context.Context, args []string) error {
 		if len(args) != 1 {
 			return cli.Usagef("one JOB to cancel")
 		}
@@ -175,13 +149,13 @@ func cancelCommand(c *cli.Command) func(context.Context, []string) error {
 		}
 		fmt.Printf("%s %s\n", got.ID, got.State)
 		return nil
-	})
+	}
 }
 
 func stopCommand(c *cli.Command) func(context.Context, []string) error {
 	control := controlFlag(c)
-	logFlag := c.LogFlag(zap.InfoLevel)
-	return recorded(logFlag, func(ctx context.Context, args []string) error {
+	c.LogFlag(zap.InfoLevel) // -log-format: Main says the error as the format asks
+	return func(ctx context.Context, args []string) error {
 		if len(args) != 1 {
 			return cli.Usagef("N (processors to give up, 0 for all) or now")
 		}
@@ -189,7 +163,7 @@ func stopCommand(c *cli.Command) func(context.Context, []string) error {
 			return cli.Usagef("%q: give N, a number of processors (0 for all), or now", args[0])
 		}
 		return fuq.ControlClient{Socket: *control}.Do(ctx, "POST", "/workers/stop?n="+url.QueryEscape(args[0]), nil, nil)
-	})
+	}
 }
 
 // printStatus prints a job's line: id, name, state and task counts.
