@@ -48,14 +48,20 @@ func TestWorkerOutputsLeaveNothingBehind(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, err := os.Stat(hold + ".started"); return err == nil }, 30*time.Second, time.Millisecond)
 
-	outputs, err := filepath.Glob(filepath.Join(logDir, runningPrefix+"*", "*.output"))
-	require.NoError(t, err)
-	var mine []string
-	for _, o := range outputs {
-		if !strings.HasPrefix(o, live) && !strings.HasPrefix(o, unknown) {
-			mine = append(mine, o)
+	// The output gets its name <pid>.output once the process has started,
+	// which may be after the task's first command ran.
+	var outputs, mine []string
+	require.Eventually(t, func() bool {
+		outputs, err = filepath.Glob(filepath.Join(logDir, runningPrefix+"*", "*.output"))
+		require.NoError(t, err)
+		mine = mine[:0]
+		for _, o := range outputs {
+			if !strings.HasPrefix(o, live) && !strings.HasPrefix(o, unknown) {
+				mine = append(mine, o)
+			}
 		}
-	}
+		return len(mine) > 0
+	}, 30*time.Second, time.Millisecond, "the running task's output, in the worker's directory: %v", outputs)
 	require.Len(t, mine, 1, "the running task's output, in the worker's directory: %v", outputs)
 	assert.NoDirExists(t, dead, "a dead worker's outputs are removed")
 	assert.FileExists(t, filepath.Join(live, "4242.output"), "a live worker's are kept")
