@@ -667,27 +667,6 @@ func TestKilledWorkerLeavesNoOutputs(t *testing.T) {
 	assert.ElementsMatch(t, []string{"k_1.log", "k_2.log"}, entries(), "the other worker's directory went with it")
 }
 
-// starters run a command with its standard error on a terminal (where a
-// bar would be drawn) or on a pipe (where lines of counts would be).
-var starters = []struct {
-	where string
-	start func(t testing.TB, stdin io.Reader, env []string, bin string, args ...string) *e2e.Process
-}{{"terminal", e2e.StartOnTerminal}, {"pipe", e2e.StartInput}}
-
-// lastRecord returns the last record of logger in a JSON log, failing t if
-// a line of it is not JSON, or if there is none.
-func lastRecord(t *testing.T, log, logger string) map[string]any {
-	t.Helper()
-	var last map[string]any
-	for _, r := range e2e.JSONRecords(t, log) {
-		if r["logger"] == logger {
-			last = r
-		}
-	}
-	require.NotNil(t, last, "no record of %q:\n%s", logger, log)
-	return last
-}
-
 // jobNamed returns the report of the job named name, as status -json gives
 // it, or nil if the foreman has none.
 func jobNamed(t *testing.T, foremanBin, control, name string) *fuq.JobReport {
@@ -745,10 +724,10 @@ func TestSubmitWaitCountsCancelledApart(t *testing.T) {
 		return submit, id
 	}
 
-	for i, s := range starters {
-		t.Run("json on a "+s.where, func(t *testing.T) {
-			submit, _ := run(t, fmt.Sprintf("json%d", i), s.start, "-log-format", "json")
-			progress := lastRecord(t, submit.Log(), "progress")
+	for i, s := range e2e.Starters {
+		t.Run("json on a "+s.Where, func(t *testing.T) {
+			submit, _ := run(t, fmt.Sprintf("json%d", i), s.Start, "-log-format", "json")
+			progress := e2e.LastRecord(t, submit.Log(), "progress")
 			for field, n := range map[string]float64{"done": 3, "total": 3, "failed": 1, "cancelled": 1, "running": 0, "queued": 0} {
 				assert.Equal(t, n, progress[field], "%s in %v", field, progress)
 			}
@@ -789,7 +768,7 @@ func TestSubmitWaitJSONSaysStallsAsRecords(t *testing.T) {
 	require.Equal(t, 0, submit.Wait(t, time.Minute), submit.Log())
 	assert.Equal(t, "job_1\njob_1\ts\tsucceeded\tdone 1/1\tfailed 0\trunning 0\tpending 0\tcancelled 0\n", submit.Stdout.String())
 	e2e.JSONRecords(t, submit.Log())
-	progress := lastRecord(t, submit.Log(), "progress")
+	progress := e2e.LastRecord(t, submit.Log(), "progress")
 	assert.Equal(t, float64(1), progress["done"], "%v", progress)
 }
 
@@ -799,9 +778,9 @@ func TestSubmitWaitJSONSaysStallsAsRecords(t *testing.T) {
 func TestSubmitJSONErrorIsARecord(t *testing.T) {
 	foremanBin, _ := build(t)
 	control := filepath.Join(t.TempDir(), "none.sock")
-	for _, s := range starters {
-		t.Run(s.where, func(t *testing.T) {
-			submit := s.start(t, nil, nil, foremanBin, "submit", "-control", control, "-wait", "-log-format", "json",
+	for _, s := range e2e.Starters {
+		t.Run(s.Where, func(t *testing.T) {
+			submit := s.Start(t, nil, nil, foremanBin, "submit", "-control", control, "-wait", "-log-format", "json",
 				"-name", "e", "-command", "/bin/true", "-tasks", "1")
 			require.Equal(t, 1, submit.Wait(t, time.Minute), submit.Log())
 			records := e2e.JSONRecords(t, submit.Log())

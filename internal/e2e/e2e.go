@@ -257,6 +257,31 @@ func JSONRecords(t testing.TB, log string) []map[string]any {
 	return records
 }
 
+// LastRecord returns the last record of logger in a JSON log, failing t
+// if a line of it is not JSON (see JSONRecords), or if there is none.
+func LastRecord(t testing.TB, log, logger string) map[string]any {
+	t.Helper()
+	var last map[string]any
+	for _, r := range JSONRecords(t, log) {
+		if r["logger"] == logger {
+			last = r
+		}
+	}
+	if last == nil {
+		t.Fatalf("no record of %q:\n%s", logger, log)
+	}
+	return last
+}
+
+// Starters start a command with its standard error on a terminal
+// (StartOnTerminal: where a progress bar would be drawn) or on a pipe
+// (StartInput: where lines of counts would be), for a test of what a
+// command writes there to run both ways.
+var Starters = []struct {
+	Where string
+	Start func(t testing.TB, stdin io.Reader, env []string, bin string, args ...string) *Process
+}{{"terminal", StartOnTerminal}, {"pipe", StartInput}}
+
 // Token returns the token a server started by the test keeps in the
 // state directory as NAME.token, failing t unless the file is there and
 // its user's alone (0600).

@@ -1778,27 +1778,6 @@ func TestConsoleStopOutlivesARestart(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "the job stopped from the console ran after the restart")
 }
 
-// starters run a command with its standard error on a terminal (where a
-// bar would be drawn) or on a pipe (where lines of counts would be).
-var starters = []struct {
-	where string
-	start func(t testing.TB, stdin io.Reader, env []string, bin string, args ...string) *e2e.Process
-}{{"terminal", e2e.StartOnTerminal}, {"pipe", e2e.StartInput}}
-
-// lastRecord returns the last record of logger in a JSON log, failing t if
-// a line of it is not JSON, or if there is none.
-func lastRecord(t *testing.T, log, logger string) map[string]any {
-	t.Helper()
-	var last map[string]any
-	for _, r := range e2e.JSONRecords(t, log) {
-		if r["logger"] == logger {
-			last = r
-		}
-	}
-	require.NotNil(t, last, "no record of %q:\n%s", logger, log)
-	return last
-}
-
 // assertCounts asserts the counts of a record.
 func assertCounts(t *testing.T, r map[string]any, want map[string]float64) {
 	t.Helper()
@@ -1815,14 +1794,14 @@ func TestRunJSONLogHasOnlyJSON(t *testing.T) {
 	bin := build(t)
 	jobs := filepath.Join(t.TempDir(), "jobs.txt")
 	require.NoError(t, os.WriteFile(jobs, []byte("echo one\necho broken >&2; exit 4\necho three\n"), 0o600))
-	for _, s := range starters {
-		t.Run(s.where, func(t *testing.T) {
-			p := s.start(t, nil, nil, bin, "run", "-workers", "1", "-log-format", "json", "-f", jobs)
+	for _, s := range e2e.Starters {
+		t.Run(s.Where, func(t *testing.T) {
+			p := s.Start(t, nil, nil, bin, "run", "-workers", "1", "-log-format", "json", "-f", jobs)
 			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
 			assert.Equal(t, "one\nthree\n", p.Stdout.String())
-			progress := lastRecord(t, p.Log(), "progress")
+			progress := e2e.LastRecord(t, p.Log(), "progress")
 			assertCounts(t, progress, map[string]float64{"done": 3, "total": 3, "failed": 1, "cancelled": 0})
-			summary := lastRecord(t, p.Log(), "summary")
+			summary := e2e.LastRecord(t, p.Log(), "summary")
 			assert.Equal(t, "warn", summary["level"], "the last: the job that failed")
 			assert.Equal(t, "2", summary["id"])
 			assert.Equal(t, "echo broken >&2; exit 4", summary["command"])
@@ -1845,20 +1824,20 @@ func TestSubmitAndWatchJSONLogHasOnlyJSON(t *testing.T) {
 	dir := t.TempDir()
 	short := filepath.Join(dir, "short.txt")
 	require.NoError(t, os.WriteFile(short, []byte("echo a\nexit 2\n"), 0o600))
-	for _, st := range starters {
-		t.Run("status -watch on a "+st.where, func(t *testing.T) {
-			p := st.start(t, nil, env, s.bin, "status", "-watch", "-log-format", "json", "mixed")
+	for _, st := range e2e.Starters {
+		t.Run("status -watch on a "+st.Where, func(t *testing.T) {
+			p := st.Start(t, nil, env, s.bin, "status", "-watch", "-log-format", "json", "mixed")
 			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
 			assert.True(t, strings.HasPrefix(p.Stdout.String(), "batch mixed: 3 jobs, 1 succeeded, 1 failed, 1 cancelled\n"),
 				p.Stdout.String())
-			assertCounts(t, lastRecord(t, p.Log(), "progress"),
+			assertCounts(t, e2e.LastRecord(t, p.Log(), "progress"),
 				map[string]float64{"done": 3, "total": 3, "failed": 1, "cancelled": 1})
 		})
-		t.Run("submit -wait on a "+st.where, func(t *testing.T) {
-			p := st.start(t, nil, env, s.bin, "submit", "-wait", "-log-format", "json", "-f", short)
+		t.Run("submit -wait on a "+st.Where, func(t *testing.T) {
+			p := st.Start(t, nil, env, s.bin, "submit", "-wait", "-log-format", "json", "-f", short)
 			require.Equal(t, 1, p.Wait(t, 2*time.Minute), p.Log())
 			assert.Contains(t, p.Stdout.String(), ": 2 jobs, 1 succeeded, 1 failed\n")
-			assertCounts(t, lastRecord(t, p.Log(), "progress"),
+			assertCounts(t, e2e.LastRecord(t, p.Log(), "progress"),
 				map[string]float64{"done": 2, "total": 2, "failed": 1, "cancelled": 0})
 		})
 	}
