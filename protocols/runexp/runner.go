@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -851,7 +852,7 @@ func (s *runnerSession) judge(name string, argv []string, res laboro.Result) *ru
 		if len(tail) == 0 && o.file != nil {
 			tail = fileEnd(o.file, o.out.Size(), 512)
 		}
-		fields = append(fields, zap.Strings("command", argv), zap.Error(why), zap.ByteString("stderr", tailOf(tail, 512)))
+		fields = append(fields, zap.Strings("command", shownCommand(name, argv)), zap.Error(why), zap.ByteString("stderr", tailOf(tail, 512)))
 		if o.note != "" {
 			fields = append(fields, zap.String("note", strings.TrimSpace(o.note)))
 		}
@@ -1024,4 +1025,16 @@ func fileEnd(f io.ReaderAt, size int64, n int64) []byte {
 	b := make([]byte, size-off)
 	k, _ := f.ReadAt(b, off)
 	return b[:k]
+}
+
+// shownCommand is argv, the interpreter and the job's script, as a log
+// line shows it: the script by the job's name and type (batch-0/job-000.sh,
+// its file at the manager), not by the temporary file it was written to
+// here, which is gone once the job ends.
+func shownCommand(name string, argv []string) []string {
+	if len(argv) == 0 {
+		return nil
+	}
+	last := len(argv) - 1
+	return append(slices.Clip(argv[:last]), name+filepath.Ext(argv[last]))
 }

@@ -421,6 +421,7 @@ func TestRunnerLogsOneVerdict(t *testing.T) {
 	fields := failed[0].ContextMap()
 	assert.Equal(t, "b/says-failed", fields["job"])
 	assert.Equal(t, "its output reports a failure (RES:failed)", fields["error"])
+	assert.Equal(t, []any{"bash", "b/says-failed.sh"}, fields["command"], "the script by the job's name, not its temporary file")
 	assert.Contains(t, fields["stderr"], "the disk is full")
 	finished := logs.FilterMessage("job finished").All()
 	require.Len(t, finished, 1)
