@@ -223,6 +223,23 @@ func runWorker(t *testing.T, w *Worker) (<-chan error, context.CancelFunc) {
 	return ran, cancel
 }
 
+// w1Worker returns a Worker of serverId w1 at url, with a cache folder of
+// its own and the quick intervals of these tests.
+func w1Worker(t *testing.T, url, codes string, log *zap.Logger) *Worker {
+	return &Worker{URL: url, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(), Concurrency: 2,
+		Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond, Reconnect: 50 * time.Millisecond, Logger: log}
+}
+
+// stillRunning fails t if the Run whose end comes on ran has ended.
+func stillRunning(t *testing.T, ran <-chan error, who string) {
+	t.Helper()
+	select {
+	case err := <-ran:
+		t.Fatalf("%s stopped: %v", who, err)
+	default:
+	}
+}
+
 // Two Worker processes started under one serverId: the master refuses the
 // second while the first lives (it used to take the second's Online for
 // a restart of the first, whose job went back in line and ran twice); the
@@ -239,11 +256,7 @@ func TestSecondWorkerUnderOneServerID(t *testing.T) {
 	require.NoError(t, err)
 	srv := httptest.NewServer(m.Handler())
 	t.Cleanup(func() { ex.Close(); srv.Close(); m.Close() })
-	newWorker := func(log *zap.Logger) *Worker {
-		return &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(), Concurrency: 2,
-			Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond, Reconnect: 50 * time.Millisecond, Logger: log}
-	}
-	first := newWorker(nil)
+	first := w1Worker(t, srv.URL, codes, nil)
 	firstRan, _ := runWorker(t, first)
 	ctx := t.Context()
 	h1, err := ex.Submit(ctx, NewJob("1", "slow", nil))
@@ -251,7 +264,7 @@ func TestSecondWorkerUnderOneServerID(t *testing.T) {
 	require.Eventually(t, func() bool { return startCount(starts) == 1 }, 20*time.Second, time.Millisecond)
 
 	wlog, wlogs := observed(t)
-	secondRan, _ := runWorker(t, newWorker(wlog))
+	secondRan, _ := runWorker(t, w1Worker(t, srv.URL, codes, wlog))
 	// The second process is heard of: refused (now), or taken, Online, for
 	// a restart of the first (before).
 	count := func(status string) int {
@@ -288,11 +301,7 @@ func TestSecondWorkerUnderOneServerID(t *testing.T) {
 	res = wait(t, h2)
 	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 	assert.Equal(t, 2, startCount(starts), "each job started once")
-	select {
-	case err := <-firstRan:
-		t.Fatalf("the first process stopped: %v", err)
-	default:
-	}
+	stillRunning(t, firstRan, "the first process")
 }
 
 // A second process under a serverId whose holder lives stops as soon as
@@ -305,18 +314,14 @@ func TestRefusedWorkerStopsOnceTheHolderShowsLife(t *testing.T) {
 	require.NoError(t, m.Open(filepath.Join(t.TempDir(), "table.db")))
 	srv := httptest.NewServer(m.Handler())
 	t.Cleanup(func() { srv.Close(); m.Close() })
-	newWorker := func(log *zap.Logger) *Worker {
-		return &Worker{URL: srv.URL, ServerID: "w1", Password: "pw", CodeDir: codes, CacheDir: t.TempDir(), Concurrency: 2,
-			Ping: 20 * time.Millisecond, Progress: 50 * time.Millisecond, Reconnect: 50 * time.Millisecond, Logger: log}
-	}
-	firstRan, _ := runWorker(t, newWorker(nil))
+	firstRan, _ := runWorker(t, w1Worker(t, srv.URL, codes, nil))
 	require.Eventually(t, func() bool {
 		rec, ok := m.Server("w1")
 		return ok && rec.Status == ServerOnline
 	}, 20*time.Second, time.Millisecond)
 
 	wlog, wlogs := observed(t)
-	secondRan, _ := runWorker(t, newWorker(wlog))
+	secondRan, _ := runWorker(t, w1Worker(t, srv.URL, codes, wlog))
 	select {
 	case err := <-secondRan:
 		require.ErrorIs(t, err, ErrInUse)
@@ -325,11 +330,7 @@ func TestRefusedWorkerStopsOnceTheHolderShowsLife(t *testing.T) {
 		t.Fatal("the refused process did not stop: it waits for the holder's lease")
 	}
 	assert.Equal(t, 1, wlogs.FilterMessageSnippet("another worker already runs under this id").Len(), "the refused process said why, once")
-	select {
-	case err := <-firstRan:
-		t.Fatalf("the first process stopped: %v", err)
-	default:
-	}
+	stillRunning(t, firstRan, "the first process")
 	rec, ok := m.Server("w1")
 	require.True(t, ok)
 	assert.Equal(t, ServerOnline, rec.Status, "the holder is still the master's server")
@@ -388,11 +389,7 @@ func TestRestartedWorkerTaken(t *testing.T) {
 	res = wait(t, h2)
 	assert.Equal(t, laboro.StatusSucceeded, res.Status, "%v", res.Err)
 	assert.Equal(t, 1, wlogs.FilterMessageSnippet("the master takes this worker process under its serverId now").Len())
-	select {
-	case err := <-ran:
-		t.Fatalf("the worker stopped: %v", err)
-	default:
-	}
+	stillRunning(t, ran, "the worker")
 }
 
 // Two Workers with one cache folder: the second stops at once with
